@@ -1,0 +1,11 @@
+//! The etcdadm bootstrap provider: EtcdadmConfig in, cloud-init user data for etcdadm out.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+use etcdadm_shared::api::{EtcdadmConfig, EtcdadmConfigTemplate};
+
+/// The CRDs this provider serves.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![EtcdadmConfig::crd(), EtcdadmConfigTemplate::crd()]
+}

@@ -1,0 +1,11 @@
+//! The EtcdadmCluster controller: creates, health-checks, scales and rolls external etcd clusters.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+use etcdadm_shared::api::EtcdadmCluster;
+
+/// The CRDs this controller serves.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![EtcdadmCluster::crd()]
+}

@@ -1,0 +1,338 @@
+//! `etcdcluster.cluster.x-k8s.io/v1beta1`: EtcdadmCluster, wire-compatible with the reference
+//! (aws/etcdadm-controller) plus the fields SPEC-etcdcluster.md adds.
+// kube's `printcolumn(...)` attributes repeat the same keys by design.
+#![allow(clippy::duplicated_attributes)]
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::conditions::Condition;
+use super::config::{EtcdadmConfigSpec, ObjectMetaTemplate};
+use crate::duration;
+
+/// Desired state of an external etcd cluster made of CAPI Machines.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "etcdcluster.cluster.x-k8s.io",
+    version = "v1beta1",
+    kind = "EtcdadmCluster",
+    namespaced,
+    status = "EtcdadmClusterStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    shortname = "etcdc",
+    category = "cluster-api",
+    doc = "EtcdadmCluster is an external etcd cluster whose members are CAPI Machines bootstrapped by etcdadm.",
+    label("cluster.x-k8s.io/v1beta1", "v1beta1"),
+    label("cluster.x-k8s.io/v1beta2", "v1beta1"),
+    label("cluster.x-k8s.io/provider", "bootstrap-etcdadm"),
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.readyReplicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+        description = "Cluster this etcd serves"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "boolean",
+        json_path = ".status.ready",
+        description = "Every desired member is a healthy voting member"
+    ),
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".spec.replicas",
+        description = "Desired members"
+    ),
+    printcolumn(
+        name = "Ready Replicas",
+        type_ = "integer",
+        json_path = ".status.readyReplicas",
+        description = "Healthy voting members"
+    ),
+    printcolumn(
+        name = "Endpoints",
+        type_ = "string",
+        json_path = ".status.endpoints",
+        description = "Client URLs of the voting members"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdadmClusterSpec {
+    /// Number of members: odd and at least 1 (3 or 5 for HA). Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = kube::core::Rule::new("self >= 1 && self % 2 == 1").message("replicas must be odd and at least 1").reason(kube::core::Reason::FieldValueInvalid))]
+    pub replicas: Option<i32>,
+
+    /// Infrastructure machine template cloned for each member; its namespace must be ours.
+    pub infrastructure_template: ObjectReference,
+
+    /// Copied into each member's EtcdadmConfig.
+    #[serde(default)]
+    pub etcdadm_config_spec: EtcdadmConfigSpec,
+
+    /// How members are replaced when they are outdated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_strategy: Option<RolloutStrategy>,
+
+    /// Replace every member created before this time (certificate renewal, image refresh).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_after: Option<Time>,
+
+    /// Health checking and remediation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
+
+    /// Failure domains of the Cluster to spread members over (default: all of them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = kube::core::Rule::new("self.all(d, d != '')").message("failure domain names must not be empty"))]
+    #[x_kube(validation = kube::core::Rule::new("self.all(d, self.exists_one(e, e == d))").message("failure domain names must be unique").reason(kube::core::Reason::FieldValueDuplicate))]
+    pub failure_domains: Vec<String>,
+
+    /// Metadata and version for the member Machines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_template: Option<MachineTemplate>,
+}
+
+/// Default number of members.
+pub const DEFAULT_REPLICAS: i32 = 1;
+/// Default health-check interval.
+pub const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(10);
+/// Default timeout of one health check.
+pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default time a member may be unhealthy before it is remediated.
+pub const DEFAULT_UNHEALTHY_AFTER: Duration = Duration::from_secs(300);
+
+impl EtcdadmClusterSpec {
+    /// Desired members, with the default applied.
+    pub fn replicas(&self) -> i32 {
+        self.replicas.unwrap_or(DEFAULT_REPLICAS)
+    }
+
+    /// `maxSurge`, with the default (1) applied.
+    pub fn max_surge(&self) -> i32 {
+        self.rollout_strategy
+            .as_ref()
+            .and_then(|s| s.rolling_update.as_ref())
+            .and_then(|r| r.max_surge)
+            .unwrap_or(1)
+    }
+
+    /// Health-check settings with defaults applied. A duration that does not parse falls back to
+    /// the default (admission rejects it; this keeps the controller safe if one slips through).
+    pub fn health_settings(&self) -> HealthSettings {
+        let hc = self.health_check.clone().unwrap_or_default();
+        let pick = |v: &Option<String>, default: Duration| {
+            v.as_deref()
+                .and_then(|s| duration::parse(s).ok())
+                .filter(|d| !d.is_zero())
+                .unwrap_or(default)
+        };
+        HealthSettings {
+            interval: pick(&hc.interval, DEFAULT_HEALTH_INTERVAL),
+            timeout: pick(&hc.timeout, DEFAULT_HEALTH_TIMEOUT),
+            unhealthy_after: pick(&hc.unhealthy_after, DEFAULT_UNHEALTHY_AFTER),
+            remediation: hc.remediation.unwrap_or_default() == Remediation::Enabled,
+        }
+    }
+
+    /// The version Machines get (`machineTemplate.version`), if set.
+    pub fn machine_version(&self) -> Option<&str> {
+        self.machine_template.as_ref().and_then(|t| t.version.as_deref())
+    }
+}
+
+/// Health settings after defaulting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthSettings {
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub unhealthy_after: Duration,
+    pub remediation: bool,
+}
+
+/// How outdated members are replaced.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStrategy {
+    /// Only `RollingUpdate`.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = kube::core::Rule::new("self == 'RollingUpdate'").message("type must be RollingUpdate"))]
+    pub type_: Option<String>,
+    /// Rolling update parameters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling_update: Option<RollingUpdate>,
+}
+
+/// Rolling update parameters.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RollingUpdate {
+    /// Extra members allowed during a rollout: 1 (default, add before remove) or 0 (remove first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = kube::core::Rule::new("self == 0 || self == 1").message("maxSurge must be 0 or 1"))]
+    pub max_surge: Option<i32>,
+}
+
+/// Health checking and remediation settings (Go duration strings).
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheck {
+    /// Time between checks of each member (default 10s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    pub interval: Option<String>,
+    /// Timeout of one check (default 5s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    pub timeout: Option<String>,
+    /// How long a member may be unhealthy before it is replaced (default 5m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    pub unhealthy_after: Option<String>,
+    /// `Enabled` (default) or `Disabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<Remediation>,
+}
+
+/// Whether unhealthy members are replaced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum Remediation {
+    #[default]
+    Enabled,
+    Disabled,
+}
+
+/// Metadata and version for member Machines.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineTemplate {
+    /// Labels and annotations added to each member Machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ObjectMetaTemplate>,
+    /// `Machine.spec.version` (default: the KubeadmControlPlane's version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// Observed state. The first five fields keep the reference's meaning so the EKS-A fork of CAPI
+/// can read us.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdadmClusterStatus {
+    /// Every desired member is a healthy voting member and membership equals the Machines.
+    #[serde(default)]
+    pub ready: bool,
+    /// The first member has passed a health check.
+    #[serde(default)]
+    pub initialized: bool,
+    /// Comma-joined sorted client URLs of the voting members.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub endpoints: String,
+    /// Name of the `<cluster>-etcd-init` Secret, once published (the reference's meaning).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub init_machine_address: String,
+    /// Set once the cluster first became ready; never unset.
+    #[serde(default)]
+    pub creation_complete: bool,
+    /// Ready members (the reference's JSON name for the ready count).
+    #[serde(rename = "replicas", default, skip_serializing_if = "Option::is_none")]
+    pub ready_count: Option<i32>,
+    /// Healthy voting members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// Members whose Machine matches the current spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_replicas: Option<i32>,
+    /// Label selector of the member Machines (scale subresource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// Generation the status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// One entry per etcd member or member Machine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberStatus>,
+    /// Expiry of the certificates this controller manages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificates: Option<CertificatesStatus>,
+    /// `Ready` summary and the detailed conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// What the controller last saw of one member.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    /// Member name (= Machine name).
+    pub name: String,
+    /// The member's Machine, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_ref: Option<MachineReference>,
+    /// etcd member ID, hex.
+    #[serde(rename = "memberID", default, skip_serializing_if = "Option::is_none")]
+    pub member_id: Option<String>,
+    /// Peer URL.
+    #[serde(rename = "peerURL", default, skip_serializing_if = "Option::is_none")]
+    pub peer_url: Option<String>,
+    /// Client URL.
+    #[serde(rename = "clientURL", default, skip_serializing_if = "Option::is_none")]
+    pub client_url: Option<String>,
+    /// Passed the last health check.
+    #[serde(default)]
+    pub healthy: bool,
+    /// Raft leader at the last check.
+    #[serde(default)]
+    pub is_leader: bool,
+    /// Non-voting learner.
+    #[serde(default)]
+    pub is_learner: bool,
+    /// Last time the member passed a health check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_healthy_time: Option<Time>,
+    /// Last time `healthy` changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    /// etcd server version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_version: Option<String>,
+    /// Database size in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_size: Option<i64>,
+    /// Active alarms (`NOSPACE`, `CORRUPT`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alarms: Vec<String>,
+    /// Why the member is unhealthy, or what it is waiting for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Reference to a member's Machine.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MachineReference {
+    /// Machine name (same namespace).
+    pub name: String,
+}
+
+/// Certificate expiry dates.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CertificatesStatus {
+    /// When the etcd CA expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_expiry: Option<Time>,
+    /// When the kube-apiserver etcd client certificate expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apiserver_client_expiry: Option<Time>,
+}

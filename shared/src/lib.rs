@@ -1,0 +1,13 @@
+//! The kernel both providers stand on: API types, names, PKI, CRD rendering and the etcd client.
+//!
+//! This crate knows nothing about either controller; `bootstrap/` and `etcdcluster/` build on it
+//! and never on each other.
+
+pub mod api;
+pub mod crd;
+pub mod duration;
+pub mod names;
+pub mod pki;
+
+#[cfg(feature = "testing")]
+pub mod testing;

@@ -1,0 +1,134 @@
+//! Every object name, label, annotation, finalizer and Secret key the specs define, in one place.
+
+/// Label on every object that belongs to a CAPI cluster.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+/// Label on the Machines of an EtcdadmCluster; the value is the EtcdadmCluster's name.
+pub const ETCD_CLUSTER_LABEL: &str = "cluster.x-k8s.io/etcd-cluster";
+/// Label that puts our objects under one clusterctl provider.
+pub const PROVIDER_LABEL: &str = "cluster.x-k8s.io/provider";
+/// Value of [`PROVIDER_LABEL`] for this provider pair.
+pub const PROVIDER_NAME: &str = "bootstrap-etcdadm";
+
+/// CRD label that tells CAPI which of our versions implements its v1beta1 contract.
+pub const CONTRACT_V1BETA1_LABEL: &str = "cluster.x-k8s.io/v1beta1";
+/// CRD label that tells CAPI which of our versions implements its v1beta2 contract.
+pub const CONTRACT_V1BETA2_LABEL: &str = "cluster.x-k8s.io/v1beta2";
+
+/// Pauses reconciliation of the object that carries it.
+pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+/// On a KubeadmControlPlane: do not pause it while managed etcd is not ready.
+pub const SKIP_PAUSE_CP_ANNOTATION: &str = "cluster.x-k8s.io/skip-pause-cp-managed-etcd";
+/// On an EtcdadmCluster: the reference's health-check retry count (0 turns remediation off).
+pub const HEALTHCHECK_RETRIES_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/healthcheck-retries";
+/// On a Machine: prefer this one when choosing a scale-down victim.
+pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
+/// Prefix of CAPI's pre-terminate hook annotations: a Machine is not terminated while one is set.
+pub const PRE_TERMINATE_HOOK_PREFIX: &str = "pre-terminate.delete.hook.machine.cluster.x-k8s.io";
+/// Our pre-terminate hook: set on every etcd Machine so its member is removed before it goes.
+pub const PRE_TERMINATE_HOOK_ANNOTATION: &str =
+    "pre-terminate.delete.hook.machine.cluster.x-k8s.io/etcdadm-cluster";
+/// CAPI's annotation naming the template an infrastructure machine was cloned from.
+pub const CLONED_FROM_NAME_ANNOTATION: &str = "cluster.x-k8s.io/cloned-from-name";
+/// CAPI's annotation naming the group and kind of that template (`Kind.group`).
+pub const CLONED_FROM_GROUPKIND_ANNOTATION: &str = "cluster.x-k8s.io/cloned-from-groupkind";
+
+/// Finalizer of the EtcdadmCluster controller (the reference's name, kept).
+pub const ETCDADM_CLUSTER_FINALIZER: &str = "etcdcluster.cluster.x-k8s.io";
+
+/// Type of every Secret CAPI reads or adopts.
+pub const CLUSTER_SECRET_TYPE: &str = "cluster.x-k8s.io/secret";
+/// Data Secret key holding the user data.
+pub const DATA_SECRET_VALUE_KEY: &str = "value";
+/// Data Secret key holding the user-data format.
+pub const DATA_SECRET_FORMAT_KEY: &str = "format";
+/// Certificate key in TLS Secrets.
+pub const TLS_CERT_KEY: &str = "tls.crt";
+/// Private key in TLS Secrets.
+pub const TLS_KEY_KEY: &str = "tls.key";
+/// `<cluster>-etcd-init` key: address of the first member.
+pub const INIT_ADDRESS_KEY: &str = "address";
+/// `<cluster>-etcd-init` key: comma-separated client URLs to join through.
+pub const INIT_CLIENT_URLS_KEY: &str = "clientUrls";
+/// `<cluster>-etcd-lock` key: JSON `{"machineName": ...}` of the lock holder.
+pub const LOCK_INFORMATION_KEY: &str = "lock-information";
+
+/// Cluster condition the EKS-A fork sets when managed etcd is initialized.
+pub const MANAGED_ETCD_INITIALIZED_CONDITION: &str = "ManagedEtcdInitialized";
+
+/// etcd's client port.
+pub const ETCD_CLIENT_PORT: u16 = 2379;
+/// etcd's peer port.
+pub const ETCD_PEER_PORT: u16 = 2380;
+
+/// Secret `<cluster>-managed-etcd`: the etcd CA (`tls.crt`, `tls.key`).
+pub fn ca_secret_name(cluster: &str) -> String {
+    format!("{cluster}-managed-etcd")
+}
+
+/// Secret `<cluster>-etcd-init`: where joining members find the cluster.
+pub fn init_secret_name(cluster: &str) -> String {
+    format!("{cluster}-etcd-init")
+}
+
+/// ConfigMap `<cluster>-etcd-lock`: the init lock.
+pub fn init_lock_name(cluster: &str) -> String {
+    format!("{cluster}-etcd-lock")
+}
+
+/// Secret `<cluster>-etcd`: the etcd CA certificate for KubeadmControlPlane.
+pub fn kcp_etcd_ca_secret_name(cluster: &str) -> String {
+    format!("{cluster}-etcd")
+}
+
+/// Secret `<cluster>-apiserver-etcd-client`: the kube-apiserver's etcd client certificate.
+pub fn apiserver_client_secret_name(cluster: &str) -> String {
+    format!("{cluster}-apiserver-etcd-client")
+}
+
+/// Common name of the kube-apiserver's etcd client certificate.
+pub fn apiserver_client_common_name(cluster: &str) -> String {
+    format!("{cluster}-kube-apiserver-etcd-client")
+}
+
+/// `https://<address>:2379`, the client URL of a member at `address` (IPv6 bracketed).
+pub fn client_url(address: &str) -> String {
+    format!("https://{}:{ETCD_CLIENT_PORT}", host_for_url(address))
+}
+
+/// `https://<address>:2380`, the peer URL of a member at `address` (IPv6 bracketed).
+pub fn peer_url(address: &str) -> String {
+    format!("https://{}:{ETCD_PEER_PORT}", host_for_url(address))
+}
+
+fn host_for_url(address: &str) -> String {
+    if address.contains(':') && !address.starts_with('[') {
+        format!("[{address}]")
+    } else {
+        address.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_names_follow_the_reference() {
+        assert_eq!(ca_secret_name("c1"), "c1-managed-etcd");
+        assert_eq!(init_secret_name("c1"), "c1-etcd-init");
+        assert_eq!(init_lock_name("c1"), "c1-etcd-lock");
+        assert_eq!(kcp_etcd_ca_secret_name("c1"), "c1-etcd");
+        assert_eq!(apiserver_client_secret_name("c1"), "c1-apiserver-etcd-client");
+        assert_eq!(
+            apiserver_client_common_name("c1"),
+            "c1-kube-apiserver-etcd-client"
+        );
+    }
+
+    #[test]
+    fn urls_bracket_ipv6_hosts() {
+        assert_eq!(client_url("10.0.0.1"), "https://10.0.0.1:2379");
+        assert_eq!(peer_url("fd00::2"), "https://[fd00::2]:2380");
+        assert_eq!(client_url("etcd-0.example"), "https://etcd-0.example:2379");
+    }
+}
