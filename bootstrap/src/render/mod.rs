@@ -1,0 +1,1 @@
+//! User data rendering: EtcdadmConfigSpec + CA + init/join choice in, cloud-config bytes out.
