@@ -6,6 +6,7 @@
 pub mod api;
 pub mod crd;
 pub mod duration;
+pub mod etcd;
 pub mod names;
 pub mod pki;
 

@@ -1,0 +1,359 @@
+//! A client bound to exactly one member: etcd's gRPC clients balance over endpoints, which would
+//! blur whose status or health we are looking at.
+
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_client::{AlarmAction, AlarmType, ConnectOptions, MemberAddOptions, TlsOptions};
+use tokio::sync::OnceCell;
+
+use super::error::{EtcdError, from_client_error, from_transport};
+use super::health::{Health, health_from_response};
+use super::member::{Alarm, AlarmKind, Member, MemberStatus};
+
+/// PEM material for mutual TLS with etcd: the CA that signed the members' serving certificates,
+/// and the client certificate and key to present.
+#[derive(Clone)]
+pub struct EtcdTls {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for EtcdTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdTls").finish_non_exhaustive()
+    }
+}
+
+/// One member, addressed by its client URL. Cheap to keep; connects on first use and reuses the
+/// connection (reconnecting as needed) afterwards. Use it from one tokio runtime: the gRPC
+/// connection's background task lives on the runtime of the first call.
+pub struct MemberClient {
+    endpoint: String,
+    health_url: reqwest::Url,
+    timeout: Duration,
+    connect_options: ConnectOptions,
+    grpc: OnceCell<etcd_client::Client>,
+    http: reqwest::Client,
+}
+
+impl std::fmt::Debug for MemberClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberClient")
+            .field("endpoint", &self.endpoint)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemberClient {
+    /// A client for the member at `client_url` (`https://<host>:<port>`, as etcd advertises it).
+    /// Every call made through it gives up after `timeout`. Nothing is dialled yet.
+    pub fn new(client_url: &str, tls: &EtcdTls, timeout: Duration) -> Result<Self, EtcdError> {
+        let url = reqwest::Url::parse(client_url.trim())
+            .map_err(|e| EtcdError::InvalidInput(format!("client URL {client_url:?}: {e}")))?;
+        let plain_origin = url.username().is_empty()
+            && url.password().is_none()
+            && url.query().is_none()
+            && url.fragment().is_none()
+            && matches!(url.path(), "" | "/");
+        if url.scheme() != "https" || url.host().is_none() || !plain_origin {
+            return Err(EtcdError::InvalidInput(format!(
+                "client URL {client_url:?} must look like https://<address>:2379 (mutual TLS, no \
+                 path)"
+            )));
+        }
+        let endpoint = format!("https://{}", url.authority());
+        let health_url = url
+            .join("/health")
+            .map_err(|e| EtcdError::InvalidInput(format!("client URL {client_url:?}: {e}")))?;
+        let tls_error = |message: String| EtcdError::Tls {
+            endpoint: endpoint.clone(),
+            operation: "load client certificates",
+            message,
+        };
+        let rustls_config = crate::pki::client_tls_config(&tls.ca_pem, &tls.cert_pem, &tls.key_pem)
+            .map_err(|e| tls_error(e.to_string()))?;
+        let http = reqwest::Client::builder()
+            .use_preconfigured_tls(rustls_config)
+            .no_proxy()
+            .connect_timeout(timeout)
+            .timeout(timeout)
+            .build()
+            .map_err(|e| tls_error(format!("building the HTTPS client: {e}")))?;
+        let grpc_tls = TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(&tls.ca_pem))
+            .identity(etcd_client::Identity::from_pem(&tls.cert_pem, &tls.key_pem));
+        let connect_options = ConnectOptions::new()
+            .with_tls(grpc_tls)
+            .with_connect_timeout(timeout)
+            .with_timeout(timeout);
+        Ok(MemberClient {
+            endpoint,
+            health_url,
+            timeout,
+            connect_options,
+            grpc: OnceCell::new(),
+            http,
+        })
+    }
+
+    /// The member's client URL, normalised (`https://<host>:<port>`).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// `GET /health` over mutual TLS. A member that answers is judged by
+    /// [`health_from_response`]: a 503 or `{"health":"false"}` is an unhealthy `Health`, not an
+    /// error; errors mean no verdict could be had (unreachable, TLS, timeout).
+    pub async fn health(&self) -> Result<Health, EtcdError> {
+        const OPERATION: &str = "GET /health";
+        let probe = async {
+            let response = self
+                .http
+                .get(self.health_url.clone())
+                .send()
+                .await
+                .map_err(|e| self.http_error(OPERATION, e))?;
+            let status = response.status().as_u16();
+            let body = response
+                .bytes()
+                .await
+                .map_err(|e| self.http_error(OPERATION, e))?;
+            Ok(health_from_response(status, &body))
+        };
+        self.with_deadline(OPERATION, probe).await
+    }
+
+    /// The member's own status: its ID, the leader it follows, raft progress, DB size.
+    pub async fn status(&self) -> Result<MemberStatus, EtcdError> {
+        const OPERATION: &str = "Status";
+        let response = self
+            .call(OPERATION, |mut c| async move { c.status().await })
+            .await?;
+        let header = response
+            .header()
+            .ok_or_else(|| self.protocol(OPERATION, "answer has no header"))?;
+        Ok(MemberStatus {
+            member_id: header.member_id(),
+            leader_id: Some(response.leader()).filter(|id| *id != 0),
+            version: response.version().to_string(),
+            db_size: u64::try_from(response.db_size()).unwrap_or(0),
+            raft_term: response.raft_term(),
+            raft_index: response.raft_index(),
+            is_learner: response.is_learner(),
+            errors: response.errors().to_vec(),
+        })
+    }
+
+    /// Alarms active anywhere in the cluster, as this member knows them.
+    pub async fn alarms(&self) -> Result<Vec<Alarm>, EtcdError> {
+        let response = self
+            .call("Alarm", |mut c| async move {
+                c.alarm(AlarmAction::Get, AlarmType::None, None).await
+            })
+            .await?;
+        Ok(response
+            .alarms()
+            .iter()
+            .filter_map(|alarm| {
+                let kind = match alarm.alarm() {
+                    AlarmType::Nospace => AlarmKind::NoSpace,
+                    AlarmType::Corrupt => AlarmKind::Corrupt,
+                    AlarmType::None => return None,
+                };
+                Some(Alarm {
+                    member_id: alarm.member_id(),
+                    kind,
+                })
+            })
+            .collect())
+    }
+
+    /// The cluster membership as this member sees it.
+    pub async fn member_list(&self) -> Result<Vec<Member>, EtcdError> {
+        let response = self
+            .call("MemberList", |mut c| async move { c.member_list().await })
+            .await?;
+        Ok(response.members().iter().map(Member::from_client).collect())
+    }
+
+    /// Add a member with the given peer URLs, as a learner or a voter. The member is pending
+    /// (no name, no client URLs) until its process starts and joins.
+    pub async fn member_add(&self, peer_urls: &[String], learner: bool) -> Result<Member, EtcdError> {
+        const OPERATION: &str = "MemberAdd";
+        let urls = peer_urls.to_vec();
+        let options = learner.then(|| MemberAddOptions::new().with_is_learner());
+        let response = self
+            .call(
+                OPERATION,
+                |mut c| async move { c.member_add(urls, options).await },
+            )
+            .await?;
+        response
+            .member()
+            .map(Member::from_client)
+            .ok_or_else(|| self.protocol(OPERATION, "answer names no added member"))
+    }
+
+    /// Remove a member by ID.
+    pub async fn member_remove(&self, id: u64) -> Result<(), EtcdError> {
+        self.call("MemberRemove", |mut c| async move { c.member_remove(id).await })
+            .await
+            .map(drop)
+    }
+
+    /// Turn a learner into a voter; etcd refuses until the learner has caught up
+    /// ([`Refusal::LearnerNotReady`](super::Refusal::LearnerNotReady)).
+    pub async fn member_promote(&self, id: u64) -> Result<(), EtcdError> {
+        self.call("MemberPromote", |mut c| async move { c.member_promote(id).await })
+            .await
+            .map(drop)
+    }
+
+    /// Hand leadership to member `to`. Must be sent to the current leader; anywhere else etcd
+    /// refuses with [`Refusal::NotLeader`](super::Refusal::NotLeader).
+    pub async fn move_leader(&self, to: u64) -> Result<(), EtcdError> {
+        self.call("MoveLeader", |mut c| async move { c.move_leader(to).await })
+            .await
+            .map(drop)
+    }
+
+    /// Run one gRPC call on this member's connection, under the deadline.
+    async fn call<T, F, Fut>(&self, operation: &'static str, request: F) -> Result<T, EtcdError>
+    where
+        F: FnOnce(etcd_client::Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let attempt = async {
+            let client = self
+                .grpc
+                .get_or_try_init(|| {
+                    etcd_client::Client::connect([self.endpoint.as_str()], Some(self.connect_options.clone()))
+                })
+                .await
+                .map_err(|e| from_client_error(&self.endpoint, operation, self.timeout, e))?
+                .clone();
+            request(client)
+                .await
+                .map_err(|e| from_client_error(&self.endpoint, operation, self.timeout, e))
+        };
+        self.with_deadline(operation, attempt).await
+    }
+
+    async fn with_deadline<T>(
+        &self,
+        operation: &'static str,
+        work: impl Future<Output = Result<T, EtcdError>>,
+    ) -> Result<T, EtcdError> {
+        tokio::time::timeout(self.timeout, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(EtcdError::Timeout {
+                    endpoint: self.endpoint.clone(),
+                    operation,
+                    timeout: self.timeout,
+                })
+            })
+    }
+
+    fn http_error(&self, operation: &'static str, err: reqwest::Error) -> EtcdError {
+        // The endpoint is named once by the error itself; a URL in the cause text could also
+        // mislead the TLS detection (a host called "tls-..." is not a TLS failure).
+        let err = err.without_url();
+        if err.is_timeout() {
+            EtcdError::Timeout {
+                endpoint: self.endpoint.clone(),
+                operation,
+                timeout: self.timeout,
+            }
+        } else {
+            from_transport(&self.endpoint, operation, &err)
+        }
+    }
+
+    fn protocol(&self, operation: &'static str, message: &str) -> EtcdError {
+        EtcdError::Protocol {
+            endpoint: self.endpoint.clone(),
+            operation,
+            message: message.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pki::{CertificateAuthority, LeafRequest};
+
+    fn tls() -> EtcdTls {
+        // An ECDSA "CA" would do for parsing, but the PKI only issues from RSA CAs; one is enough.
+        static TLS: std::sync::OnceLock<EtcdTls> = std::sync::OnceLock::new();
+        TLS.get_or_init(|| {
+            let ca = CertificateAuthority::generate("etcd-ca").unwrap();
+            let leaf = ca
+                .issue(&LeafRequest::in_memory_client("probe", Duration::from_secs(600)))
+                .unwrap();
+            EtcdTls {
+                ca_pem: ca.cert_pem().to_string(),
+                cert_pem: leaf.cert_pem,
+                key_pem: leaf.key_pem,
+            }
+        })
+        .clone()
+    }
+
+    #[test]
+    fn accepts_https_origins_and_normalises_them() {
+        let t = Duration::from_secs(1);
+        let c = MemberClient::new("https://10.0.0.1:2379", &tls(), t).unwrap();
+        assert_eq!(c.endpoint(), "https://10.0.0.1:2379");
+        assert_eq!(c.health_url.as_str(), "https://10.0.0.1:2379/health");
+        let c = MemberClient::new("https://etcd-a.example:2379/", &tls(), t).unwrap();
+        assert_eq!(c.endpoint(), "https://etcd-a.example:2379");
+    }
+
+    #[test]
+    fn refuses_urls_that_are_not_plain_https_origins() {
+        let t = Duration::from_secs(1);
+        for bad in [
+            "http://10.0.0.1:2379",
+            "10.0.0.1:2379",
+            "https://10.0.0.1:2379/v3",
+            "https://user:pw@10.0.0.1:2379",
+            "https://10.0.0.1:2379?x=1",
+            "",
+        ] {
+            let err = MemberClient::new(bad, &tls(), t).unwrap_err();
+            assert!(matches!(err, EtcdError::InvalidInput(_)), "{bad}: {err}");
+            assert_eq!(err.category(), "EtcdInvalidInput");
+        }
+    }
+
+    /// Controllers share clients across tasks and spawn their calls.
+    #[test]
+    fn clients_and_their_calls_can_move_between_threads() {
+        fn send_sync<T: Send + Sync>(_: &T) {}
+        fn send<T: Send>(_: T) {}
+        let c = MemberClient::new("https://10.0.0.1:2379", &tls(), Duration::from_secs(1)).unwrap();
+        send_sync(&c);
+        send(c.health());
+        send(c.status());
+        send(c.alarms());
+        send(c.member_list());
+        send(c.member_add(&[], true));
+        send(c.member_remove(1));
+        send(c.member_promote(1));
+        send(c.move_leader(1));
+    }
+
+    #[test]
+    fn bad_pem_is_a_tls_error_naming_the_problem() {
+        let mut bad = tls();
+        bad.key_pem = "not a key".into();
+        let err = MemberClient::new("https://10.0.0.1:2379", &bad, Duration::from_secs(1)).unwrap_err();
+        assert!(matches!(err, EtcdError::Tls { .. }), "{err}");
+        assert!(err.to_string().contains("key"), "{err}");
+    }
+}

@@ -1,0 +1,16 @@
+//! Talking to etcd members over mutual TLS, one client per member, so every answer is about
+//! that member and the controller can judge each one on its own.
+//!
+//! `MemberClient` wraps the etcd v3 gRPC API (status, alarms, membership, leadership) and the
+//! HTTP `/health` endpoint; every call carries a deadline and failures land in [`EtcdError`],
+//! sorted by what the caller should do next.
+
+mod client;
+mod error;
+mod health;
+mod member;
+
+pub use client::{EtcdTls, MemberClient};
+pub use error::{EtcdError, Refusal};
+pub use health::{Health, health_from_response};
+pub use member::{Alarm, AlarmKind, Member, MemberStatus, member_id_hex, parse_member_id};
