@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use etcdadm_bootstrap::render::cli::RenderArgs;
 
 #[derive(Parser)]
 #[command(
@@ -24,6 +25,8 @@ enum Command {
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+    /// Print the user data a machine would get for an EtcdadmConfig file, a CA and init or join.
+    Render(RenderArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,5 +40,15 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Render(args) => match etcdadm_bootstrap::render::cli::run(&args) {
+            Ok(user_data) => {
+                print!("{user_data}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }

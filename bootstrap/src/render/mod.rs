@@ -1,1 +1,65 @@
 //! User data rendering: EtcdadmConfigSpec + CA + init/join choice in, cloud-config bytes out.
+//!
+//! Pure: Secrets are fetched by the caller (see [`secret_refs`]) and handed in resolved.
+
+pub mod cli;
+mod cloud_config;
+mod containerd;
+mod error;
+mod etcdadm_command;
+mod files;
+mod secrets;
+mod shell;
+mod yaml;
+
+use etcdadm_shared::api::config::{EtcdadmConfigSpec, Format};
+
+pub use error::RenderError;
+pub use etcdadm_command::{DEFAULT_ETCDADM_RELEASE, SUCCESS_SENTINEL};
+pub use secrets::{ResolvedSecrets, SecretRefUse, SecretTarget, secret_refs};
+
+/// The etcd CA as PEM text (certificate, and the RSA key etcdadm signs member certificates with).
+#[derive(Clone, Copy)]
+pub struct CaFiles<'a> {
+    pub cert_pem: &'a str,
+    pub key_pem: &'a str,
+}
+
+impl std::fmt::Debug for CaFiles<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaFiles")
+            .field("key_pem", &"<redacted>")
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether the machine founds the cluster or joins it.
+#[derive(Debug, Clone, Copy)]
+pub enum EtcdadmCommand<'a> {
+    /// `etcdadm init`: the first member.
+    Init,
+    /// `etcdadm join`: client URLs of healthy members. The upstream flavor uses the first only;
+    /// the eks-anywhere flavor passes them all.
+    Join { urls: &'a [String] },
+}
+
+/// Everything one machine's user data depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderInput<'a> {
+    pub spec: &'a EtcdadmConfigSpec,
+    /// The Machine's name: etcdadm `--name`, so the member name is deterministic.
+    pub machine_name: &'a str,
+    pub ca: CaFiles<'a>,
+    pub command: EtcdadmCommand<'a>,
+    pub secrets: &'a ResolvedSecrets,
+}
+
+/// The user data for `input`, in the spec's format.
+pub fn render_user_data(input: &RenderInput) -> Result<String, RenderError> {
+    match input.spec.format() {
+        Format::CloudConfig => cloud_config::render(input),
+        Format::Bottlerocket => Err(RenderError::UnsupportedFormat {
+            format: Format::Bottlerocket.as_str(),
+        }),
+    }
+}

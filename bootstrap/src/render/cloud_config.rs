@@ -1,0 +1,176 @@
+//! The cloud-config document: decides what goes in it and in which order; the askama template
+//! only lays out values that are already quoted YAML scalars.
+
+use askama::Template;
+use etcdadm_shared::api::config::{EtcdadmConfigSpec, Ntp, User};
+
+use super::containerd::containerd_setup;
+use super::error::RenderError;
+use super::etcdadm_command::{default_install_commands, etcdadm_runcmd};
+use super::files::{
+    FileEntry, ca_files, cert_bundle_files, check_content_sources, check_unique_paths, placeholder_file,
+    user_files,
+};
+use super::secrets::secret_refs;
+use super::yaml::{double_quoted, scalar};
+use super::{RenderInput, ResolvedSecrets};
+
+/// What the reference runs before etcdadm on cloud-config machines: images built for Kubernetes
+/// nodes start a kubelet that would fight etcd for nothing. Plain, as the reference has it:
+/// runcmd is one `sh` script without `set -e`, so a missing kubelet unit only logs an error and
+/// the next command still runs; `|| true` would add nothing.
+const STOP_KUBELET: &str = "systemctl stop kubelet";
+
+/// Indentation of a file's content block under its `- path:` entry.
+const FILE_CONTENT_INDENT: usize = 6;
+
+#[derive(Template)]
+#[template(path = "cloud-config.yaml")]
+struct CloudConfigTemplate {
+    write_files: Vec<FileView>,
+    runcmd: Vec<String>,
+    ntp: Option<NtpView>,
+    users: Vec<UserView>,
+}
+
+struct FileView {
+    path: String,
+    owner: Option<String>,
+    permissions: Option<String>,
+    encoding: Option<&'static str>,
+    append: Option<bool>,
+    content: String,
+}
+
+struct NtpView {
+    enabled: Option<bool>,
+    servers: Vec<String>,
+}
+
+struct UserView {
+    name: String,
+    passwd: Option<String>,
+    gecos: Option<String>,
+    groups: Option<String>,
+    homedir: Option<String>,
+    inactive: Option<bool>,
+    lock_passwd: Option<bool>,
+    shell: Option<String>,
+    primary_group: Option<String>,
+    sudo: Option<String>,
+    ssh_authorized_keys: Vec<String>,
+}
+
+/// The cloud-config user data for `input`.
+pub fn render(input: &RenderInput) -> Result<String, RenderError> {
+    let spec = input.spec;
+    check_content_sources(spec)?;
+    // Missing values are reported in spec order (users, then files), whatever the layout order.
+    if let Some(missing) = secret_refs(spec)
+        .into_iter()
+        .find(|r| !input.secrets.contains(&r.target))
+    {
+        return Err(RenderError::UnresolvedSecret {
+            field_path: missing.field_path,
+            secret_name: missing.secret_name,
+            key: missing.key,
+        });
+    }
+
+    let mut files = ca_files(&input.ca)?;
+    files.extend(user_files(spec, input.secrets)?);
+    files.extend(cert_bundle_files(spec)?);
+    let containerd = containerd_setup(spec.proxy.as_ref(), spec.registry_mirror.as_ref())?;
+    files.extend(containerd.files);
+    files.push(placeholder_file());
+    check_unique_paths(&files)?;
+
+    let mut runcmd = spec.pre_etcdadm_commands.clone();
+    if !spec.cert_bundles.is_empty() {
+        // Before the install commands, whose downloads may need the extra trust.
+        runcmd.push("update-ca-certificates".into());
+    }
+    if !spec.etcdadm_builtin() {
+        if spec.etcdadm_install_commands.is_empty() {
+            runcmd.extend(default_install_commands());
+        } else {
+            runcmd.extend(spec.etcdadm_install_commands.iter().cloned());
+        }
+    }
+    runcmd.push(STOP_KUBELET.into());
+    runcmd.extend(containerd.commands);
+    runcmd.push(etcdadm_runcmd(spec, input.machine_name, &input.command)?);
+    runcmd.extend(spec.post_etcdadm_commands.iter().cloned());
+
+    let template = CloudConfigTemplate {
+        write_files: files.iter().map(file_view).collect(),
+        // Always quoted: the last command may end the document, where a block is unsafe.
+        runcmd: runcmd.iter().map(|c| double_quoted(c)).collect(),
+        ntp: spec.ntp.as_ref().map(ntp_view),
+        users: users(spec, input.secrets)?,
+    };
+    let mut out = template.render()?;
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+fn file_view(file: &FileEntry) -> FileView {
+    FileView {
+        path: double_quoted(&file.path),
+        owner: file.owner.as_deref().map(double_quoted),
+        permissions: file.permissions.as_deref().map(double_quoted),
+        encoding: file.encoding.map(|e| e.as_str()),
+        append: file.append,
+        content: scalar(&file.content, FILE_CONTENT_INDENT),
+    }
+}
+
+/// `enabled` exactly as given: `false` must reach cloud-init as false.
+fn ntp_view(ntp: &Ntp) -> NtpView {
+    NtpView {
+        enabled: ntp.enabled,
+        servers: ntp.servers.iter().map(|s| double_quoted(s)).collect(),
+    }
+}
+
+fn users(spec: &EtcdadmConfigSpec, secrets: &ResolvedSecrets) -> Result<Vec<UserView>, RenderError> {
+    spec.users
+        .iter()
+        .enumerate()
+        .map(|(i, user)| user_view(i, user, secrets))
+        .collect()
+}
+
+/// `passwdFrom` wins over `passwd`, as in CAPI's kubeadm provider.
+fn user_view(index: usize, user: &User, secrets: &ResolvedSecrets) -> Result<UserView, RenderError> {
+    let passwd = match &user.passwd_from {
+        Some(from) => Some(secrets.user_passwords.get(&user.name).cloned().ok_or_else(|| {
+            RenderError::UnresolvedSecret {
+                field_path: format!("spec.users[{index}].passwdFrom"),
+                secret_name: from.secret.name.clone(),
+                key: from.secret.key.clone(),
+            }
+        })?),
+        None => user.passwd.clone(),
+    };
+    let quoted = |value: &Option<String>| value.as_deref().map(double_quoted);
+    Ok(UserView {
+        name: double_quoted(&user.name),
+        passwd: passwd.as_deref().map(double_quoted),
+        gecos: quoted(&user.gecos),
+        groups: quoted(&user.groups),
+        homedir: quoted(&user.home_dir),
+        inactive: user.inactive,
+        lock_passwd: user.lock_password,
+        shell: quoted(&user.shell),
+        primary_group: quoted(&user.primary_group),
+        sudo: quoted(&user.sudo),
+        ssh_authorized_keys: user
+            .ssh_authorized_keys
+            .iter()
+            .map(|k| double_quoted(k))
+            .collect(),
+    })
+}

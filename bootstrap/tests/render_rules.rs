@@ -1,0 +1,243 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Rules of the renderer beyond the goldens: errors that name the field to fix, and choices the
+//! goldens only show one side of.
+
+use etcdadm_bootstrap::render::{
+    CaFiles, EtcdadmCommand, RenderError, RenderInput, ResolvedSecrets, render_user_data,
+};
+use etcdadm_shared::api::config::{
+    CertBundle, EtcdadmConfigSpec, File, FileSource, Format, Ntp, PasswdSource, SecretKeyRef, User,
+};
+use serde_json::Value;
+
+const CA_CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n";
+const CA_KEY: &str = "-----BEGIN RSA PRIVATE KEY-----\nMIIEfake\n-----END RSA PRIVATE KEY-----\n";
+
+fn render_with(spec: &EtcdadmConfigSpec, secrets: &ResolvedSecrets) -> Result<String, RenderError> {
+    render_user_data(&RenderInput {
+        spec,
+        machine_name: "etcd-0",
+        ca: CaFiles {
+            cert_pem: CA_CERT,
+            key_pem: CA_KEY,
+        },
+        command: EtcdadmCommand::Init,
+        secrets,
+    })
+}
+
+fn render(spec: &EtcdadmConfigSpec) -> Result<String, RenderError> {
+    render_with(spec, &ResolvedSecrets::default())
+}
+
+fn parsed(spec: &EtcdadmConfigSpec) -> Value {
+    serde_saphyr::from_str(&render(spec).unwrap()).unwrap()
+}
+
+fn runcmd(doc: &Value) -> Vec<String> {
+    doc["runcmd"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn secret(name: &str, key: &str) -> SecretKeyRef {
+    SecretKeyRef {
+        name: name.into(),
+        key: key.into(),
+    }
+}
+
+fn file(path: &str, content: &str) -> File {
+    File {
+        path: path.into(),
+        content: Some(content.into()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn unresolved_passwd_from_names_the_user_field() {
+    let spec = EtcdadmConfigSpec {
+        users: vec![
+            User {
+                name: "ops".into(),
+                ..Default::default()
+            },
+            User {
+                name: "deploy".into(),
+                passwd_from: Some(PasswdSource {
+                    secret: secret("deploy-password", "passwd"),
+                }),
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    let err = render(&spec).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "spec.users[1].passwdFrom: Secret deploy-password key passwd was not resolved"
+    );
+    assert_eq!(err.field_path(), Some("spec.users[1].passwdFrom"));
+
+    let mut secrets = ResolvedSecrets::default();
+    secrets.user_passwords.insert("deploy".into(), "$6$x".into());
+    let doc: Value = serde_saphyr::from_str(&render_with(&spec, &secrets).unwrap()).unwrap();
+    assert_eq!(doc["users"][1]["passwd"], "$6$x");
+}
+
+#[test]
+fn unresolved_content_from_names_the_file_field() {
+    let spec = EtcdadmConfigSpec {
+        files: vec![File {
+            path: "/etc/token".into(),
+            content_from: Some(FileSource {
+                secret: secret("tokens", "t"),
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    assert_eq!(
+        render(&spec).unwrap_err().to_string(),
+        "spec.files[0].contentFrom: Secret tokens key t was not resolved"
+    );
+}
+
+#[test]
+fn bottlerocket_is_an_error_not_a_silent_cloud_config() {
+    let spec = EtcdadmConfigSpec {
+        format: Some(Format::Bottlerocket),
+        ..Default::default()
+    };
+    assert_eq!(
+        render(&spec).unwrap_err().to_string(),
+        "spec.format: bottlerocket is not supported by this version"
+    );
+}
+
+#[test]
+fn file_errors_name_the_offending_entry() {
+    let both = File {
+        content_from: Some(FileSource {
+            secret: secret("s", "k"),
+        }),
+        ..file("/etc/x", "inline")
+    };
+    let cases = [
+        (
+            vec![both],
+            "spec.files[0]: content and contentFrom are mutually exclusive",
+        ),
+        (
+            vec![file("etc/x", "")],
+            "spec.files[0].path: \"etc/x\" is not an absolute path",
+        ),
+        (
+            vec![file("/etc/etcd/pki/ca.key", "mine")],
+            "spec.files[0]: path /etc/etcd/pki/ca.key is written by the bootstrap provider itself",
+        ),
+        (
+            vec![file("/etc/a", "1"), file("/etc/a", "2")],
+            "spec.files[1]: path /etc/a is also written by spec.files[0]",
+        ),
+    ];
+    for (files, expected) in cases {
+        let spec = EtcdadmConfigSpec {
+            files,
+            ..Default::default()
+        };
+        let err = render(&spec).unwrap_err().to_string();
+        assert!(err.starts_with(expected), "{err}");
+    }
+}
+
+#[test]
+fn cert_bundle_names_must_be_plain_file_names() {
+    for name in ["../etc/passwd", "", "a b", ".."] {
+        let spec = EtcdadmConfigSpec {
+            cert_bundles: vec![CertBundle {
+                name: name.into(),
+                data: "PEM".into(),
+            }],
+            ..Default::default()
+        };
+        let err = render(&spec).unwrap_err().to_string();
+        assert!(err.starts_with("spec.certBundles[0].name: "), "{err}");
+    }
+}
+
+#[test]
+fn an_empty_ca_is_refused() {
+    let err = render_user_data(&RenderInput {
+        spec: &EtcdadmConfigSpec::default(),
+        machine_name: "etcd-0",
+        ca: CaFiles {
+            cert_pem: CA_CERT,
+            key_pem: " \n",
+        },
+        command: EtcdadmCommand::Init,
+        secrets: &ResolvedSecrets::default(),
+    })
+    .unwrap_err();
+    assert!(err.to_string().starts_with("etcd CA: "), "{err}");
+}
+
+#[test]
+fn builtin_etcdadm_gets_no_install_commands() {
+    let spec = EtcdadmConfigSpec {
+        etcdadm_builtin: Some(true),
+        etcdadm_install_commands: vec!["never run".into()],
+        ..Default::default()
+    };
+    let commands = runcmd(&parsed(&spec));
+    assert_eq!(commands[0], "systemctl stop kubelet");
+    assert!(
+        !commands
+            .iter()
+            .any(|c| c == "never run" || c.contains("releases/download"))
+    );
+}
+
+#[test]
+fn ntp_enabled_is_rendered_as_given() {
+    for (enabled, expected) in [(Some(true), Some(true)), (Some(false), Some(false)), (None, None)] {
+        let spec = EtcdadmConfigSpec {
+            ntp: Some(Ntp {
+                servers: vec!["pool.ntp.org".into()],
+                enabled,
+            }),
+            ..Default::default()
+        };
+        let doc = parsed(&spec);
+        assert_eq!(doc["ntp"].get("enabled").and_then(Value::as_bool), expected);
+        assert_eq!(doc["ntp"]["servers"][0], "pool.ntp.org");
+    }
+    assert!(parsed(&EtcdadmConfigSpec::default()).get("ntp").is_none());
+}
+
+#[test]
+fn cert_bundles_are_trusted_before_install_commands_run() {
+    let spec = EtcdadmConfigSpec {
+        pre_etcdadm_commands: vec!["first".into()],
+        cert_bundles: vec![CertBundle {
+            name: "corp".into(),
+            data: "-----BEGIN CERTIFICATE-----\nX\n-----END CERTIFICATE-----\n".into(),
+        }],
+        ..Default::default()
+    };
+    let doc = parsed(&spec);
+    let commands = runcmd(&doc);
+    assert_eq!(commands[..2], ["first", "update-ca-certificates"]);
+    assert!(commands[2].contains("releases/download"));
+    let bundle = doc["write_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "/usr/local/share/ca-certificates/corp.crt")
+        .unwrap();
+    assert_eq!(bundle["content"], spec.cert_bundles[0].data);
+}
