@@ -1,0 +1,120 @@
+//! The certificates etcdadm leaves in `--certs-dir`, issued from the CA found there.
+
+use std::net::IpAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use etcdadm_shared::pki::{CertificateAuthority, KeyType, LEAF_VALIDITY, LeafRequest, PkiError, Usage};
+
+/// File base names, as upstream etcdadm names them.
+pub const SERVER: &str = "server";
+pub const PEER: &str = "peer";
+pub const ETCDCTL_CLIENT: &str = "etcdctl-etcd-client";
+pub const APISERVER_CLIENT: &str = "apiserver-etcd-client";
+
+/// Load `<certs_dir>/ca.crt|ca.key`; generate a CA when neither exists, as upstream does.
+/// A non-RSA key is refused with upstream's message.
+pub fn load_or_create_ca(certs_dir: &Path) -> Result<CertificateAuthority, String> {
+    let cert_path = certs_dir.join("ca.crt");
+    let key_path = certs_dir.join("ca.key");
+    if !cert_path.exists() && !key_path.exists() {
+        let ca =
+            CertificateAuthority::generate("etcd-ca").map_err(|e| format!("[certificates] Error: {e}"))?;
+        write_pair(certs_dir, "ca", ca.cert_pem(), ca.key_pem())?;
+        return Ok(ca);
+    }
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|e| {
+            format!(
+                "[certificates] Error: failure loading ca certificate authority: {}: {e}",
+                path.display()
+            )
+        })
+    };
+    let cert = read(&cert_path)?;
+    let key = read(&key_path)?;
+    CertificateAuthority::from_pem(&cert, &key).map_err(|e| match e {
+        PkiError::NotRsa(_) => format!(
+            "[certificates] Error: failure loading ca certificate authority: the private key file {} isn't in RSA format",
+            key_path.display()
+        ),
+        other => format!("[certificates] Error: failure loading ca certificate authority: {other}"),
+    })
+}
+
+fn client_request(common_name: &str) -> LeafRequest {
+    LeafRequest {
+        common_name: common_name.into(),
+        organizations: vec!["system:masters".into()],
+        dns_names: vec![],
+        ips: vec![],
+        usage: Usage {
+            client: true,
+            server: false,
+        },
+        validity: LEAF_VALIDITY,
+        key_type: KeyType::Rsa2048,
+    }
+}
+
+/// Issue every missing leaf: server and peer (SANs: name, machine IP, 127.0.0.1), the etcdctl
+/// and kube-apiserver client certificates. Existing pairs are kept, as upstream keeps them.
+pub fn ensure_leaf_certificates(
+    ca: &CertificateAuthority,
+    certs_dir: &Path,
+    name: &str,
+    ip: IpAddr,
+) -> Result<(), String> {
+    let member_ips = vec![ip, IpAddr::from([127, 0, 0, 1])];
+    let requests = [
+        (
+            SERVER,
+            LeafRequest::member(name, vec![name.to_string()], member_ips.clone()),
+        ),
+        (
+            PEER,
+            LeafRequest::member(name, vec![name.to_string()], member_ips),
+        ),
+        (ETCDCTL_CLIENT, client_request(&format!("{name}-etcdctl"))),
+        (APISERVER_CLIENT, client_request("kube-apiserver-etcd-client")),
+    ];
+    for (base, request) in requests {
+        if certs_dir.join(format!("{base}.crt")).exists() && certs_dir.join(format!("{base}.key")).exists() {
+            continue;
+        }
+        let issued = ca
+            .issue(&request)
+            .map_err(|e| format!("[certificates] Error: issuing {base} certificate: {e}"))?;
+        write_pair(certs_dir, base, &issued.cert_pem, &issued.key_pem)?;
+    }
+    Ok(())
+}
+
+fn write_pair(certs_dir: &Path, base: &str, cert: &str, key: &str) -> Result<(), String> {
+    std::fs::create_dir_all(certs_dir)
+        .map_err(|e| format!("[certificates] Error: {}: {e}", certs_dir.display()))?;
+    for (path, content, mode) in [
+        (certs_dir.join(format!("{base}.crt")), cert, 0o644),
+        (certs_dir.join(format!("{base}.key")), key, 0o600),
+    ] {
+        std::fs::write(&path, content)
+            .map_err(|e| format!("[certificates] Error: {}: {e}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("[certificates] Error: {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The PEM material to talk to etcd as etcdctl does.
+pub fn etcdctl_tls(certs_dir: &Path) -> Result<etcd_client::TlsOptions, String> {
+    let read = |name: &str| {
+        let path = certs_dir.join(name);
+        std::fs::read_to_string(&path).map_err(|e| format!("[membership] Error: {}: {e}", path.display()))
+    };
+    let ca = read("ca.crt")?;
+    let cert = read(&format!("{ETCDCTL_CLIENT}.crt"))?;
+    let key = read(&format!("{ETCDCTL_CLIENT}.key"))?;
+    Ok(etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(ca))
+        .identity(etcd_client::Identity::from_pem(cert, key)))
+}

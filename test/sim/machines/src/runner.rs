@@ -1,0 +1,207 @@
+//! The per-machine runner (`etcdadm-sim-machine`): enters the machine's private namespaces,
+//! plays systemd for it, runs its user data, and stays alive as the machine's "PID 1".
+//!
+//! The runner reports through files under `<root>/sim/` (outside every overlay, so the host
+//! sees them): `status` (`booting`, `running`, `failed: <reason>`), `units/<unit>.pid` and its
+//! own log. Everything the machine itself writes lands in the overlays' upper layers, e.g.
+//! `<root>/var/log/cloud-init-output.log`.
+
+use std::net::IpAddr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::cloud_config::parse_user_data;
+use crate::error::MachineError;
+use crate::executor::{CommandEnvironment, OUTPUT_LOG, execute};
+use crate::isolation::{check_root, enter_machine_view};
+use crate::systemd::protocol::{CONTROL_SOCKET, serve};
+use crate::systemd::{ManagerPaths, ServiceManager};
+
+/// The stand-ins linked into `<root>/sim/bin`, first on the machine's PATH.
+pub const STANDINS: [&str; 3] = ["etcdadm", "systemctl", "hostname"];
+
+/// What a runner is told about its machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerArgs {
+    pub name: String,
+    pub ip: IpAddr,
+    pub root: PathBuf,
+    pub user_data: PathBuf,
+}
+
+impl RunnerArgs {
+    /// As command-line flags.
+    pub fn to_flags(&self) -> Vec<String> {
+        vec![
+            "--name".into(),
+            self.name.clone(),
+            "--ip".into(),
+            self.ip.to_string(),
+            "--root".into(),
+            self.root.display().to_string(),
+            "--user-data".into(),
+            self.user_data.display().to_string(),
+        ]
+    }
+
+    /// Parse `--name N --ip IP --root DIR --user-data FILE`.
+    pub fn parse(args: &[String]) -> Result<RunnerArgs, MachineError> {
+        let mut name = None;
+        let mut ip = None;
+        let mut root = None;
+        let mut user_data = None;
+        let mut iter = args.iter();
+        while let Some(flag) = iter.next() {
+            let value = iter
+                .next()
+                .ok_or_else(|| MachineError::Usage(format!("{flag} needs a value")))?;
+            match flag.as_str() {
+                "--name" => name = Some(value.clone()),
+                "--ip" => {
+                    ip =
+                        Some(value.parse().map_err(|_| {
+                            MachineError::Usage(format!("--ip {value:?} is not an IP address"))
+                        })?);
+                }
+                "--root" => root = Some(PathBuf::from(value)),
+                "--user-data" => user_data = Some(PathBuf::from(value)),
+                other => return Err(MachineError::Usage(format!("unknown flag {other}"))),
+            }
+        }
+        let missing = |flag: &str| MachineError::Usage(format!("{flag} is required"));
+        Ok(RunnerArgs {
+            name: name.ok_or_else(|| missing("--name"))?,
+            ip: ip.ok_or_else(|| missing("--ip"))?,
+            root: root.ok_or_else(|| missing("--root"))?,
+            user_data: user_data.ok_or_else(|| missing("--user-data"))?,
+        })
+    }
+}
+
+/// `<root>/sim/status`.
+pub fn status_path(root: &Path) -> PathBuf {
+    root.join("sim/status")
+}
+
+/// `<root>/sim/units`: main PIDs of running units.
+pub fn pid_dir(root: &Path) -> PathBuf {
+    root.join("sim/units")
+}
+
+/// Record the machine's status for the runtime (atomically: write, then rename).
+pub fn write_status(root: &Path, status: &str) -> Result<(), MachineError> {
+    let path = status_path(root);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(MachineError::io(parent))?;
+    }
+    let temporary = path.with_extension("tmp");
+    std::fs::write(&temporary, status).map_err(MachineError::io(&temporary))?;
+    std::fs::rename(&temporary, &path).map_err(MachineError::io(&path))
+}
+
+/// Re-execute this binary as `inside` in new private mount and UTS namespaces. Returns only on
+/// failure.
+pub fn boot(args: &RunnerArgs) -> MachineError {
+    if let Err(e) = check_root(&args.root) {
+        return e;
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return MachineError::io("/proc/self/exe")(e),
+    };
+    let error = Command::new("unshare")
+        .args(["--mount", "--uts", "--propagation", "private", "--"])
+        .arg(exe)
+        .arg("inside")
+        .args(args.to_flags())
+        .exec();
+    let error = MachineError::Isolation {
+        machine: args.name.clone(),
+        reason: format!("executing `unshare`: {error}"),
+    };
+    let _ = write_status(&args.root, &format!("failed: {error}"));
+    error
+}
+
+/// Inside the namespaces: isolate, start the service manager, run the user data, then serve
+/// until killed. Returns only on failure.
+pub fn inside(args: &RunnerArgs) -> MachineError {
+    match run_inside(args) {
+        Ok(()) => loop {
+            std::thread::park();
+        },
+        Err(e) => {
+            let _ = write_status(&args.root, &format!("failed: {e}"));
+            e
+        }
+    }
+}
+
+fn run_inside(args: &RunnerArgs) -> Result<(), MachineError> {
+    write_status(&args.root, "booting")?;
+    let user_data = std::fs::read_to_string(&args.user_data).map_err(MachineError::io(&args.user_data))?;
+    enter_machine_view(&args.root, &args.name, args.ip)?;
+    let standin_dir = link_standins(&args.root)?;
+    let manager = ServiceManager::new(ManagerPaths {
+        unit_dir: "/etc/systemd/system".into(),
+        pid_dir: pid_dir(&args.root),
+        journal_dir: "/var/log/sim-journal".into(),
+        notify_dir: "/run/sim-systemd".into(),
+    });
+    serve(manager, Path::new(CONTROL_SOCKET))?;
+    let config = parse_user_data(&user_data, &args.name)?;
+    let environment = CommandEnvironment {
+        standin_dir,
+        vars: vec![
+            ("SIM_MACHINE_NAME".into(), args.name.clone()),
+            (crate::etcdadm::MACHINE_IP_ENV.into(), args.ip.to_string()),
+            ("SIM_MACHINE_ROOT".into(), args.root.display().to_string()),
+            ("HOME".into(), "/root".into()),
+        ],
+    };
+    let report = execute(&config, &environment, Path::new(OUTPUT_LOG))?;
+    eprintln!("machine {}: runcmd exit codes {:?}", args.name, report.exit_codes);
+    write_status(&args.root, "running")
+}
+
+/// Link the stand-ins (siblings of this executable) into `<root>/sim/bin`.
+fn link_standins(root: &Path) -> Result<PathBuf, MachineError> {
+    let exe = std::env::current_exe().map_err(MachineError::io("/proc/self/exe"))?;
+    let source_dir = exe
+        .parent()
+        .ok_or_else(|| MachineError::Usage(format!("{} has no parent directory", exe.display())))?;
+    let bin = root.join("sim/bin");
+    std::fs::create_dir_all(&bin).map_err(MachineError::io(&bin))?;
+    for name in STANDINS {
+        let source = source_dir.join(name);
+        if !source.is_file() {
+            return Err(MachineError::Usage(format!(
+                "stand-in {} is missing: build the etcdadm-sim-machines package (all its binaries)",
+                source.display()
+            )));
+        }
+        let link = bin.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&source, &link).map_err(MachineError::io(&link))?;
+    }
+    Ok(bin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_round_trip() {
+        let args = RunnerArgs {
+            name: "m1".into(),
+            ip: "127.0.1.2".parse().unwrap(),
+            root: "/tmp/m1".into(),
+            user_data: "/tmp/m1/sim/user-data".into(),
+        };
+        assert_eq!(RunnerArgs::parse(&args.to_flags()).unwrap(), args);
+        assert!(RunnerArgs::parse(&["--name".into()]).is_err());
+        assert!(RunnerArgs::parse(&["--name".into(), "m1".into()]).is_err());
+    }
+}

@@ -1,0 +1,477 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Process machines end to end: real etcd behind the stand-ins, real TLS, real namespaces.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use etcdadm_shared::pki::{CertificateAuthority, IssuedCertificate, KeyType, LeafRequest};
+use etcdadm_shared::testing::{TempDir, etcd_binary, free_loopback_ip, mtls_http_client};
+use etcdadm_sim_machines::{
+    BuiltInRuntime, ExternalRuntime, Fault, MachineRuntime, MachineSpec, MachineState,
+};
+
+const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn require_etcd() {
+    if let Err(hint) = etcd_binary() {
+        panic!("{hint}");
+    }
+}
+
+/// YAML block scalar lines for `content: |`.
+fn block(text: &str) -> String {
+    text.lines().map(|l| format!("      {l}\n")).collect()
+}
+
+/// User data in the shape the bootstrap provider renders (SPEC-bootstrap.md).
+fn user_data(ca_cert: &str, ca_key: &str, extra_files: &str, runcmd: &[&str]) -> String {
+    let mut text = String::from("## template: jinja\n#cloud-config\nwrite_files:\n");
+    text.push_str("  - path: \"/etc/etcd/pki/ca.crt\"\n    owner: \"root:root\"\n    permissions: \"0640\"\n    content: |\n");
+    text.push_str(&block(ca_cert));
+    text.push_str("  - path: \"/etc/etcd/pki/ca.key\"\n    owner: \"root:root\"\n    permissions: \"0600\"\n    content: |\n");
+    text.push_str(&block(ca_key));
+    text.push_str(extra_files);
+    text.push_str("  - path: \"/run/cluster-api/placeholder\"\n    owner: \"root:root\"\n    permissions: \"0640\"\n    content: \"Exists so that /run/cluster-api exists.\"\nruncmd:\n");
+    for line in runcmd {
+        text.push_str(&format!("  - {}\n", serde_json::to_string(line).unwrap()));
+    }
+    text.push_str("ntp:\n  enabled: false\n");
+    text
+}
+
+fn success_line(etcdadm: &str) -> String {
+    format!("{etcdadm} && echo success > /run/cluster-api/bootstrap-success.complete")
+}
+
+struct Sim {
+    runtime: BuiltInRuntime,
+    dir: TempDir,
+    ca: CertificateAuthority,
+    client: IssuedCertificate,
+    async_runtime: tokio::runtime::Runtime,
+}
+
+impl Sim {
+    fn new() -> Sim {
+        require_etcd();
+        let ca = CertificateAuthority::generate("etcd-ca").unwrap();
+        let client = ca
+            .issue(&LeafRequest::in_memory_client(
+                "sim-test",
+                Duration::from_secs(3600),
+            ))
+            .unwrap();
+        Sim {
+            runtime: BuiltInRuntime::new(env!("CARGO_BIN_EXE_etcdadm-sim-machine")),
+            dir: TempDir::new("sim-machines"),
+            ca,
+            client,
+            async_runtime: tokio::runtime::Runtime::new().unwrap(),
+        }
+    }
+
+    fn root(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn boot(&self, name: &str, user_data: String) -> IpAddr {
+        let ip = free_loopback_ip();
+        let spec = MachineSpec {
+            name: name.into(),
+            ip,
+            root: self.root(name),
+            user_data,
+        };
+        self.runtime.boot(&spec).unwrap();
+        ip
+    }
+
+    fn boot_member(&self, name: &str, etcdadm: &str) -> IpAddr {
+        let line = success_line(etcdadm);
+        let data = user_data(
+            self.ca.cert_pem(),
+            self.ca.key_pem(),
+            "",
+            &["systemctl stop kubelet", &line],
+        );
+        self.boot(name, data)
+    }
+
+    fn diagnostics(&self, name: &str) -> String {
+        let read = |rel: &str| std::fs::read_to_string(self.root(name).join(rel)).unwrap_or_default();
+        format!(
+            "== {name} machine.log ==\n{}\n== cloud-init-output.log ==\n{}\n== etcd journal ==\n{}",
+            read("sim/machine.log"),
+            read("var/log/cloud-init-output.log"),
+            read("var/log/sim-journal/etcd.service.log")
+        )
+    }
+
+    fn wait_running(&self, name: &str) -> bool {
+        let deadline = Instant::now() + BOOT_TIMEOUT;
+        loop {
+            match self.runtime.state(name) {
+                MachineState::Running { bootstrap_succeeded } => return bootstrap_succeeded,
+                MachineState::Failed { reason } => {
+                    panic!("{name} failed: {reason}\n{}", self.diagnostics(name))
+                }
+                MachineState::Off => panic!("{name} is off\n{}", self.diagnostics(name)),
+                MachineState::Booting => {}
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} still booting\n{}",
+                self.diagnostics(name)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn wait_bootstrapped(&self, name: &str) {
+        assert!(
+            self.wait_running(name),
+            "{name} bootstrap did not succeed\n{}",
+            self.diagnostics(name)
+        );
+    }
+
+    fn health(&self, ip: IpAddr) -> Result<String, String> {
+        let http = mtls_http_client(self.ca.cert_pem(), &self.client);
+        let url = format!("https://{ip}:2379/health");
+        self.async_runtime.block_on(async {
+            let response = http.get(&url).send().await.map_err(|e| format!("{e:?}"))?;
+            response.text().await.map_err(|e| e.to_string())
+        })
+    }
+
+    fn wait_healthy(&self, ip: IpAddr, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            match self.health(ip) {
+                Ok(body) if body.contains("\"true\"") => return,
+                other => assert!(Instant::now() < deadline, "{ip} not healthy: {other:?}"),
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// (name, is_learner) of every member, as the member at `ip` reports them.
+    fn members(&self, ip: IpAddr) -> Vec<(String, bool)> {
+        let tls = etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(self.ca.cert_pem()))
+            .identity(etcd_client::Identity::from_pem(
+                &self.client.cert_pem,
+                &self.client.key_pem,
+            ));
+        let options = etcd_client::ConnectOptions::new()
+            .with_tls(tls)
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_timeout(Duration::from_secs(5));
+        self.async_runtime.block_on(async {
+            let mut client = etcd_client::Client::connect([format!("https://{ip}:2379")], Some(options))
+                .await
+                .unwrap();
+            let list = client.member_list().await.unwrap();
+            let mut members: Vec<_> = list
+                .members()
+                .iter()
+                .map(|m| (m.name().to_string(), m.is_learner()))
+                .collect();
+            members.sort();
+            members
+        })
+    }
+
+    fn etcd_pid(&self, name: &str) -> Option<u32> {
+        std::fs::read_to_string(self.root(name).join("sim/units/etcd.service.pid"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    }
+}
+
+fn voting(names: &[&str]) -> Vec<(String, bool)> {
+    names.iter().map(|n| (n.to_string(), false)).collect()
+}
+
+#[test]
+fn members_init_join_survive_faults_and_reset() {
+    let sim = Sim::new();
+
+    // Init.
+    let ip1 = sim.boot_member("m1", "etcdadm init --init-system systemd --name m1");
+    sim.wait_bootstrapped("m1");
+    sim.wait_healthy(ip1, Duration::from_secs(30));
+    let root1 = sim.root("m1");
+    let env = std::fs::read_to_string(root1.join("etc/etcd/etcd.env")).unwrap();
+    assert!(
+        env.contains(&format!("ETCD_LISTEN_CLIENT_URLS=https://{ip1}:2379\n")),
+        "{env}"
+    );
+    assert!(env.contains("ETCD_INITIAL_CLUSTER_STATE=new\n"), "{env}");
+    assert!(
+        !Path::new("/etc/etcd/etcd.env").exists(),
+        "etcd.env leaked onto the host"
+    );
+    for cert in ["server", "peer", "etcdctl-etcd-client", "apiserver-etcd-client"] {
+        assert!(
+            root1.join(format!("etc/etcd/pki/{cert}.crt")).exists(),
+            "{cert}.crt missing"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(root1.join("etc/hostname")).unwrap(),
+        "m1\n"
+    );
+    assert!(root1.join("etc/systemd/system/etcd.service").exists());
+    assert!(
+        std::fs::read_link(root1.join("opt/bin/etcd")).is_ok(),
+        "etcd not installed in --install-dir"
+    );
+    let output_log = std::fs::read_to_string(root1.join("var/log/cloud-init-output.log")).unwrap();
+    assert!(
+        output_log.contains("Failed to stop kubelet.service: Unit kubelet.service not loaded."),
+        "{output_log}"
+    );
+    assert!(
+        output_log.contains("runcmd exit codes: [Some(5), Some(0)]"),
+        "{output_log}"
+    );
+    assert_eq!(sim.members(ip1), voting(&["m1"]));
+
+    // Joins, one at a time.
+    let ip2 = sim.boot_member(
+        "m2",
+        &format!("etcdadm join https://{ip1}:2379 --init-system systemd --name m2"),
+    );
+    sim.wait_bootstrapped("m2");
+    assert_eq!(sim.members(ip1), voting(&["m1", "m2"]));
+    let env2 = std::fs::read_to_string(sim.root("m2").join("etc/etcd/etcd.env")).unwrap();
+    assert!(env2.contains("ETCD_INITIAL_CLUSTER_STATE=existing\n"), "{env2}");
+    assert!(
+        env2.contains(&format!("m1=https://{ip1}:2380")) && env2.contains(&format!("m2=https://{ip2}:2380")),
+        "{env2}"
+    );
+
+    let ip3 = sim.boot_member(
+        "m3",
+        &format!("etcdadm join https://{ip2}:2379 --init-system systemd --name m3"),
+    );
+    sim.wait_bootstrapped("m3");
+    assert_eq!(sim.members(ip1), voting(&["m1", "m2", "m3"]));
+    sim.wait_healthy(ip3, Duration::from_secs(30));
+
+    // Kill: Restart=on-failure, and SIGKILL is a failure, so the manager starts etcd again.
+    let before = sim.etcd_pid("m3").expect("etcd pid of m3");
+    sim.runtime.fault("m3", Fault::Kill).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(after) = sim.etcd_pid("m3")
+            && after != before
+            && sim.health(ip3).is_ok_and(|b| b.contains("\"true\""))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "etcd on m3 was not restarted\n{}",
+            sim.diagnostics("m3")
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+
+    // Pause / resume.
+    sim.runtime.fault("m3", Fault::Pause).unwrap();
+    assert!(sim.health(ip3).is_err(), "a paused member answered");
+    sim.runtime.fault("m3", Fault::Resume).unwrap();
+    sim.wait_healthy(ip3, Duration::from_secs(30));
+
+    // Reset removes the member; its etcd exits 0 and is not restarted. Right after the pause,
+    // etcd's strict reconfig check refuses the removal (peers not connected for 5 s yet); reset
+    // does not retry, exits 1 and keeps the member, so the caller tries again, as a controller would.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let reset = sim.runtime.run_in_machine("m3", "etcdadm reset").unwrap();
+        if reset.status.success() {
+            break;
+        }
+        let stderr = String::from_utf8_lossy(&reset.stderr);
+        assert!(
+            stderr.contains("Error removing member"),
+            "{stderr}\n{}",
+            sim.diagnostics("m3")
+        );
+        assert_eq!(
+            sim.members(ip1),
+            voting(&["m1", "m2", "m3"]),
+            "a refused reset keeps the member"
+        );
+        assert!(Instant::now() < deadline, "etcdadm reset kept failing: {stderr}");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert_eq!(sim.members(ip1), voting(&["m1", "m2"]));
+    assert!(
+        !sim.root("m3").join("etc/etcd/etcd.env").exists() || {
+            // The overlay hides deleted lower files with whiteouts; the upper copy is gone or a whiteout.
+            std::fs::metadata(sim.root("m3").join("etc/etcd/etcd.env"))
+                .map(|m| m.len() == 0)
+                .unwrap_or(true)
+        }
+    );
+    let active = sim
+        .runtime
+        .run_in_machine("m3", "systemctl is-active etcd")
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&active.stdout).trim(), "inactive");
+
+    // Power off: everything dies, nothing answers on the address.
+    sim.runtime.fault("m2", Fault::PowerOff).unwrap();
+    assert_eq!(sim.runtime.state("m2"), MachineState::Off);
+    assert!(sim.health(ip2).is_err(), "a powered-off member answered");
+    assert!(
+        sim.root("m2").join("etc/etcd/etcd.env").exists(),
+        "power-off must keep the disk"
+    );
+}
+
+#[test]
+fn etcdadm_refuses_what_upstream_refuses() {
+    let sim = Sim::new();
+    // Outside any machine: CLI parsing fails before any effect.
+    let output = Command::new(env!("CARGO_BIN_EXE_etcdadm"))
+        .args([
+            "join",
+            "https://127.0.0.1:2379",
+            "--cipher-suites",
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("Error: unknown flag: --cipher-suites"),
+        "{stderr}"
+    );
+
+    // Inside a machine: an ECDSA "CA" at the default path, an RSA CA elsewhere for the comma list.
+    let ecdsa = sim
+        .ca
+        .issue(&LeafRequest {
+            key_type: KeyType::EcdsaP256,
+            ..LeafRequest::member("ecdsa-ca", vec![], vec![])
+        })
+        .unwrap();
+    let rsa_files = format!(
+        "  - path: /etc/etcd/rsa-pki/ca.crt\n    content: |\n{}  - path: /etc/etcd/rsa-pki/ca.key\n    permissions: \"0600\"\n    content: |\n{}",
+        block(sim.ca.cert_pem()),
+        block(sim.ca.key_pem())
+    );
+    let data = user_data(
+        &ecdsa.cert_pem,
+        &ecdsa.key_pem,
+        &rsa_files,
+        &[
+            "etcdadm init --init-system systemd --name bad",
+            "etcdadm join https://127.0.0.1:2379 --name bad --cipher-suites TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            "etcdadm join https://127.0.0.2:2379,https://127.0.0.3:2379 --certs-dir /etc/etcd/rsa-pki --name bad",
+            "hostname",
+        ],
+    );
+    sim.boot("bad", data);
+    assert!(!sim.wait_running("bad"), "no bootstrap marker expected");
+    let log = std::fs::read_to_string(sim.root("bad").join("var/log/cloud-init-output.log")).unwrap();
+    assert!(
+        log.contains("the private key file /etc/etcd/pki/ca.key isn't in RSA format"),
+        "{log}"
+    );
+    assert!(log.contains("Error: unknown flag: --cipher-suites"), "{log}");
+    assert!(
+        log.contains("Error listing members: context deadline exceeded"),
+        "{log}"
+    );
+    assert!(
+        log.contains("runcmd exit codes: [Some(1), Some(1), Some(1), Some(0)]"),
+        "{log}"
+    );
+    assert!(
+        log.lines().any(|l| l == "bad"),
+        "hostname inside the machine: {log}"
+    );
+}
+
+#[test]
+fn unsupported_jinja_fails_the_machine_with_the_reason() {
+    let sim = Sim::new();
+    let data =
+        "## template: jinja\n#cloud-config\nruncmd:\n  - echo {{ ds.meta_data.instance_id }}\n".to_string();
+    sim.boot("jinja", data);
+    let deadline = Instant::now() + BOOT_TIMEOUT;
+    loop {
+        match sim.runtime.state("jinja") {
+            MachineState::Failed { reason } => {
+                assert!(reason.contains("ds.meta_data.instance_id"), "{reason}");
+                break;
+            }
+            MachineState::Booting => {}
+            other => panic!("expected a failure, got {other:?}"),
+        }
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn external_runtime_hands_actions_to_the_command() {
+    let dir = TempDir::new("sim-external");
+    let calls = dir.path().join("calls");
+    let script = dir.path().join("runtime.sh");
+    std::fs::write(
+        &script,
+        format!("echo \"$@\" >> {}\n[ \"$1\" != fail ]\n", calls.display()),
+    )
+    .unwrap();
+    let runtime = ExternalRuntime::new(&format!("sh {}", script.display())).unwrap();
+    let root = dir.path().join("x1");
+    let spec = MachineSpec {
+        name: "x1".into(),
+        ip: "127.0.1.9".parse().unwrap(),
+        root: root.clone(),
+        user_data: "#cloud-config\n".into(),
+    };
+    runtime.boot(&spec).unwrap();
+    assert_eq!(
+        runtime.state("x1"),
+        MachineState::Running {
+            bootstrap_succeeded: false
+        }
+    );
+    std::fs::create_dir_all(root.join("run/cluster-api")).unwrap();
+    std::fs::write(
+        root.join("run/cluster-api/bootstrap-success.complete"),
+        "success\n",
+    )
+    .unwrap();
+    assert_eq!(
+        runtime.state("x1"),
+        MachineState::Running {
+            bootstrap_succeeded: true
+        }
+    );
+    runtime.fault("x1", Fault::Pause).unwrap();
+    runtime.stop("x1").unwrap();
+    assert_eq!(runtime.state("x1"), MachineState::Off);
+    assert_eq!(runtime.state("never-booted"), MachineState::Off);
+    let user_data = root.join("sim/user-data");
+    assert_eq!(std::fs::read_to_string(&user_data).unwrap(), "#cloud-config\n");
+    let tail = format!(
+        "--name x1 --ip 127.0.1.9 --user-data {} --root {}",
+        user_data.display(),
+        root.display()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&calls).unwrap(),
+        format!("boot {tail}\nfault pause {tail}\nstop {tail}\n")
+    );
+}
