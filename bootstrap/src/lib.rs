@@ -1,5 +1,7 @@
 //! The etcdadm bootstrap provider: EtcdadmConfig in, cloud-init user data for etcdadm out.
 
+pub mod controller;
+pub mod error;
 pub mod render;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

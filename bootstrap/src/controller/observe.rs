@@ -1,0 +1,277 @@
+//! All reads one reconcile of an EtcdadmConfig needs, turned into the plan's `Observed`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::Api;
+use kube::{Client, Resource, ResourceExt};
+
+use etcdadm_shared::api::capi::{Cluster, Machine};
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig};
+use etcdadm_shared::names;
+use etcdadm_shared::pki::CertificateAuthority;
+
+use super::plan::{CaView, ClusterView, DataSecretView, EtcdClusterView, LockView, MachineView, Observed};
+use crate::error::Error;
+use crate::render::{ResolvedSecrets, secret_refs};
+
+/// What was read, in the plan's terms, plus the objects `apply` needs to act on.
+pub struct Observation {
+    pub observed: Observed,
+    pub namespace: String,
+    pub machine: Option<Machine>,
+    pub cluster: Option<Cluster>,
+    pub ca: Option<CertificateAuthority>,
+    pub secrets: ResolvedSecrets,
+    /// resourceVersion of the lock ConfigMap, for a guarded release.
+    pub lock_resource_version: Option<String>,
+}
+
+/// Read everything for `config`.
+pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observation, Error> {
+    let namespace = config.namespace().ok_or_else(|| {
+        Error::InvalidObject(format!("EtcdadmConfig {} has no namespace", config.name_any()))
+    })?;
+    let machines: Api<Machine> = Api::namespaced(client.clone(), &namespace);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+
+    let machine = match owner_name(config, "Machine", "cluster.x-k8s.io") {
+        Some(name) => machines.get_opt(&name).await?,
+        None => None,
+    };
+    let cluster_name = machine
+        .as_ref()
+        .and_then(|m| m.labels().get(names::CLUSTER_NAME_LABEL).cloned());
+    let cluster = match &cluster_name {
+        Some(name) => {
+            Api::<Cluster>::namespaced(client.clone(), &namespace)
+                .get_opt(name)
+                .await?
+        }
+        None => None,
+    };
+    let etcd_cluster_name = machine
+        .as_ref()
+        .and_then(|m| owner_name(m, "EtcdadmCluster", "etcdcluster.cluster.x-k8s.io"));
+    let etcd_cluster = match &etcd_cluster_name {
+        Some(name) => {
+            Api::<EtcdadmCluster>::namespaced(client.clone(), &namespace)
+                .get_opt(name)
+                .await?
+        }
+        None => None,
+    };
+
+    let data_secret = match secrets.get_opt(&config.name_any()).await? {
+        None => DataSecretView::Missing,
+        Some(secret) => data_secret_view(&secret, config),
+    };
+
+    let mut init_client_urls = None;
+    let mut lock = LockView::Free;
+    let mut lock_resource_version = None;
+    let mut ca_view = CaView::Missing;
+    let mut ca = None;
+    if let Some(cluster) = &cluster_name {
+        if let Some(init) = secrets.get_opt(&names::init_secret_name(cluster)).await? {
+            init_client_urls = Some(init_secret_urls(&init));
+        }
+        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+        if let Some(lock_cm) = configmaps.get_opt(&names::init_lock_name(cluster)).await? {
+            lock_resource_version = lock_cm.resource_version();
+            lock = match lock_holder(&lock_cm) {
+                // The holder is looked up in the Cluster's namespace (the lock's own).
+                Some(holder) => {
+                    let holder_exists = machines.get_opt(&holder).await?.is_some_and(|m| !m.is_deleting());
+                    LockView::Held {
+                        holder,
+                        holder_exists,
+                    }
+                }
+                None => LockView::Unreadable,
+            };
+        }
+        let ca_name = names::ca_secret_name(cluster);
+        if let Some(secret) = secrets.get_opt(&ca_name).await? {
+            match load_ca(&secret, &namespace, &ca_name) {
+                Ok(loaded) => {
+                    ca_view = CaView::Valid;
+                    ca = Some(loaded);
+                }
+                Err(problem) => ca_view = CaView::Corrupt(problem),
+            }
+        }
+    }
+
+    let (resolved, spec_problem) = if data_secret == DataSecretView::Missing {
+        resolve_secret_refs(&secrets, config, &namespace).await?
+    } else {
+        (ResolvedSecrets::default(), None)
+    };
+
+    let observed = Observed {
+        paused_annotation: config.annotations().contains_key(names::PAUSED_ANNOTATION),
+        machine: machine.as_ref().map(|m| MachineView {
+            name: m.name_any(),
+            cluster_name: cluster_name.clone(),
+            etcd_cluster: etcd_cluster_name.clone(),
+            address: m.etcd_address().map(str::to_string),
+        }),
+        cluster: match &cluster {
+            None => ClusterView::Missing,
+            Some(c) => ClusterView::Found {
+                paused: c.is_paused(),
+                managed_etcd_initialized: c.managed_etcd_initialized(),
+            },
+        },
+        etcd_cluster: etcd_cluster.as_ref().map(etcd_cluster_view),
+        data_secret,
+        init_client_urls,
+        lock,
+        ca: ca_view,
+        spec_problem,
+    };
+    Ok(Observation {
+        observed,
+        namespace,
+        machine,
+        cluster,
+        ca,
+        secrets: resolved,
+        lock_resource_version,
+    })
+}
+
+/// Name of the owner of `kind` in `group` (any version), preferring the controller reference.
+fn owner_name<K: Resource>(object: &K, kind: &str, group: &str) -> Option<String> {
+    let matching = |r: &&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference| {
+        r.kind == kind && r.api_version.split('/').next() == Some(group)
+    };
+    let owners = object.meta().owner_references.as_deref().unwrap_or_default();
+    owners
+        .iter()
+        .filter(matching)
+        .find(|r| r.controller == Some(true))
+        .or_else(|| owners.iter().find(matching))
+        .map(|r| r.name.clone())
+}
+
+fn data_secret_view(secret: &Secret, config: &EtcdadmConfig) -> DataSecretView {
+    let controller = secret
+        .owner_references()
+        .iter()
+        .find(|r| r.controller == Some(true));
+    match controller {
+        Some(owner) if Some(&owner.uid) == config.uid().as_ref() => DataSecretView::Ours,
+        Some(owner) => DataSecretView::Foreign(format!(
+            "Secret {} already exists and is controlled by {} {}; it is not overwritten",
+            secret.name_any(),
+            owner.kind,
+            owner.name
+        )),
+        None => DataSecretView::Foreign(format!(
+            "Secret {} already exists without a controller; delete it or make this EtcdadmConfig its controller",
+            secret.name_any()
+        )),
+    }
+}
+
+/// `clientUrls` (comma list), else `https://<address>:2379`.
+pub fn init_secret_urls(secret: &Secret) -> Vec<String> {
+    let value = |key: &str| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .and_then(|v| String::from_utf8(v.0.clone()).ok())
+            .or_else(|| secret.string_data.as_ref().and_then(|d| d.get(key)).cloned())
+    };
+    if let Some(urls) = value(names::INIT_CLIENT_URLS_KEY) {
+        let urls: Vec<String> = urls
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(String::from)
+            .collect();
+        if !urls.is_empty() {
+            return urls;
+        }
+    }
+    value(names::INIT_ADDRESS_KEY)
+        .map(|a| a.trim().to_string())
+        .filter(|a| !a.is_empty())
+        .map(|a| vec![names::client_url(&a)])
+        .unwrap_or_default()
+}
+
+fn lock_holder(lock: &ConfigMap) -> Option<String> {
+    let info = lock.data.as_ref()?.get(names::LOCK_INFORMATION_KEY)?;
+    let parsed: BTreeMap<String, serde_json::Value> = serde_json::from_str(info).ok()?;
+    parsed
+        .get("machineName")?
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .map(String::from)
+}
+
+/// The CA from its Secret, or a message naming what is wrong with it.
+pub fn load_ca(secret: &Secret, namespace: &str, name: &str) -> Result<CertificateAuthority, String> {
+    let key = |k: &str| -> Result<String, String> {
+        let bytes = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .ok_or_else(|| format!("Secret {namespace}/{name} has no {k}"))?;
+        String::from_utf8(bytes.0.clone())
+            .map_err(|_| format!("Secret {namespace}/{name}: {k} is not UTF-8 PEM"))
+    };
+    let cert = key(names::TLS_CERT_KEY)?;
+    let private_key = key(names::TLS_KEY_KEY)?;
+    CertificateAuthority::from_pem(&cert, &private_key).map_err(|e| format!("Secret {namespace}/{name}: {e}"))
+}
+
+fn etcd_cluster_view(etcd: &EtcdadmCluster) -> EtcdClusterView {
+    let status = etcd.status.clone().unwrap_or_default();
+    EtcdClusterView {
+        initialized: status.initialized,
+        healthy_client_urls: status
+            .members
+            .iter()
+            .filter(|m| m.healthy && !m.is_learner)
+            .filter_map(|m| m.client_url.clone())
+            .collect(),
+        reports_members: !status.members.is_empty(),
+    }
+}
+
+/// Fetch every Secret value the spec refers to; the first missing one becomes the spec problem.
+async fn resolve_secret_refs(
+    secrets: &Api<Secret>,
+    config: &EtcdadmConfig,
+    namespace: &str,
+) -> Result<(ResolvedSecrets, Option<String>), Error> {
+    let mut resolved = ResolvedSecrets::default();
+    for reference in secret_refs(&config.spec) {
+        let Some(secret) = secrets.get_opt(&reference.secret_name).await? else {
+            let problem = format!(
+                "{}: Secret {namespace}/{} not found",
+                reference.field_path, reference.secret_name
+            );
+            return Ok((resolved, Some(problem)));
+        };
+        let Some(value) = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&reference.key))
+            .and_then(|v| String::from_utf8(v.0.clone()).ok())
+        else {
+            let problem = format!(
+                "{}: Secret {namespace}/{} has no UTF-8 key {}",
+                reference.field_path, reference.secret_name, reference.key
+            );
+            return Ok((resolved, Some(problem)));
+        };
+        resolved.insert(&reference.target, value);
+    }
+    Ok((resolved, None))
+}

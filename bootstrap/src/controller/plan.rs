@@ -1,0 +1,556 @@
+//! The bootstrap decision for one EtcdadmConfig, as a pure function of what was observed.
+//!
+//! Steps 1–8 of SPEC-bootstrap.md "Behaviour"; everything that talks to the API lives in
+//! `observe` and `apply`, so the rules here are tested without one.
+
+/// The owner Machine as far as the decision needs it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MachineView {
+    pub name: String,
+    /// `cluster.x-k8s.io/cluster-name` label.
+    pub cluster_name: Option<String>,
+    /// Name of the EtcdadmCluster that controls the Machine, if any (else: standalone).
+    pub etcd_cluster: Option<String>,
+    /// Address chosen by `Machine::etcd_address`.
+    pub address: Option<String>,
+}
+
+/// The Cluster from the Machine's label.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClusterView {
+    Missing,
+    Found {
+        paused: bool,
+        managed_etcd_initialized: bool,
+    },
+}
+
+/// The EtcdadmCluster controlling the Machine.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EtcdClusterView {
+    pub initialized: bool,
+    /// Client URLs of members the EtcdadmCluster last saw healthy and voting, in status order.
+    pub healthy_client_urls: Vec<String>,
+    /// Whether the EtcdadmCluster reports any members at all.
+    pub reports_members: bool,
+}
+
+/// The init lock ConfigMap `<cluster>-etcd-lock`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LockView {
+    Free,
+    /// Held by `holder` (a Machine name); `holder_exists` says whether that Machine is still there.
+    Held {
+        holder: String,
+        holder_exists: bool,
+    },
+    /// Present but unreadable: treated as held by nobody known, so it is released.
+    Unreadable,
+}
+
+/// The etcd CA Secret `<cluster>-managed-etcd`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CaView {
+    Missing,
+    Valid,
+    /// Present but unusable; never regenerated over the top.
+    Corrupt(String),
+}
+
+/// The data Secret named after the config.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DataSecretView {
+    Missing,
+    /// Ours (controller ownerRef is this config).
+    Ours,
+    /// Exists but is controlled by something else: never taken over. Holds the message to show.
+    Foreign(String),
+}
+
+/// Everything the decision reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observed {
+    pub paused_annotation: bool,
+    pub machine: Option<MachineView>,
+    pub cluster: ClusterView,
+    pub etcd_cluster: Option<EtcdClusterView>,
+    pub data_secret: DataSecretView,
+    /// Client URLs from `<cluster>-etcd-init`, if that Secret exists.
+    pub init_client_urls: Option<Vec<String>>,
+    pub lock: LockView,
+    pub ca: CaView,
+    /// A spec problem the controller found (e.g. unresolved secret reference), with field path.
+    pub spec_problem: Option<String>,
+}
+
+/// What to do now. Waiting decisions carry the condition reason and message to show.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    Wait {
+        reason: &'static str,
+        message: String,
+    },
+    Paused,
+    /// The data Secret exists; only status (and the init address) may need work.
+    Done,
+    /// Take the init lock for this Machine.
+    AcquireLock,
+    /// The lock's holder Machine is gone: delete the lock so someone can take it.
+    ReleaseStaleLock {
+        holder: String,
+    },
+    /// Generate and create the CA (none exists), then render init on the next pass.
+    CreateCa,
+    RenderInit,
+    RenderJoin {
+        urls: Vec<String>,
+    },
+    /// Something a human must fix; no Secret is written.
+    Fail {
+        reason: &'static str,
+        message: String,
+    },
+}
+
+/// Reasons used on the `Ready`/`DataSecretAvailable` conditions.
+pub mod reason {
+    pub const WAITING_FOR_MACHINE: &str = "WaitingForMachineOwner";
+    pub const WAITING_FOR_CLUSTER: &str = "WaitingForCluster";
+    pub const WAITING_FOR_INIT_LOCK: &str = "WaitingForInitLock";
+    pub const WAITING_FOR_INIT_SECRET: &str = "WaitingForEtcdInitSecret";
+    pub const WAITING_FOR_CA: &str = "WaitingForEtcdCA";
+    pub const WAITING_FOR_HEALTHY_MEMBER: &str = "WaitingForHealthyMember";
+    pub const CA_CORRUPT: &str = "EtcdCACorrupt";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const DATA_SECRET_CONFLICT: &str = "DataSecretConflict";
+    pub const PAUSED: &str = "Paused";
+    pub const DATA_SECRET_CREATED: &str = "DataSecretCreated";
+}
+
+impl Observed {
+    /// Whether the etcd cluster this config joins is initialized (step 4).
+    fn initialized(&self) -> bool {
+        match (&self.etcd_cluster, &self.cluster) {
+            (
+                Some(etcd),
+                ClusterView::Found {
+                    managed_etcd_initialized,
+                    ..
+                },
+            ) => etcd.initialized || *managed_etcd_initialized,
+            (Some(etcd), ClusterView::Missing) => etcd.initialized,
+            (None, _) => self.init_client_urls.is_some(),
+        }
+    }
+}
+
+/// Steps 1–7: the one next thing to do for this config.
+pub fn plan(observed: &Observed) -> Decision {
+    let Some(machine) = &observed.machine else {
+        return Decision::Wait {
+            reason: reason::WAITING_FOR_MACHINE,
+            message: "waiting for a Machine to reference this EtcdadmConfig and become its owner".into(),
+        };
+    };
+    let Some(cluster_name) = &machine.cluster_name else {
+        return Decision::Wait {
+            reason: reason::WAITING_FOR_CLUSTER,
+            message: format!(
+                "Machine {} has no cluster.x-k8s.io/cluster-name label",
+                machine.name
+            ),
+        };
+    };
+    let ClusterView::Found { paused, .. } = observed.cluster else {
+        return Decision::Wait {
+            reason: reason::WAITING_FOR_CLUSTER,
+            message: format!("Cluster {cluster_name} not found"),
+        };
+    };
+    if paused || observed.paused_annotation {
+        return Decision::Paused;
+    }
+    match &observed.data_secret {
+        DataSecretView::Ours => return Decision::Done,
+        DataSecretView::Foreign(problem) => {
+            return Decision::Fail {
+                reason: reason::DATA_SECRET_CONFLICT,
+                message: problem.clone(),
+            };
+        }
+        DataSecretView::Missing => {}
+    }
+    if let Some(problem) = &observed.spec_problem {
+        return Decision::Fail {
+            reason: reason::INVALID_SPEC,
+            message: problem.clone(),
+        };
+    }
+    if let CaView::Corrupt(problem) = &observed.ca {
+        return Decision::Fail {
+            reason: reason::CA_CORRUPT,
+            message: problem.clone(),
+        };
+    }
+    if observed.initialized() {
+        plan_join(observed, cluster_name)
+    } else {
+        plan_init(observed, machine)
+    }
+}
+
+fn plan_init(observed: &Observed, machine: &MachineView) -> Decision {
+    match &observed.lock {
+        LockView::Free => Decision::AcquireLock,
+        LockView::Unreadable => Decision::ReleaseStaleLock {
+            holder: "<unreadable>".into(),
+        },
+        LockView::Held { holder, .. } if holder == &machine.name => match observed.ca {
+            CaView::Missing => Decision::CreateCa,
+            _ => Decision::RenderInit,
+        },
+        LockView::Held {
+            holder,
+            holder_exists: false,
+        } => Decision::ReleaseStaleLock {
+            holder: holder.clone(),
+        },
+        LockView::Held {
+            holder,
+            holder_exists: true,
+        } => Decision::Wait {
+            reason: reason::WAITING_FOR_INIT_LOCK,
+            message: format!(
+                "Machine {holder} holds the init lock and is initializing etcd; this member will join"
+            ),
+        },
+    }
+}
+
+fn plan_join(observed: &Observed, cluster_name: &str) -> Decision {
+    let init_urls = observed.init_client_urls.clone().unwrap_or_default();
+    let urls = match &observed.etcd_cluster {
+        Some(etcd) if !etcd.healthy_client_urls.is_empty() => etcd.healthy_client_urls.clone(),
+        Some(etcd) if etcd.reports_members => {
+            return Decision::Wait {
+                reason: reason::WAITING_FOR_HEALTHY_MEMBER,
+                message: "no etcd member is currently reported healthy to join through".into(),
+            };
+        }
+        _ => init_urls,
+    };
+    if urls.is_empty() {
+        return Decision::Wait {
+            reason: reason::WAITING_FOR_INIT_SECRET,
+            message: format!(
+                "waiting for Secret {} with the client URL of the first member",
+                etcdadm_shared::names::init_secret_name(cluster_name)
+            ),
+        };
+    }
+    match observed.ca {
+        CaView::Valid => Decision::RenderJoin { urls },
+        // A join never generates a CA: the members already running trust only theirs.
+        _ => Decision::Wait {
+            reason: reason::WAITING_FOR_CA,
+            message: format!(
+                "waiting for the etcd CA Secret {}; a joining member never creates one",
+                etcdadm_shared::names::ca_secret_name(cluster_name)
+            ),
+        },
+    }
+}
+
+/// Step 8 (standalone only): the address to publish in `<cluster>-etcd-init`, if it is time.
+pub fn init_address_to_publish(observed: &Observed) -> Option<String> {
+    let machine = observed.machine.as_ref()?;
+    if machine.etcd_cluster.is_some() || observed.init_client_urls.is_some() {
+        return None;
+    }
+    let holds_lock = matches!(&observed.lock, LockView::Held { holder, .. } if holder == &machine.name);
+    let rendered = matches!(observed.data_secret, DataSecretView::Ours);
+    if holds_lock && rendered {
+        machine.address.clone()
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(name: &str) -> MachineView {
+        MachineView {
+            name: name.into(),
+            cluster_name: Some("c1".into()),
+            etcd_cluster: None,
+            address: None,
+        }
+    }
+
+    fn base() -> Observed {
+        Observed {
+            paused_annotation: false,
+            machine: Some(machine("m1")),
+            cluster: ClusterView::Found {
+                paused: false,
+                managed_etcd_initialized: false,
+            },
+            etcd_cluster: None,
+            data_secret: DataSecretView::Missing,
+            init_client_urls: None,
+            lock: LockView::Free,
+            ca: CaView::Missing,
+            spec_problem: None,
+        }
+    }
+
+    fn held(holder: &str, exists: bool) -> LockView {
+        LockView::Held {
+            holder: holder.into(),
+            holder_exists: exists,
+        }
+    }
+
+    #[test]
+    fn waits_for_owner_machine_then_cluster() {
+        let mut o = base();
+        o.machine = None;
+        assert!(matches!(
+            plan(&o),
+            Decision::Wait {
+                reason: reason::WAITING_FOR_MACHINE,
+                ..
+            }
+        ));
+        o.machine = Some(MachineView {
+            cluster_name: None,
+            ..machine("m1")
+        });
+        assert!(matches!(
+            plan(&o),
+            Decision::Wait {
+                reason: reason::WAITING_FOR_CLUSTER,
+                ..
+            }
+        ));
+        o.machine = Some(machine("m1"));
+        o.cluster = ClusterView::Missing;
+        assert!(matches!(
+            plan(&o),
+            Decision::Wait {
+                reason: reason::WAITING_FOR_CLUSTER,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn paused_by_cluster_or_annotation_does_nothing() {
+        let mut o = base();
+        o.cluster = ClusterView::Found {
+            paused: true,
+            managed_etcd_initialized: false,
+        };
+        assert_eq!(plan(&o), Decision::Paused);
+        let mut o = base();
+        o.paused_annotation = true;
+        assert_eq!(plan(&o), Decision::Paused);
+    }
+
+    #[test]
+    fn init_takes_lock_then_creates_ca_then_renders() {
+        let mut o = base();
+        assert_eq!(plan(&o), Decision::AcquireLock);
+        o.lock = held("m1", true);
+        assert_eq!(plan(&o), Decision::CreateCa);
+        o.ca = CaView::Valid;
+        assert_eq!(plan(&o), Decision::RenderInit);
+        o.data_secret = DataSecretView::Ours;
+        assert_eq!(plan(&o), Decision::Done);
+    }
+
+    #[test]
+    fn second_config_waits_for_the_lock_holder_and_releases_a_stale_lock() {
+        let mut o = base();
+        o.machine = Some(machine("m2"));
+        o.lock = held("m1", true);
+        assert!(matches!(
+            plan(&o),
+            Decision::Wait {
+                reason: reason::WAITING_FOR_INIT_LOCK,
+                ..
+            }
+        ));
+        o.lock = held("m1", false);
+        assert_eq!(plan(&o), Decision::ReleaseStaleLock { holder: "m1".into() });
+        o.lock = LockView::Unreadable;
+        assert!(matches!(plan(&o), Decision::ReleaseStaleLock { .. }));
+    }
+
+    #[test]
+    fn standalone_join_uses_init_secret_and_needs_existing_ca() {
+        let mut o = base();
+        o.machine = Some(machine("m2"));
+        o.lock = held("m1", true);
+        o.init_client_urls = Some(vec!["https://10.0.0.1:2379".into()]);
+        assert!(matches!(
+            plan(&o),
+            Decision::Wait {
+                reason: reason::WAITING_FOR_CA,
+                ..
+            }
+        ));
+        o.ca = CaView::Valid;
+        assert_eq!(
+            plan(&o),
+            Decision::RenderJoin {
+                urls: vec!["https://10.0.0.1:2379".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn managed_join_prefers_healthy_members_and_waits_without_one() {
+        let mut o = base();
+        o.machine = Some(MachineView {
+            etcd_cluster: Some("c1-etcd".into()),
+            ..machine("m2")
+        });
+        o.ca = CaView::Valid;
+        o.etcd_cluster = Some(EtcdClusterView {
+            initialized: false,
+            ..Default::default()
+        });
+        // Not initialized: competes for init even though an EtcdadmCluster owns it.
+        assert_eq!(plan(&o), Decision::AcquireLock);
+        o.etcd_cluster = Some(EtcdClusterView {
+            initialized: true,
+            healthy_client_urls: vec!["https://10.0.0.2:2379".into()],
+            reports_members: true,
+        });
+        o.init_client_urls = Some(vec!["https://10.0.0.1:2379".into()]);
+        assert_eq!(
+            plan(&o),
+            Decision::RenderJoin {
+                urls: vec!["https://10.0.0.2:2379".into()]
+            }
+        );
+        o.etcd_cluster = Some(EtcdClusterView {
+            initialized: true,
+            healthy_client_urls: vec![],
+            reports_members: true,
+        });
+        assert!(matches!(
+            plan(&o),
+            Decision::Wait {
+                reason: reason::WAITING_FOR_HEALTHY_MEMBER,
+                ..
+            }
+        ));
+        // Initialized but no member list yet: the init Secret is the source.
+        o.etcd_cluster = Some(EtcdClusterView {
+            initialized: true,
+            ..Default::default()
+        });
+        assert_eq!(
+            plan(&o),
+            Decision::RenderJoin {
+                urls: vec!["https://10.0.0.1:2379".into()]
+            }
+        );
+        o.init_client_urls = None;
+        assert!(matches!(
+            plan(&o),
+            Decision::Wait {
+                reason: reason::WAITING_FOR_INIT_SECRET,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn fork_condition_counts_as_initialized() {
+        let mut o = base();
+        o.machine = Some(MachineView {
+            etcd_cluster: Some("c1-etcd".into()),
+            ..machine("m2")
+        });
+        o.cluster = ClusterView::Found {
+            paused: false,
+            managed_etcd_initialized: true,
+        };
+        o.etcd_cluster = Some(EtcdClusterView::default());
+        o.ca = CaView::Valid;
+        assert!(matches!(
+            plan(&o),
+            Decision::Wait {
+                reason: reason::WAITING_FOR_INIT_SECRET,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn corrupt_ca_and_bad_spec_fail_without_rendering() {
+        let mut o = base();
+        o.lock = held("m1", true);
+        o.ca = CaView::Corrupt("Secret ns/c1-managed-etcd: tls.key is not RSA".into());
+        assert!(matches!(
+            plan(&o),
+            Decision::Fail {
+                reason: reason::CA_CORRUPT,
+                ..
+            }
+        ));
+        let mut o = base();
+        o.spec_problem = Some("spec.files[0].contentFrom: Secret x has no key y".into());
+        assert!(matches!(
+            plan(&o),
+            Decision::Fail {
+                reason: reason::INVALID_SPEC,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn foreign_data_secret_is_never_taken_over() {
+        let mut o = base();
+        o.data_secret = DataSecretView::Foreign("EtcdadmConfig other".into());
+        assert!(matches!(
+            plan(&o),
+            Decision::Fail {
+                reason: reason::DATA_SECRET_CONFLICT,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn init_address_published_only_by_rendered_standalone_lock_holder_with_address() {
+        let mut o = base();
+        o.lock = held("m1", true);
+        o.data_secret = DataSecretView::Ours;
+        assert_eq!(init_address_to_publish(&o), None, "no address yet");
+        o.machine = Some(MachineView {
+            address: Some("10.0.0.1".into()),
+            ..machine("m1")
+        });
+        assert_eq!(init_address_to_publish(&o), Some("10.0.0.1".into()));
+        o.init_client_urls = Some(vec![]);
+        assert_eq!(init_address_to_publish(&o), None, "already published");
+        o.init_client_urls = None;
+        o.machine = Some(MachineView {
+            address: Some("10.0.0.1".into()),
+            etcd_cluster: Some("e".into()),
+            ..machine("m1")
+        });
+        assert_eq!(
+            init_address_to_publish(&o),
+            None,
+            "the EtcdadmCluster controller publishes"
+        );
+    }
+}
