@@ -539,3 +539,38 @@ async fn deleting_the_lock_holder_lets_the_next_machine_initialize() {
     let user_data = secret_value(&env.secret("m2").await.unwrap(), names::DATA_SECRET_VALUE_KEY);
     assert!(user_data.contains("etcdadm init"), "{user_data}");
 }
+
+#[tokio::test]
+async fn file_content_from_a_secret_is_fetched_and_rendered() {
+    let env = Env::new();
+    env.cluster("c1", json!({})).await;
+    let m1 = env.machine("m1", None).await;
+    let spec =
+        json!({"files": [{"path": "/etc/motd", "contentFrom": {"secret": {"name": "motd", "key": "text"}}}]});
+    env.config("m1", Some(&m1), spec).await;
+    let config = env.reconcile("m1").await;
+    let (_, reason, message) = condition(&config, "Ready");
+    assert_eq!(reason, "InvalidSpec");
+    assert!(message.contains("spec.files[0].contentFrom"), "{message}");
+
+    let text = ByteString(b"welcome to etcd\n".to_vec());
+    env.create::<Secret>(json!({"metadata": {"name": "motd"}, "data": {"text": text}}))
+        .await;
+    assert!(ready(&env.reconcile("m1").await));
+    let user_data = secret_value(&env.secret("m1").await.unwrap(), names::DATA_SECRET_VALUE_KEY);
+    assert!(user_data.contains("welcome to etcd"), "{user_data}");
+}
+
+#[tokio::test]
+async fn a_format_the_renderer_cannot_produce_is_an_invalid_spec() {
+    let env = Env::new();
+    env.cluster("c1", json!({})).await;
+    let m1 = env.machine("m1", None).await;
+    env.config("m1", Some(&m1), json!({"format": "bottlerocket"}))
+        .await;
+    let config = env.reconcile("m1").await;
+    let (status, reason, message) = condition(&config, "Ready");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "InvalidSpec"));
+    assert!(message.contains("bottlerocket"), "{message}");
+    assert!(env.secret("m1").await.is_none());
+}

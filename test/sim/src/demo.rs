@@ -1,0 +1,390 @@
+//! The README demo: a local management plane, the real bootstrap controller binary, and three
+//! process machines that form a real etcd cluster through `etcdadm init` and `etcdadm join`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio::process::{Child, Command};
+
+use etcdadm_shared::api::EtcdadmConfig;
+use etcdadm_shared::api::capi::{Cluster, Machine};
+use etcdadm_shared::etcd::{EtcdTls, MemberClient, member_id_hex};
+use etcdadm_shared::names;
+use etcdadm_shared::pki::{CertificateAuthority, LeafRequest};
+use etcdadm_sim_apiserver::{ApiServer, Served};
+use etcdadm_sim_machines::BuiltInRuntime;
+
+use crate::capi::{CapiStandIn, sim_machine_resource};
+use crate::error::SimError;
+
+/// Options of `etcdadm-sim demo`.
+pub struct DemoOptions {
+    pub members: usize,
+    pub work_dir: PathBuf,
+    pub etcd_version: Option<String>,
+    pub timeout: Duration,
+    /// Exit once ready instead of running until Ctrl-C.
+    pub exit_when_ready: bool,
+}
+
+/// A controller binary built next to this one (`cargo build --workspace --bins`).
+pub fn sibling_binary(name: &str) -> Result<PathBuf, SimError> {
+    let exe = std::env::current_exe().map_err(|e| SimError::Setup(format!("locating myself: {e}")))?;
+    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    // Test executables live one level deeper (target/debug/deps).
+    [dir.join(name), dir.join("..").join(name)]
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            SimError::Setup(format!(
+                "{name} not found next to {}; run `cargo build --workspace --bins` first",
+                exe.display()
+            ))
+        })
+}
+
+/// Start a controller binary's `run` against the plane at `kubeconfig`, logging to `log`.
+pub fn spawn_controller(name: &str, kubeconfig: &Path, log: &Path) -> Result<Child, SimError> {
+    let binary = sibling_binary(name)?;
+    let log = std::fs::File::create(log)
+        .map_err(|e| SimError::Setup(format!("creating {}: {e}", log.display())))?;
+    let stderr = log.try_clone().map_err(|e| SimError::Setup(e.to_string()))?;
+    Command::new(&binary)
+        .arg("run")
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| SimError::Setup(format!("starting {}: {e}", binary.display())))
+}
+
+/// Create a standalone etcd cluster (Cluster + N Machines with EtcdadmConfigs, no EtcdadmCluster).
+pub async fn create_standalone_cluster(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    members: usize,
+    version: Option<&str>,
+) -> Result<(), SimError> {
+    let pp = PostParams::default();
+    let cluster_obj: Cluster = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": cluster, "namespace": ns},
+        "spec": {}
+    }))?;
+    Api::<Cluster>::namespaced(client.clone(), ns)
+        .create(&pp, &cluster_obj)
+        .await?;
+    let sims: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &sim_machine_resource());
+    for i in 0..members {
+        let name = format!("{cluster}-etcd-{i}");
+        let mut spec = json!({});
+        if let Some(version) = version {
+            spec["cloudInitConfig"] = json!({"version": version});
+        }
+        let config: EtcdadmConfig = serde_json::from_value(json!({
+            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmConfig",
+            "metadata": {"name": name, "namespace": ns, "labels": {names::CLUSTER_NAME_LABEL: cluster}},
+            "spec": spec
+        }))?;
+        Api::<EtcdadmConfig>::namespaced(client.clone(), ns)
+            .create(&pp, &config)
+            .await?;
+        let sim: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "SimMachine",
+            "metadata": {"name": name, "namespace": ns}, "spec": {}
+        }))?;
+        sims.create(&pp, &sim).await?;
+        let machine: Machine = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": name, "namespace": ns, "labels": {names::CLUSTER_NAME_LABEL: cluster}},
+            "spec": {"clusterName": cluster, "version": "v1.33.0",
+                     "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "EtcdadmConfig", "name": name}},
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "SimMachine", "name": name}}
+        }))?;
+        Api::<Machine>::namespaced(client.clone(), ns)
+            .create(&pp, &machine)
+            .await?;
+    }
+    Ok(())
+}
+
+/// The client URLs of `cluster`'s Machines that have an address.
+pub async fn machine_urls(client: &Client, ns: &str, cluster: &str) -> Result<Vec<String>, SimError> {
+    let machines: Api<Machine> = Api::namespaced(client.clone(), ns);
+    let selector = format!("{}={cluster}", names::CLUSTER_NAME_LABEL);
+    let list = machines
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await?;
+    Ok(list
+        .items
+        .iter()
+        .filter_map(|m| m.etcd_address().map(names::client_url))
+        .collect())
+}
+
+/// TLS material for talking to `cluster`'s etcd: a short-lived client cert from its CA.
+pub async fn etcd_tls(client: &Client, ns: &str, cluster: &str) -> Result<Option<EtcdTls>, SimError> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let Some(secret) = secrets.get_opt(&names::ca_secret_name(cluster)).await? else {
+        return Ok(None);
+    };
+    let get = |k: &str| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .and_then(|v| String::from_utf8(v.0.clone()).ok())
+            .unwrap_or_default()
+    };
+    let ca = CertificateAuthority::from_pem(&get(names::TLS_CERT_KEY), &get(names::TLS_KEY_KEY))
+        .map_err(|e| SimError::Setup(format!("etcd CA: {e}")))?;
+    let leaf = ca
+        .issue(&LeafRequest::in_memory_client(
+            "etcdadm-sim",
+            Duration::from_secs(3600),
+        ))
+        .map_err(|e| SimError::Setup(format!("client certificate: {e}")))?;
+    Ok(Some(EtcdTls {
+        ca_pem: ca.cert_pem().to_string(),
+        cert_pem: leaf.cert_pem,
+        key_pem: leaf.key_pem,
+    }))
+}
+
+/// Members of the etcd cluster as seen through `url`, by name; `None` if unreachable.
+pub async fn member_names(url: &str, tls: &EtcdTls) -> Option<Vec<String>> {
+    let member = MemberClient::new(url, tls, Duration::from_secs(3)).ok()?;
+    let members = member.member_list().await.ok()?;
+    Some(
+        members
+            .iter()
+            .map(|m| m.name.clone())
+            .filter(|n| !n.is_empty())
+            .collect(),
+    )
+}
+
+/// One row of the demo's member table.
+pub struct MemberRow {
+    pub name: String,
+    pub url: String,
+    pub member_id: String,
+    pub leader: bool,
+    pub healthy: bool,
+    pub db_size: u64,
+}
+
+/// Ask every member at `urls` for its health and status.
+pub async fn member_table(urls: &[String], tls: &EtcdTls) -> Vec<MemberRow> {
+    let mut rows = vec![];
+    for url in urls {
+        let Ok(member) = MemberClient::new(url, tls, Duration::from_secs(3)) else {
+            continue;
+        };
+        let healthy = member.health().await.is_ok_and(|h| h.healthy);
+        let status = member.status().await.ok();
+        let name = match (member.member_list().await, &status) {
+            (Ok(list), Some(status)) => list
+                .into_iter()
+                .find(|m| m.id == status.member_id)
+                .map(|m| m.name),
+            _ => None,
+        };
+        rows.push(MemberRow {
+            name: name.unwrap_or_else(|| "?".into()),
+            url: url.clone(),
+            member_id: status
+                .as_ref()
+                .map(|s| member_id_hex(s.member_id))
+                .unwrap_or_else(|| "?".into()),
+            leader: status.as_ref().is_some_and(|s| s.is_leader()),
+            healthy,
+            db_size: status.as_ref().map(|s| s.db_size).unwrap_or_default(),
+        });
+    }
+    rows
+}
+
+fn print_table(rows: &[MemberRow]) {
+    println!(
+        "{:<16} {:<26} {:<18} {:<7} {:<8} {:>9}",
+        "NAME", "CLIENT URL", "MEMBER ID", "LEADER", "HEALTHY", "DB BYTES"
+    );
+    for r in rows {
+        println!(
+            "{:<16} {:<26} {:<18} {:<7} {:<8} {:>9}",
+            r.name, r.url, r.member_id, r.leader, r.healthy, r.db_size
+        );
+    }
+}
+
+/// The running plane of a demo or scenario; everything stops when it is dropped.
+pub struct Plane {
+    pub server: ApiServer,
+    pub served: Served,
+    pub client: Client,
+    pub kubeconfig: PathBuf,
+    pub runtime: Arc<BuiltInRuntime>,
+    capi: tokio::task::JoinHandle<()>,
+    controllers: Vec<Child>,
+}
+
+impl Drop for Plane {
+    fn drop(&mut self) {
+        self.capi.abort();
+        for child in &mut self.controllers {
+            let _ = child.start_kill();
+        }
+    }
+}
+
+impl Plane {
+    /// API server on loopback with a kubeconfig in `work_dir`, the CAPI stand-in, process machines
+    /// with addresses `<ip_prefix>.N`, and the bootstrap controller binary.
+    pub async fn start(work_dir: &Path, ip_prefix: [u8; 3]) -> Result<Plane, SimError> {
+        std::fs::create_dir_all(work_dir)
+            .map_err(|e| SimError::Setup(format!("{}: {e}", work_dir.display())))?;
+        let server = ApiServer::new();
+        server
+            .load_crds_dir(&crate::crd_dir())
+            .map_err(|e| SimError::Setup(e.to_string()))?;
+        let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let served = server
+            .serve(loopback)
+            .await
+            .map_err(|e| SimError::Setup(e.to_string()))?;
+        let kubeconfig = work_dir.join("kubeconfig");
+        ApiServer::write_kubeconfig(&served.url, &kubeconfig).map_err(|e| SimError::Setup(e.to_string()))?;
+        let client = server.client(NAMESPACE);
+        let bootstrap = spawn_controller(
+            "etcdadm-bootstrap",
+            &kubeconfig,
+            &work_dir.join("etcdadm-bootstrap.log"),
+        )?;
+        let runtime = Arc::new(BuiltInRuntime::new(sibling_binary("etcdadm-sim-machine")?));
+        let standin = CapiStandIn {
+            client: client.clone(),
+            namespace: NAMESPACE.into(),
+            runtime: runtime.clone(),
+            work_dir: work_dir.to_path_buf(),
+            ip_prefix,
+        };
+        let capi = tokio::spawn(standin.run());
+        Ok(Plane {
+            server,
+            served,
+            client,
+            kubeconfig,
+            runtime,
+            capi,
+            controllers: vec![bootstrap],
+        })
+    }
+}
+
+/// Namespace the demo and scenarios use.
+pub const NAMESPACE: &str = "default";
+
+/// Run the demo: returns once `members` machines form one healthy etcd cluster (and, without
+/// `exit_when_ready`, after Ctrl-C).
+pub async fn run(options: DemoOptions) -> Result<(), SimError> {
+    let started = Instant::now();
+    let cluster = "demo";
+    let plane = Plane::start(&options.work_dir, [127, 0, 1]).await?;
+    let client = plane.client.clone();
+    println!(
+        "management plane: {}  (export KUBECONFIG={})",
+        plane.served.url,
+        plane.kubeconfig.display()
+    );
+    println!("logs and machine roots: {}", options.work_dir.display());
+
+    create_standalone_cluster(
+        &client,
+        NAMESPACE,
+        cluster,
+        options.members,
+        options.etcd_version.as_deref(),
+    )
+    .await?;
+    println!(
+        "created Cluster {cluster} with {} etcd Machines and EtcdadmConfigs",
+        options.members
+    );
+
+    let urls = wait_for_members(&client, cluster, options.members, options.timeout).await?;
+    println!(
+        "etcd cluster {cluster} ready after {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(tls) = etcd_tls(&client, NAMESPACE, cluster).await? {
+        print_table(&member_table(&urls, &tls).await);
+    }
+    for config in Api::<EtcdadmConfig>::namespaced(client.clone(), NAMESPACE)
+        .list(&Default::default())
+        .await?
+        .items
+    {
+        let ready = config.status.as_ref().is_some_and(|s| s.ready);
+        println!("EtcdadmConfig {} ready={ready}", config.name_any());
+    }
+    if !options.exit_when_ready {
+        println!("running; Ctrl-C stops the plane and every machine");
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    drop(plane);
+    Ok(())
+}
+
+/// Wait until every one of `members` Machines of `cluster` answers with a member list of
+/// `members` names; returns their client URLs.
+pub async fn wait_for_members(
+    client: &Client,
+    cluster: &str,
+    members: usize,
+    timeout: Duration,
+) -> Result<Vec<String>, SimError> {
+    let deadline = Instant::now() + timeout;
+    let mut last = String::new();
+    loop {
+        if Instant::now() > deadline {
+            return Err(SimError::Timeout(format!(
+                "no {members}-member etcd cluster after {timeout:?}; last: {last}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let urls = machine_urls(client, NAMESPACE, cluster).await?;
+        let Some(tls) = etcd_tls(client, NAMESPACE, cluster).await? else {
+            continue;
+        };
+        let mut agreed = 0;
+        for url in &urls {
+            if let Some(names) = member_names(url, &tls).await
+                && names.len() == members
+            {
+                agreed += 1;
+            }
+        }
+        let line = format!(
+            "{} machines have an address, {agreed} of them see all {members} members",
+            urls.len()
+        );
+        if line != last {
+            println!("{line}");
+            last = line;
+        }
+        if agreed == members {
+            return Ok(urls);
+        }
+    }
+}

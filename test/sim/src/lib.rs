@@ -1,0 +1,14 @@
+//! The local management plane: API server, CAPI stand-in and process machines, wired together
+//! for the demo, the end-to-end scenarios and the benchmarks.
+
+pub mod capi;
+pub mod demo;
+pub mod error;
+pub mod history;
+
+use std::path::PathBuf;
+
+/// The committed CRDs (config/crd/bases) of this repository.
+pub fn crd_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../config/crd/bases")
+}

@@ -1,0 +1,74 @@
+//! `etcdadm-sim`: run the local management plane, the demo, or a bare API server.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use etcdadm_sim::demo::{self, DemoOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "etcdadm-sim",
+    version,
+    about = "Local management plane with real etcd machines"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Bring up the plane, the real bootstrap controller and N process machines forming one etcd
+    /// cluster through etcdadm init/join; stay up until Ctrl-C.
+    Demo {
+        #[arg(long, default_value_t = 3)]
+        members: usize,
+        /// Working directory (machine roots, logs, kubeconfig).
+        #[arg(long, default_value = "out/sim")]
+        work_dir: PathBuf,
+        /// etcd version for `cloudInitConfig.version` (must be installed locally).
+        #[arg(long)]
+        etcd_version: Option<String>,
+        #[arg(long, default_value_t = 180)]
+        timeout_seconds: u64,
+        /// Exit once the cluster is ready instead of running until Ctrl-C.
+        #[arg(long)]
+        exit_when_ready: bool,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
+    let result = match Cli::parse().command {
+        Command::Demo {
+            members,
+            work_dir,
+            etcd_version,
+            timeout_seconds,
+            exit_when_ready,
+        } => {
+            let work_dir = std::path::absolute(&work_dir).unwrap_or(work_dir);
+            demo::run(DemoOptions {
+                members,
+                work_dir,
+                etcd_version,
+                timeout: Duration::from_secs(timeout_seconds),
+                exit_when_ready,
+            })
+            .await
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,89 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! End to end without an EtcdadmCluster: the real bootstrap controller binary, the CAPI stand-in
+//! and three process machines form one etcd cluster through `etcdadm init` and two joins.
+
+use std::time::Duration;
+
+use etcdadm_shared::api::EtcdadmConfig;
+use etcdadm_shared::names;
+use etcdadm_shared::testing::TempDir;
+use etcdadm_sim::demo::{self, NAMESPACE, Plane};
+use etcdadm_sim::history::Recorder;
+use kube::api::Api;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_machines_form_one_cluster_through_init_and_joins() {
+    let work = TempDir::new("sim-standalone");
+    let plane = Plane::start(work.path(), [127, 0, 2]).await.unwrap();
+    let client = plane.client.clone();
+    demo::create_standalone_cluster(&client, NAMESPACE, "c1", 3, None)
+        .await
+        .unwrap();
+
+    // Record membership from etcd as soon as the CA exists.
+    let tls = loop {
+        if let Some(tls) = demo::etcd_tls(&client, NAMESPACE, "c1").await.unwrap() {
+            break tls;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let urls: Vec<String> = (2..=10).map(|n| format!("https://127.0.2.{n}:2379")).collect();
+    let recorder = Recorder::start(tls.clone(), move || urls.clone(), Duration::from_millis(100));
+
+    let ready = demo::wait_for_members(&client, "c1", 3, Duration::from_secs(240)).await;
+    let history = recorder.finish();
+    let log = std::fs::read_to_string(work.path().join("etcdadm-bootstrap.log")).unwrap_or_default();
+    let urls = ready.unwrap_or_else(|e| panic!("{e}\nbootstrap controller log:\n{log}"));
+    assert_eq!(urls.len(), 3);
+
+    let rows = demo::member_table(&urls, &tls).await;
+    assert!(
+        rows.iter().all(|r| r.healthy),
+        "unhealthy member: {:?}",
+        rows.iter().map(|r| &r.url).collect::<Vec<_>>()
+    );
+    assert_eq!(rows.iter().filter(|r| r.leader).count(), 1);
+    let mut member_names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+    member_names.sort();
+    assert_eq!(
+        member_names,
+        ["c1-etcd-0", "c1-etcd-1", "c1-etcd-2"],
+        "members are named after their Machines"
+    );
+
+    // etcd never held a member that is not one of the three Machines.
+    assert_eq!(history.max_size(), 3, "{history:?}");
+    assert_eq!(history.last().map(|s| s.members.len()), Some(3));
+
+    // Exactly one Machine initialized (the lock holder); the init Secret names it.
+    let init = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), NAMESPACE)
+        .get(&names::init_secret_name("c1"))
+        .await
+        .unwrap();
+    let address = String::from_utf8(init.data.unwrap()[names::INIT_ADDRESS_KEY].0.clone()).unwrap();
+    assert!(address.starts_with("127.0.2."), "{address}");
+    let mut inits = 0;
+    for config in Api::<EtcdadmConfig>::namespaced(client.clone(), NAMESPACE)
+        .list(&Default::default())
+        .await
+        .unwrap()
+    {
+        assert!(config.status.as_ref().is_some_and(|s| s.ready));
+        let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), NAMESPACE)
+            .get(&kube::ResourceExt::name_any(&config))
+            .await
+            .unwrap();
+        let user_data =
+            String::from_utf8(secret.data.unwrap()[names::DATA_SECRET_VALUE_KEY].0.clone()).unwrap();
+        if user_data.contains("etcdadm init") {
+            inits += 1;
+        } else {
+            assert!(
+                user_data.contains(&format!("etcdadm join https://{address}:2379")),
+                "{user_data}"
+            );
+        }
+    }
+    assert_eq!(inits, 1);
+    drop(plane);
+}
