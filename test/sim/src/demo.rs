@@ -1,27 +1,23 @@
 //! The README demo: a local management plane, the real bootstrap controller binary, and three
 //! process machines that form a real etcd cluster through `etcdadm init` and `etcdadm join`.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use tokio::process::{Child, Command};
 
 use etcdadm_shared::api::EtcdadmConfig;
 use etcdadm_shared::api::capi::{Cluster, Machine};
 use etcdadm_shared::etcd::{EtcdTls, MemberClient, member_id_hex};
 use etcdadm_shared::names;
 use etcdadm_shared::pki::{CertificateAuthority, LeafRequest};
-use etcdadm_sim_apiserver::{ApiServer, Served};
-use etcdadm_sim_machines::BuiltInRuntime;
 
-use crate::capi::{CapiStandIn, sim_machine_resource};
+use crate::capi::sim_machine_resource;
 use crate::error::SimError;
+use crate::plane::{NAMESPACE, Plane, PlaneOptions};
 
 /// Options of `etcdadm-sim demo`.
 pub struct DemoOptions {
@@ -31,40 +27,10 @@ pub struct DemoOptions {
     pub timeout: Duration,
     /// Exit once ready instead of running until Ctrl-C.
     pub exit_when_ready: bool,
-}
-
-/// A controller binary built next to this one (`cargo build --workspace --bins`).
-pub fn sibling_binary(name: &str) -> Result<PathBuf, SimError> {
-    let exe = std::env::current_exe().map_err(|e| SimError::Setup(format!("locating myself: {e}")))?;
-    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    // Test executables live one level deeper (target/debug/deps).
-    [dir.join(name), dir.join("..").join(name)]
-        .into_iter()
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            SimError::Setup(format!(
-                "{name} not found next to {}; run `cargo build --workspace --bins` first",
-                exe.display()
-            ))
-        })
-}
-
-/// Start a controller binary's `run` against the plane at `kubeconfig`, logging to `log`.
-pub fn spawn_controller(name: &str, kubeconfig: &Path, log: &Path) -> Result<Child, SimError> {
-    let binary = sibling_binary(name)?;
-    let log = std::fs::File::create(log)
-        .map_err(|e| SimError::Setup(format!("creating {}: {e}", log.display())))?;
-    let stderr = log.try_clone().map_err(|e| SimError::Setup(e.to_string()))?;
-    Command::new(&binary)
-        .arg("run")
-        .env("KUBECONFIG", kubeconfig)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(stderr)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| SimError::Setup(format!("starting {}: {e}", binary.display())))
+    /// Use this API server instead of the in-memory one.
+    pub kubeconfig: Option<PathBuf>,
+    /// External machine runtime command (`--machine-runtime`).
+    pub machine_runtime: Option<String>,
 }
 
 /// Create a standalone etcd cluster (Cluster + N Machines with EtcdadmConfigs, no EtcdadmCluster).
@@ -87,7 +53,8 @@ pub async fn create_standalone_cluster(
     let sims: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &sim_machine_resource());
     for i in 0..members {
         let name = format!("{cluster}-etcd-{i}");
-        let mut spec = json!({});
+        // The machines carry the etcdadm stand-in; there is nothing to download (and no internet).
+        let mut spec = json!({"etcdadmBuiltin": true});
         if let Some(version) = version {
             spec["cloudInitConfig"] = json!({"version": version});
         }
@@ -228,83 +195,23 @@ fn print_table(rows: &[MemberRow]) {
     }
 }
 
-/// The running plane of a demo or scenario; everything stops when it is dropped.
-pub struct Plane {
-    pub server: ApiServer,
-    pub served: Served,
-    pub client: Client,
-    pub kubeconfig: PathBuf,
-    pub runtime: Arc<BuiltInRuntime>,
-    capi: tokio::task::JoinHandle<()>,
-    controllers: Vec<Child>,
-}
-
-impl Drop for Plane {
-    fn drop(&mut self) {
-        self.capi.abort();
-        for child in &mut self.controllers {
-            let _ = child.start_kill();
-        }
-    }
-}
-
-impl Plane {
-    /// API server on loopback with a kubeconfig in `work_dir`, the CAPI stand-in, process machines
-    /// with addresses `<ip_prefix>.N`, and the bootstrap controller binary.
-    pub async fn start(work_dir: &Path, ip_prefix: [u8; 3]) -> Result<Plane, SimError> {
-        std::fs::create_dir_all(work_dir)
-            .map_err(|e| SimError::Setup(format!("{}: {e}", work_dir.display())))?;
-        let server = ApiServer::new();
-        server
-            .load_crds_dir(&crate::crd_dir())
-            .map_err(|e| SimError::Setup(e.to_string()))?;
-        let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-        let served = server
-            .serve(loopback)
-            .await
-            .map_err(|e| SimError::Setup(e.to_string()))?;
-        let kubeconfig = work_dir.join("kubeconfig");
-        ApiServer::write_kubeconfig(&served.url, &kubeconfig).map_err(|e| SimError::Setup(e.to_string()))?;
-        let client = server.client(NAMESPACE);
-        let bootstrap = spawn_controller(
-            "etcdadm-bootstrap",
-            &kubeconfig,
-            &work_dir.join("etcdadm-bootstrap.log"),
-        )?;
-        let runtime = Arc::new(BuiltInRuntime::new(sibling_binary("etcdadm-sim-machine")?));
-        let standin = CapiStandIn {
-            client: client.clone(),
-            namespace: NAMESPACE.into(),
-            runtime: runtime.clone(),
-            work_dir: work_dir.to_path_buf(),
-            ip_prefix,
-        };
-        let capi = tokio::spawn(standin.run());
-        Ok(Plane {
-            server,
-            served,
-            client,
-            kubeconfig,
-            runtime,
-            capi,
-            controllers: vec![bootstrap],
-        })
-    }
-}
-
-/// Namespace the demo and scenarios use.
-pub const NAMESPACE: &str = "default";
-
 /// Run the demo: returns once `members` machines form one healthy etcd cluster (and, without
 /// `exit_when_ready`, after Ctrl-C).
 pub async fn run(options: DemoOptions) -> Result<(), SimError> {
     let started = Instant::now();
     let cluster = "demo";
-    let plane = Plane::start(&options.work_dir, [127, 0, 1]).await?;
+    let plane = Plane::start(PlaneOptions {
+        work_dir: options.work_dir.clone(),
+        ip_prefix: [127, 0, 1],
+        kubeconfig: options.kubeconfig.clone(),
+        machine_runtime: options.machine_runtime.clone(),
+        controllers: vec!["etcdadm-bootstrap"],
+    })
+    .await?;
     let client = plane.client.clone();
     println!(
         "management plane: {}  (export KUBECONFIG={})",
-        plane.served.url,
+        plane.url,
         plane.kubeconfig.display()
     );
     println!("logs and machine roots: {}", options.work_dir.display());

@@ -5,6 +5,8 @@ pub mod capi;
 pub mod demo;
 pub mod error;
 pub mod history;
+pub mod kcp;
+pub mod plane;
 
 use std::path::PathBuf;
 

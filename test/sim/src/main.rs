@@ -37,6 +37,13 @@ enum Command {
         /// Exit once the cluster is ready instead of running until Ctrl-C.
         #[arg(long)]
         exit_when_ready: bool,
+        /// Use the API server of this kubeconfig (CRDs installed) instead of the in-memory one.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Boot machines with this command instead of local processes:
+        /// `CMD boot|stop|fault <kind> --name N --ip IP --user-data FILE --root DIR`.
+        #[arg(long, value_name = "CMD")]
+        machine_runtime: Option<String>,
     },
 }
 
@@ -52,6 +59,8 @@ async fn main() -> ExitCode {
             etcd_version,
             timeout_seconds,
             exit_when_ready,
+            kubeconfig,
+            machine_runtime,
         } => {
             let work_dir = std::path::absolute(&work_dir).unwrap_or(work_dir);
             demo::run(DemoOptions {
@@ -60,6 +69,8 @@ async fn main() -> ExitCode {
                 etcd_version,
                 timeout: Duration::from_secs(timeout_seconds),
                 exit_when_ready,
+                kubeconfig,
+                machine_runtime,
             })
             .await
         }

@@ -7,14 +7,23 @@ use std::time::Duration;
 use etcdadm_shared::api::EtcdadmConfig;
 use etcdadm_shared::names;
 use etcdadm_shared::testing::TempDir;
-use etcdadm_sim::demo::{self, NAMESPACE, Plane};
+use etcdadm_sim::demo;
 use etcdadm_sim::history::Recorder;
+use etcdadm_sim::plane::{NAMESPACE, Plane, PlaneOptions};
 use kube::api::Api;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_machines_form_one_cluster_through_init_and_joins() {
     let work = TempDir::new("sim-standalone");
-    let plane = Plane::start(work.path(), [127, 0, 2]).await.unwrap();
+    let plane = Plane::start(PlaneOptions {
+        work_dir: work.path().to_path_buf(),
+        ip_prefix: [127, 0, 2],
+        kubeconfig: std::env::var_os("SIM_KUBECONFIG").map(Into::into),
+        machine_runtime: None,
+        controllers: vec!["etcdadm-bootstrap"],
+    })
+    .await
+    .unwrap();
     let client = plane.client.clone();
     demo::create_standalone_cluster(&client, NAMESPACE, "c1", 3, None)
         .await

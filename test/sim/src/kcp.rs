@@ -1,0 +1,197 @@
+//! The KubeadmControlPlane stand-in: what the etcd controller's gating and rollout rules talk to.
+//! It honours the paused annotation, will not "create machines" before the etcd certificate
+//! Secrets exist, records every endpoint list it is given, and rolls its (imaginary) machines
+//! one step at a time when the endpoints change, as a real KCP rollout would.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tracing::{info, warn};
+
+use etcdadm_shared::api::capi::{ControlPlaneEtcd, KubeadmControlPlane};
+use etcdadm_shared::names;
+
+const MANAGER: &str = "kcp-standin";
+const TICK: Duration = Duration::from_millis(250);
+
+/// One endpoint list a KCP was given, and when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointChange {
+    pub kcp: String,
+    pub at: Duration,
+    pub endpoints: Vec<String>,
+}
+
+/// What the stand-in saw, for scenarios to assert on.
+#[derive(Clone, Debug, Default)]
+pub struct KcpRecord {
+    pub endpoint_changes: Vec<EndpointChange>,
+    /// Rollouts started because the endpoints changed.
+    pub rollouts: usize,
+}
+
+/// Per-KCP progress of the imaginary machines.
+#[derive(Clone, Debug)]
+struct Machines {
+    /// Endpoints the running machines use.
+    endpoints: Vec<String>,
+    /// Machines already on `endpoints` while a rollout runs.
+    up_to_date: i32,
+    last_step: Instant,
+}
+
+pub struct KcpStandIn {
+    pub client: Client,
+    pub namespace: String,
+    /// Time one machine takes to be replaced during a rollout.
+    pub rollout_step: Duration,
+    pub record: Arc<Mutex<KcpRecord>>,
+    started: Instant,
+    machines: Mutex<BTreeMap<String, Machines>>,
+}
+
+impl KcpStandIn {
+    pub fn new(client: Client, namespace: &str, rollout_step: Duration) -> KcpStandIn {
+        KcpStandIn {
+            client,
+            namespace: namespace.into(),
+            rollout_step,
+            record: Arc::default(),
+            started: Instant::now(),
+            machines: Mutex::default(),
+        }
+    }
+
+    pub async fn run(self) {
+        loop {
+            if let Err(e) = self.tick().await {
+                warn!(error = %e, "KCP stand-in pass failed");
+            }
+            tokio::time::sleep(TICK).await;
+        }
+    }
+
+    pub async fn tick(&self) -> Result<(), kube::Error> {
+        let api: Api<KubeadmControlPlane> = Api::namespaced(self.client.clone(), &self.namespace);
+        for kcp in api.list(&Default::default()).await?.items {
+            if let Err(e) = self.reconcile(&api, &kcp).await {
+                warn!(kcp = %kcp.name_any(), error = %e, "KCP pass failed");
+            }
+        }
+        Ok(())
+    }
+
+    async fn reconcile(
+        &self,
+        api: &Api<KubeadmControlPlane>,
+        kcp: &KubeadmControlPlane,
+    ) -> Result<(), kube::Error> {
+        let name = kcp.name_any();
+        if kcp.annotations().contains_key(names::PAUSED_ANNOTATION) {
+            return Ok(());
+        }
+        let ControlPlaneEtcd::External(endpoints) = kcp.etcd() else {
+            return Ok(());
+        };
+        let cluster = kcp
+            .labels()
+            .get(names::CLUSTER_NAME_LABEL)
+            .cloned()
+            .unwrap_or_default();
+        let replicas = kcp.spec.replicas.unwrap_or(1);
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        let mut missing = vec![];
+        for secret in [
+            names::kcp_etcd_ca_secret_name(&cluster),
+            names::apiserver_client_secret_name(&cluster),
+        ] {
+            if secrets.get_opt(&secret).await?.is_none() {
+                missing.push(secret);
+            }
+        }
+        let status = if !missing.is_empty() {
+            let message = format!(
+                "refusing to create machines: Secret {} missing",
+                missing.join(", ")
+            );
+            json!({"replicas": 0, "upToDateReplicas": 0, "updatedReplicas": 0,
+                   "conditions": [condition("EtcdCertificatesAvailable", "False", "SecretsMissing", &message)]})
+        } else {
+            let up_to_date = self.step_machines(&name, &endpoints, replicas);
+            json!({"replicas": replicas, "readyReplicas": replicas, "upToDateReplicas": up_to_date,
+                   "updatedReplicas": up_to_date,
+                   "conditions": [condition("EtcdCertificatesAvailable", "True", "SecretsFound", "")]})
+        };
+        let mut status = status;
+        status["observedGeneration"] = json!(kcp.metadata.generation);
+        let current = serde_json::to_value(&kcp.status).unwrap_or_default();
+        let changed = status
+            .as_object()
+            .into_iter()
+            .flatten()
+            .any(|(k, v)| current.get(k) != Some(v));
+        if changed {
+            let params = PatchParams {
+                field_manager: Some(MANAGER.into()),
+                ..Default::default()
+            };
+            api.patch_status(&name, &params, &Patch::Merge(&json!({"status": status})))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Advance the imaginary machines towards `endpoints`; returns how many are up to date.
+    fn step_machines(&self, kcp: &str, endpoints: &[String], replicas: i32) -> i32 {
+        let mut all = self.machines.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        let machines = all.entry(kcp.to_string()).or_insert_with(|| {
+            self.remember(kcp, endpoints, false);
+            info!(kcp, ?endpoints, "control plane machines created");
+            Machines {
+                endpoints: endpoints.to_vec(),
+                up_to_date: replicas,
+                last_step: now,
+            }
+        });
+        if machines.endpoints != endpoints {
+            self.remember(kcp, endpoints, true);
+            info!(
+                kcp,
+                ?endpoints,
+                "etcd endpoints changed: rolling the control plane"
+            );
+            *machines = Machines {
+                endpoints: endpoints.to_vec(),
+                up_to_date: 0,
+                last_step: now,
+            };
+        }
+        if machines.up_to_date < replicas && now.duration_since(machines.last_step) >= self.rollout_step {
+            machines.up_to_date += 1;
+            machines.last_step = now;
+        }
+        machines.up_to_date.min(replicas)
+    }
+
+    fn remember(&self, kcp: &str, endpoints: &[String], rollout: bool) {
+        let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
+        record.endpoint_changes.push(EndpointChange {
+            kcp: kcp.into(),
+            at: self.started.elapsed(),
+            endpoints: endpoints.to_vec(),
+        });
+        if rollout {
+            record.rollouts += 1;
+        }
+    }
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: &str) -> serde_json::Value {
+    json!({"type": type_, "status": status, "reason": reason, "message": message})
+}

@@ -1,0 +1,161 @@
+//! The running management plane of a demo or scenario: API server (in-memory, or a real one
+//! through a kubeconfig), controller binaries, CAPI and KCP stand-ins, machines. Dropping it stops
+//! everything.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::process::{Child, Command};
+
+use etcdadm_sim_apiserver::{ApiServer, Served};
+use etcdadm_sim_machines::{BuiltInRuntime, ExternalRuntime, MachineRuntime};
+
+use crate::capi::CapiStandIn;
+use crate::error::SimError;
+use crate::kcp::{KcpRecord, KcpStandIn};
+
+/// Namespace the demo and scenarios use.
+pub const NAMESPACE: &str = "default";
+
+/// How to bring a plane up.
+pub struct PlaneOptions {
+    /// Logs, kubeconfig and machine roots go here.
+    pub work_dir: PathBuf,
+    /// Machines get `<ip_prefix>.N`; concurrent planes need different prefixes.
+    pub ip_prefix: [u8; 3],
+    /// A real API server to use instead of the in-memory one (its CRDs must be installed).
+    pub kubeconfig: Option<PathBuf>,
+    /// `--machine-runtime CMD`: machines booted by an external command.
+    pub machine_runtime: Option<String>,
+    /// Controller binaries (beside this executable) to start with `run`.
+    pub controllers: Vec<&'static str>,
+}
+
+pub struct Plane {
+    /// The in-memory API server, unless a kubeconfig was given.
+    pub server: Option<ApiServer>,
+    served: Option<Served>,
+    pub url: String,
+    pub client: Client,
+    pub kubeconfig: PathBuf,
+    pub runtime: Arc<dyn MachineRuntime>,
+    pub kcp_record: Arc<Mutex<KcpRecord>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    controllers: Vec<Child>,
+}
+
+impl Drop for Plane {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        for child in &mut self.controllers {
+            let _ = child.start_kill();
+        }
+        drop(self.served.take());
+    }
+}
+
+impl Plane {
+    pub async fn start(options: PlaneOptions) -> Result<Plane, SimError> {
+        let work_dir = &options.work_dir;
+        std::fs::create_dir_all(work_dir)
+            .map_err(|e| SimError::Setup(format!("{}: {e}", work_dir.display())))?;
+        let setup = |e: &dyn std::fmt::Display| SimError::Setup(e.to_string());
+        let (server, served, url, kubeconfig, client) = match &options.kubeconfig {
+            Some(path) => {
+                let config = Kubeconfig::read_from(path).map_err(|e| setup(&e))?;
+                let config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default())
+                    .await
+                    .map_err(|e| setup(&e))?;
+                let url = config.cluster_url.to_string();
+                let client = Client::try_from(config).map_err(|e| setup(&e))?;
+                (None, None, url, path.clone(), client)
+            }
+            None => {
+                let server = ApiServer::new();
+                server.load_crds_dir(&crate::crd_dir()).map_err(|e| setup(&e))?;
+                let served = server
+                    .serve(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+                    .await
+                    .map_err(|e| setup(&e))?;
+                let kubeconfig = work_dir.join("kubeconfig");
+                ApiServer::write_kubeconfig(&served.url, &kubeconfig).map_err(|e| setup(&e))?;
+                let client = server.client(NAMESPACE);
+                let url = served.url.clone();
+                (Some(server), Some(served), url, kubeconfig, client)
+            }
+        };
+        let mut controllers = vec![];
+        for name in &options.controllers {
+            controllers.push(spawn_controller(
+                name,
+                &kubeconfig,
+                &work_dir.join(format!("{name}.log")),
+            )?);
+        }
+        let runtime: Arc<dyn MachineRuntime> = match &options.machine_runtime {
+            Some(command) => Arc::new(ExternalRuntime::new(command).map_err(|e| setup(&e))?),
+            None => Arc::new(BuiltInRuntime::new(sibling_binary("etcdadm-sim-machine")?)),
+        };
+        let capi = CapiStandIn {
+            client: client.clone(),
+            namespace: NAMESPACE.into(),
+            runtime: runtime.clone(),
+            work_dir: work_dir.clone(),
+            ip_prefix: options.ip_prefix,
+        };
+        let kcp = KcpStandIn::new(client.clone(), NAMESPACE, Duration::from_secs(2));
+        let kcp_record = kcp.record.clone();
+        let tasks = vec![tokio::spawn(capi.run()), tokio::spawn(kcp.run())];
+        Ok(Plane {
+            server,
+            served,
+            url,
+            client,
+            kubeconfig,
+            runtime,
+            kcp_record,
+            tasks,
+            controllers,
+        })
+    }
+}
+
+/// A controller binary built next to this one (`cargo build --workspace --bins`).
+pub fn sibling_binary(name: &str) -> Result<PathBuf, SimError> {
+    let exe = std::env::current_exe().map_err(|e| SimError::Setup(format!("locating myself: {e}")))?;
+    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    // Test executables live one level deeper (target/debug/deps).
+    [dir.join(name), dir.join("..").join(name)]
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            SimError::Setup(format!(
+                "{name} not found next to {}; run `cargo build --workspace --bins` first",
+                exe.display()
+            ))
+        })
+}
+
+/// Start a controller binary's `run` against the plane at `kubeconfig`, logging to `log`.
+pub fn spawn_controller(name: &str, kubeconfig: &Path, log: &Path) -> Result<Child, SimError> {
+    let binary = sibling_binary(name)?;
+    let log = std::fs::File::create(log)
+        .map_err(|e| SimError::Setup(format!("creating {}: {e}", log.display())))?;
+    let stderr = log.try_clone().map_err(|e| SimError::Setup(e.to_string()))?;
+    Command::new(&binary)
+        .arg("run")
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| SimError::Setup(format!("starting {}: {e}", binary.display())))
+}
