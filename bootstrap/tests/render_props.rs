@@ -163,6 +163,12 @@ fn spec() -> impl Strategy<Value = EtcdadmConfigSpec> {
         prop::collection::vec(user(), 0..3),
         opt(proxy()),
     )
+        .prop_map(|(pre, post, install, files, mut users, proxy)| {
+            // User names are unique (the renderer refuses duplicates); keep the first of each.
+            let mut seen = std::collections::BTreeSet::new();
+            users.retain(|u: &User| seen.insert(u.name.clone()));
+            (pre, post, install, files, users, proxy)
+        })
         .prop_map(|(pre, post, install, files, users, proxy)| EtcdadmConfigSpec {
             pre_etcdadm_commands: pre,
             post_etcdadm_commands: post,

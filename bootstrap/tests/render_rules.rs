@@ -241,3 +241,103 @@ fn cert_bundles_are_trusted_before_install_commands_run() {
         .unwrap();
     assert_eq!(bundle["content"], spec.cert_bundles[0].data);
 }
+
+#[test]
+fn bottlerocket_settings_under_cloud_config_are_refused_not_dropped() {
+    let spec = EtcdadmConfigSpec {
+        bottlerocket_config: Some(Default::default()),
+        ..Default::default()
+    };
+    match render(&spec) {
+        Err(RenderError::InvalidField { field_path, message }) => {
+            assert_eq!(field_path, "spec.bottlerocketConfig");
+            assert!(message.contains("format bottlerocket"), "{message}");
+        }
+        other => panic!("expected an InvalidField error, got {other:?}"),
+    }
+}
+
+#[test]
+fn two_users_with_one_name_are_refused() {
+    let user = |name: &str| User {
+        name: name.into(),
+        ..Default::default()
+    };
+    let spec = EtcdadmConfigSpec {
+        users: vec![user("ops"), user("dev"), user("ops")],
+        ..Default::default()
+    };
+    match render(&spec) {
+        Err(RenderError::InvalidField { field_path, message }) => {
+            assert_eq!(field_path, "spec.users[2].name");
+            assert!(message.contains("spec.users[0]"), "{message}");
+        }
+        other => panic!("expected an InvalidField error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_password_from_a_secret_wins_over_an_inline_one() {
+    let spec = EtcdadmConfigSpec {
+        users: vec![User {
+            name: "ops".into(),
+            passwd: Some("inline-hash".into()),
+            passwd_from: Some(PasswdSource {
+                secret: secret("pw", "hash"),
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut secrets = ResolvedSecrets::default();
+    secrets.user_passwords.insert("ops".into(), "secret-hash".into());
+    let doc: Value = serde_saphyr::from_str(&render_with(&spec, &secrets).unwrap()).unwrap();
+    assert_eq!(doc["users"][0]["passwd"], "secret-hash");
+}
+
+#[test]
+fn every_file_encoding_is_passed_to_cloud_init() {
+    use etcdadm_shared::api::config::Encoding;
+    for (encoding, name) in [
+        (Encoding::Base64, "base64"),
+        (Encoding::Gzip, "gzip"),
+        (Encoding::GzipBase64, "gzip+base64"),
+    ] {
+        let spec = EtcdadmConfigSpec {
+            files: vec![File {
+                encoding: Some(encoding),
+                ..file("/etc/blob", "H4sIAAAAAAAA")
+            }],
+            ..Default::default()
+        };
+        let doc = parsed(&spec);
+        let blob = doc["write_files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == "/etc/blob")
+            .unwrap();
+        assert_eq!(blob["encoding"], name);
+        assert_eq!(blob["content"], "H4sIAAAAAAAA");
+    }
+}
+
+#[test]
+fn eks_anywhere_init_passes_cipher_suites_as_a_flag() {
+    use etcdadm_shared::api::config::EtcdadmFlavor;
+    let spec = EtcdadmConfigSpec {
+        etcdadm_flavor: Some(EtcdadmFlavor::EksAnywhere),
+        cipher_suites: Some("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into()),
+        ..Default::default()
+    };
+    let commands = runcmd(&parsed(&spec));
+    let etcdadm = commands.iter().find(|c| c.starts_with("etcdadm init")).unwrap();
+    assert!(
+        etcdadm.contains("--cipher-suites TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"),
+        "{etcdadm}"
+    );
+    assert!(
+        !commands.iter().any(|c| c.contains("ETCD_CIPHER_SUITES")),
+        "{commands:?}"
+    );
+}

@@ -64,6 +64,13 @@ struct UserView {
 /// The cloud-config user data for `input`.
 pub fn render(input: &RenderInput) -> Result<String, RenderError> {
     let spec = input.spec;
+    if spec.bottlerocket_config.is_some() {
+        return Err(RenderError::invalid(
+            "spec.bottlerocketConfig",
+            "is only used with format bottlerocket; remove it or set spec.format: bottlerocket",
+        ));
+    }
+    check_unique_user_names(spec)?;
     check_content_sources(spec)?;
     // Missing values are reported in spec order (users, then files), whatever the layout order.
     if let Some(missing) = secret_refs(spec)
@@ -144,6 +151,19 @@ fn users(spec: &EtcdadmConfigSpec, secrets: &ResolvedSecrets) -> Result<Vec<User
 }
 
 /// `passwdFrom` wins over `passwd`, as in CAPI's kubeadm provider.
+/// Passwords from Secrets are matched to users by name, so two users with one name are ambiguous.
+fn check_unique_user_names(spec: &EtcdadmConfigSpec) -> Result<(), RenderError> {
+    for (index, user) in spec.users.iter().enumerate() {
+        if let Some(first) = spec.users[..index].iter().position(|u| u.name == user.name) {
+            return Err(RenderError::invalid(
+                format!("spec.users[{index}].name"),
+                format!("{:?} is already the name of spec.users[{first}]", user.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn user_view(index: usize, user: &User, secrets: &ResolvedSecrets) -> Result<UserView, RenderError> {
     let passwd = match &user.passwd_from {
         Some(from) => Some(secrets.user_passwords.get(&user.name).cloned().ok_or_else(|| {
