@@ -1,5 +1,8 @@
 //! The EtcdadmCluster controller: creates, health-checks, scales and rolls external etcd clusters.
 
+pub mod controller;
+pub mod error;
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 

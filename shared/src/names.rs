@@ -3,6 +3,9 @@
 /// Label on every object that belongs to a CAPI cluster.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// Label on the Machines of an EtcdadmCluster; the value is the EtcdadmCluster's name.
+/// Label CAPI puts on control plane Machines.
+pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
+/// Machine label naming the EtcdadmCluster it belongs to.
 pub const ETCD_CLUSTER_LABEL: &str = "cluster.x-k8s.io/etcd-cluster";
 /// Label that puts our objects under one clusterctl provider.
 pub const PROVIDER_LABEL: &str = "cluster.x-k8s.io/provider";

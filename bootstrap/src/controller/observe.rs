@@ -9,7 +9,7 @@ use kube::{Client, Resource, ResourceExt};
 use etcdadm_shared::api::capi::{Cluster, Machine};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig};
 use etcdadm_shared::names;
-use etcdadm_shared::pki::CertificateAuthority;
+use etcdadm_shared::pki::{CertificateAuthority, ca_from_secret};
 
 use super::plan::{CaView, ClusterView, DataSecretView, EtcdClusterView, LockView, MachineView, Observed};
 use crate::error::Error;
@@ -93,7 +93,7 @@ pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observat
         }
         let ca_name = names::ca_secret_name(cluster);
         if let Some(secret) = secrets.get_opt(&ca_name).await? {
-            match load_ca(&secret, &namespace, &ca_name) {
+            match ca_from_secret(&secret, &namespace, &ca_name) {
                 Ok(loaded) => {
                     ca_view = CaView::Valid;
                     ca = Some(loaded);
@@ -212,22 +212,6 @@ fn lock_holder(lock: &ConfigMap) -> Option<String> {
         .as_str()
         .filter(|n| !n.is_empty())
         .map(String::from)
-}
-
-/// The CA from its Secret, or a message naming what is wrong with it.
-pub fn load_ca(secret: &Secret, namespace: &str, name: &str) -> Result<CertificateAuthority, String> {
-    let key = |k: &str| -> Result<String, String> {
-        let bytes = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(k))
-            .ok_or_else(|| format!("Secret {namespace}/{name} has no {k}"))?;
-        String::from_utf8(bytes.0.clone())
-            .map_err(|_| format!("Secret {namespace}/{name}: {k} is not UTF-8 PEM"))
-    };
-    let cert = key(names::TLS_CERT_KEY)?;
-    let private_key = key(names::TLS_KEY_KEY)?;
-    CertificateAuthority::from_pem(&cert, &private_key).map_err(|e| format!("Secret {namespace}/{name}: {e}"))
 }
 
 fn etcd_cluster_view(etcd: &EtcdadmCluster) -> EtcdClusterView {

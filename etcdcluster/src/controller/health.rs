@@ -1,0 +1,342 @@
+//! Health of every member, checked over mutual TLS with bounded concurrency, turned into the
+//! plan's `EtcdView`; plus the in-memory client certificate and per-member clients it uses.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use tracing::debug;
+
+use etcdadm_shared::api::MemberStatus as StoredMember;
+use etcdadm_shared::etcd::{EtcdError, EtcdTls, Health, Member, MemberClient, MemberStatus};
+use etcdadm_shared::names;
+use etcdadm_shared::pki::{CertificateAuthority, LeafRequest};
+
+use super::plan::{EtcdView, MachineView, MemberView, machine_for_member};
+use crate::error::Error;
+
+/// Members probed at the same time, per cluster.
+pub const PROBE_CONCURRENCY: usize = 8;
+/// Lifetime of the controller's own client certificate.
+pub const CLIENT_CERT_VALIDITY: Duration = Duration::from_secs(2 * 3600);
+/// The certificate is replaced once less than this is left.
+pub const CLIENT_CERT_RENEW_BEFORE: Duration = Duration::from_secs(30 * 60);
+/// Common name of the controller's client certificate.
+pub const CLIENT_CERT_COMMON_NAME: &str = "etcdadm-controller";
+
+/// A member client for one URL, or why there is none.
+pub type UrlClient = (String, Result<Arc<MemberClient>, EtcdError>);
+
+/// Client certificates and member clients, per etcd cluster, kept across reconciles so
+/// connections are reused and certificates minted only when needed.
+#[derive(Default)]
+pub struct EtcdClients {
+    clusters: Mutex<HashMap<String, ClusterClients>>,
+}
+
+struct ClusterClients {
+    ca_pem: String,
+    tls: EtcdTls,
+    not_after: SystemTime,
+    timeout: Duration,
+    members: HashMap<String, Arc<MemberClient>>,
+}
+
+impl EtcdClients {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Clients for `urls` of the cluster `key` (`<namespace>/<cluster>`), minting or renewing the
+    /// client certificate from `ca` as needed. Clients for URLs not asked for are dropped.
+    pub fn clients(
+        &self,
+        key: &str,
+        ca: &CertificateAuthority,
+        urls: &[String],
+        timeout: Duration,
+    ) -> Result<Vec<UrlClient>, Error> {
+        let mut clusters = self
+            .clusters
+            .lock()
+            .map_err(|_| Error::InvalidObject("etcd client cache poisoned".into()))?;
+        let now = SystemTime::now();
+        let fresh = clusters.get(key).is_some_and(|c| {
+            c.ca_pem == ca.cert_pem() && c.timeout == timeout && c.not_after > now + CLIENT_CERT_RENEW_BEFORE
+        });
+        if !fresh {
+            let leaf = ca.issue(&LeafRequest::in_memory_client(
+                CLIENT_CERT_COMMON_NAME,
+                CLIENT_CERT_VALIDITY,
+            ))?;
+            debug!(cluster = key, "minted the controller's etcd client certificate");
+            clusters.insert(
+                key.to_string(),
+                ClusterClients {
+                    ca_pem: ca.cert_pem().to_string(),
+                    tls: EtcdTls {
+                        ca_pem: ca.cert_pem().to_string(),
+                        cert_pem: leaf.cert_pem,
+                        key_pem: leaf.key_pem,
+                    },
+                    not_after: leaf.not_after,
+                    timeout,
+                    members: HashMap::new(),
+                },
+            );
+        }
+        let Some(cluster) = clusters.get_mut(key) else {
+            return Err(Error::InvalidObject("etcd client cache lost an entry".into()));
+        };
+        cluster.members.retain(|url, _| urls.contains(url));
+        let mut out = Vec::with_capacity(urls.len());
+        for url in urls {
+            let client = match cluster.members.get(url) {
+                Some(client) => Ok(client.clone()),
+                None => MemberClient::new(url, &cluster.tls, cluster.timeout).map(|client| {
+                    let client = Arc::new(client);
+                    cluster.members.insert(url.clone(), client.clone());
+                    client
+                }),
+            };
+            out.push((url.clone(), client));
+        }
+        Ok(out)
+    }
+
+    /// Drop everything kept for `key` (the cluster is gone).
+    pub fn forget(&self, key: &str) {
+        if let Ok(mut clusters) = self.clusters.lock() {
+            clusters.remove(key);
+        }
+    }
+}
+
+/// What one member said (or why it said nothing).
+#[derive(Debug)]
+pub struct Probe {
+    pub client_url: String,
+    client: Option<Arc<MemberClient>>,
+    /// `/health` verdict; `Err` when there was no answer at all.
+    pub health: Result<Health, String>,
+    pub status: Result<MemberStatus, String>,
+}
+
+impl Probe {
+    /// Healthy: `/health` answered 200 + true and Status answered.
+    pub fn healthy(&self) -> bool {
+        matches!(&self.health, Ok(h) if h.healthy) && self.status.is_ok()
+    }
+
+    fn answered(&self) -> bool {
+        self.health.is_ok() || self.status.is_ok()
+    }
+
+    /// Why the member is not healthy.
+    pub fn problem(&self) -> Option<String> {
+        match (&self.health, &self.status) {
+            (Err(e), _) => Some(e.clone()),
+            (Ok(h), _) if !h.healthy => {
+                Some(h.reason.clone().unwrap_or_else(|| "/health is not true".into()))
+            }
+            (Ok(_), Err(e)) => Some(e.clone()),
+            (Ok(_), Ok(_)) => None,
+        }
+    }
+}
+
+async fn probe(url: String, client: Result<Arc<MemberClient>, EtcdError>) -> Probe {
+    match client {
+        Err(e) => Probe {
+            client_url: url,
+            client: None,
+            health: Err(e.to_string()),
+            status: Err(e.to_string()),
+        },
+        Ok(client) => {
+            let (health, status) = tokio::join!(client.health(), client.status());
+            Probe {
+                client_url: url,
+                health: health.map_err(|e| e.to_string()),
+                status: status.map_err(|e| e.to_string()),
+                client: Some(client),
+            }
+        }
+    }
+}
+
+/// Probe every URL, at most [`PROBE_CONCURRENCY`] at a time.
+pub async fn probe_all(clients: Vec<UrlClient>) -> Vec<Probe> {
+    futures::stream::iter(clients)
+        .map(|(url, client)| probe(url, client))
+        .buffer_unordered(PROBE_CONCURRENCY)
+        .collect()
+        .await
+}
+
+/// Inputs of one health check of one etcd cluster.
+pub struct CheckInput<'a> {
+    /// `<namespace>/<cluster>`: the cache key.
+    pub key: &'a str,
+    pub ca: &'a CertificateAuthority,
+    pub machines: &'a [MachineView],
+    /// `status.members` as stored: who was ever healthy.
+    pub previous: &'a [StoredMember],
+    pub timeout: Duration,
+}
+
+/// Check every member: `/health` and Status per member, the member list from a healthy one,
+/// alarms; members are matched to Machines by name and peer URL.
+pub async fn check(clients: &EtcdClients, input: &CheckInput<'_>) -> Result<EtcdView, Error> {
+    let mut urls: Vec<String> = input
+        .machines
+        .iter()
+        .filter_map(|m| m.address.as_deref())
+        .map(names::client_url)
+        .collect();
+    urls.sort();
+    urls.dedup();
+    if urls.is_empty() {
+        return Ok(EtcdView::NotChecked);
+    }
+    let mut probes: BTreeMap<String, Probe> =
+        probe_all(clients.clients(input.key, input.ca, &urls, input.timeout)?)
+            .await
+            .into_iter()
+            .map(|p| (p.client_url.clone(), p))
+            .collect();
+
+    let Some((members, alarms)) = member_list(&probes).await else {
+        let summary: Vec<String> = probes
+            .values()
+            .map(|p| {
+                format!(
+                    "{}: {}",
+                    p.client_url,
+                    p.problem().unwrap_or_else(|| "no member list".into())
+                )
+            })
+            .collect();
+        return Ok(EtcdView::Unreachable {
+            message: summary.join("; "),
+        });
+    };
+
+    // Members on no Machine are probed too, through what they advertise.
+    let extra: Vec<String> = members
+        .iter()
+        .filter(|m| machine_for_member(&m.name, &m.peer_urls, input.machines).is_none())
+        .filter_map(|m| m.client_urls.first().cloned())
+        .filter(|url| !probes.contains_key(url))
+        .collect();
+    if !extra.is_empty() {
+        let mut all = urls.clone();
+        all.extend(extra.iter().cloned());
+        let clients: Vec<_> = clients
+            .clients(input.key, input.ca, &all, input.timeout)?
+            .into_iter()
+            .filter(|(url, _)| extra.contains(url))
+            .collect();
+        for p in probe_all(clients).await {
+            probes.insert(p.client_url.clone(), p);
+        }
+    }
+
+    let leader = probes
+        .values()
+        .filter(|p| p.healthy())
+        .chain(probes.values())
+        .find_map(|p| p.status.as_ref().ok().and_then(|s| s.leader_id));
+    let views = members
+        .iter()
+        .map(|member| {
+            let machine = machine_for_member(&member.name, &member.peer_urls, input.machines);
+            let url = machine
+                .and_then(|name| input.machines.iter().find(|m| m.name == name))
+                .and_then(|m| m.address.as_deref())
+                .map(names::client_url)
+                .or_else(|| member.client_urls.first().cloned());
+            let probe = url.as_ref().and_then(|u| probes.get(u));
+            member_view(member, machine, probe, leader, &alarms, input.previous)
+        })
+        .collect();
+    Ok(EtcdView::Members(views))
+}
+
+/// The member list and alarms, from a healthy member if any, else from any that answered.
+async fn member_list(probes: &BTreeMap<String, Probe>) -> Option<(Vec<Member>, Vec<(u64, String)>)> {
+    let candidates = probes
+        .values()
+        .filter(|p| p.healthy())
+        .chain(probes.values().filter(|p| !p.healthy() && p.answered()));
+    for p in candidates {
+        let Some(client) = &p.client else { continue };
+        match client.member_list().await {
+            Ok(members) => {
+                let alarms = match client.alarms().await {
+                    Ok(alarms) => alarms
+                        .iter()
+                        .map(|a| (a.member_id, a.kind.as_str().to_string()))
+                        .collect(),
+                    Err(e) => {
+                        debug!(url = %p.client_url, error = %e, "reading alarms failed");
+                        Vec::new()
+                    }
+                };
+                return Some((members, alarms));
+            }
+            Err(e) => debug!(url = %p.client_url, error = %e, "member list failed"),
+        }
+    }
+    None
+}
+
+fn member_view(
+    member: &Member,
+    machine: Option<&str>,
+    probe: Option<&Probe>,
+    leader: Option<u64>,
+    alarms: &[(u64, String)],
+    previous: &[StoredMember],
+) -> MemberView {
+    let member_alarms: Vec<String> = alarms
+        .iter()
+        .filter(|(id, _)| *id == member.id)
+        .map(|(_, kind)| kind.clone())
+        .collect();
+    let (healthy, message) = match probe {
+        None if !member.is_started() => (false, Some("added, not started yet".to_string())),
+        None => (false, Some("no client URL to check".to_string())),
+        Some(p) => match p.problem() {
+            Some(problem) => (false, Some(problem)),
+            None if !member_alarms.is_empty() => {
+                (false, Some(format!("alarm {} raised", member_alarms.join(","))))
+            }
+            None => (true, None),
+        },
+    };
+    let id_hex = etcdadm_shared::etcd::member_id_hex(member.id);
+    let ever_healthy = healthy
+        || previous.iter().any(|s| {
+            s.last_healthy_time.is_some()
+                && (s.member_id.as_deref() == Some(id_hex.as_str())
+                    || machine.is_some_and(|name| s.name == name))
+        });
+    let status = probe.and_then(|p| p.status.as_ref().ok());
+    MemberView {
+        id: member.id,
+        name: member.name.clone(),
+        peer_urls: member.peer_urls.clone(),
+        client_urls: member.client_urls.clone(),
+        is_learner: member.is_learner,
+        healthy,
+        ever_healthy,
+        is_leader: leader == Some(member.id),
+        message,
+        machine: machine.map(String::from),
+        etcd_version: status.map(|s| s.version.clone()),
+        db_size: status.and_then(|s| i64::try_from(s.db_size).ok()),
+        alarms: member_alarms,
+    }
+}

@@ -1,0 +1,487 @@
+//! The EtcdadmCluster controller: observe (API + etcd health) → plan one step → status → apply,
+//! repeated a few times per reconcile, then requeued at the health-check interval.
+//!
+//! Status is written before the step is applied, so what the step's consequences rely on (e.g.
+//! `status.initialized` for a joining Machine's bootstrap) is stored before they happen.
+
+pub mod apply;
+pub mod health;
+pub mod observe;
+pub mod plan;
+pub mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use tracing::{info, warn};
+
+use etcdadm_shared::api::capi::{Cluster, KubeadmControlPlane, Machine};
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
+use etcdadm_shared::etcd::{EtcdError, MemberClient, Refusal, member_id_hex};
+use etcdadm_shared::names;
+
+use self::health::{CheckInput, EtcdClients};
+use self::observe::Observation;
+use self::plan::{EtcdView, Step};
+use crate::error::Error;
+
+/// Requeue while waiting on another actor, at most (the health interval may be shorter).
+const WAIT_REQUEUE: Duration = Duration::from_secs(5);
+/// A state only a human can fix is still looked at now and then.
+const REFUSED_REQUEUE: Duration = Duration::from_secs(60);
+/// Retry of a membership change etcd refused for a passing reason.
+const MEMBERSHIP_RETRY: Duration = Duration::from_secs(2);
+/// Steps applied in one reconcile before yielding.
+const MAX_STEPS: usize = 8;
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    /// Controller client certificates and member clients, per etcd cluster.
+    pub etcd_clients: EtcdClients,
+}
+
+impl Context {
+    pub fn new(client: Client) -> Self {
+        let reporter = Reporter {
+            controller: "etcdadm-controller".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            etcd_clients: EtcdClients::new(),
+        }
+    }
+
+    async fn event(&self, etcd: &EtcdadmCluster, warning: bool, reason: &str, note: String) {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &etcd.object_ref(&())).await {
+            warn!(etcdcluster = %etcd.name_any(), error = %e, "publishing event failed");
+        }
+    }
+}
+
+/// Reconcile one EtcdadmCluster.
+pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = etcd.namespace().ok_or_else(|| {
+        Error::InvalidObject(format!("EtcdadmCluster {} has no namespace", etcd.name_any()))
+    })?;
+    let name = etcd.name_any();
+    // The etcd side is checked once per reconcile: the steps taken in between do not change it.
+    let mut etcd_view: Option<EtcdView> = None;
+    for _ in 0..MAX_STEPS {
+        let Some(mut obs) = observe::observe(&ctx.client, &namespace, &name).await? else {
+            ctx.etcd_clients.forget(&format!("{namespace}/{name}"));
+            return Ok(Action::await_change());
+        };
+        let view = match &etcd_view {
+            Some(view) => view.clone(),
+            None => {
+                let view = check_health(&ctx, &obs).await?;
+                etcd_view = Some(view.clone());
+                view
+            }
+        };
+        let observed = obs.observed(view);
+        let step = plan::plan(&observed);
+        if let Some(updated) = write_status(&ctx, &obs, &observed, &step).await? {
+            // Metadata patches are guarded by the resourceVersion the status write produced.
+            obs.etcd_cluster = updated;
+        }
+        match apply_step(&ctx, &obs, step).await? {
+            Next::Again => continue,
+            Next::Done(action) => return Ok(action),
+        }
+    }
+    Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+async fn check_health(ctx: &Context, obs: &Observation) -> Result<EtcdView, Error> {
+    let Some(ca) = &obs.ca else {
+        return Ok(EtcdView::NotChecked);
+    };
+    let settings = obs.etcd_cluster.spec.health_settings();
+    let previous = obs
+        .etcd_cluster
+        .status
+        .as_ref()
+        .map(|s| s.members.clone())
+        .unwrap_or_default();
+    let key = obs.cache_key();
+    let input = CheckInput {
+        key: &key,
+        ca,
+        machines: &obs.machines,
+        previous: &previous,
+        timeout: settings.timeout,
+    };
+    health::check(&ctx.etcd_clients, &input).await
+}
+
+enum Next {
+    /// Something changed; observe again.
+    Again,
+    Done(Action),
+}
+
+fn required<'a, T>(value: &'a Option<T>, what: &str) -> Result<&'a T, Error> {
+    value
+        .as_ref()
+        .ok_or_else(|| Error::InvalidObject(format!("{what} disappeared during reconcile")))
+}
+
+async fn apply_step(ctx: &Context, obs: &Observation, step: Step) -> Result<Next, Error> {
+    let client = &ctx.client;
+    let etcd = &obs.etcd_cluster;
+    let ns = obs.namespace.as_str();
+    let interval = etcd.spec.health_settings().interval;
+    let cluster_name = obs.cluster_name().unwrap_or_default();
+    match step {
+        Step::Wait { .. } => Ok(Next::Done(Action::requeue(interval.min(WAIT_REQUEUE)))),
+        Step::Refuse { reason, message } => {
+            warn!(etcdcluster = %etcd.name_any(), reason, %message, "refusing to act");
+            Ok(Next::Done(Action::requeue(REFUSED_REQUEUE)))
+        }
+        Step::Paused => Ok(Next::Done(Action::requeue(interval))),
+        Step::Steady => Ok(Next::Done(Action::requeue(interval))),
+        Step::AddClusterOwnerRef => {
+            apply::add_cluster_owner_ref(client, etcd, required(&obs.cluster, "Cluster")?).await?;
+            Ok(Next::Again)
+        }
+        Step::AddFinalizer => {
+            apply::add_finalizer(client, etcd).await?;
+            Ok(Next::Again)
+        }
+        Step::PauseKcp => {
+            let kcp = required(&obs.kcp, "KubeadmControlPlane")?;
+            apply::set_kcp_paused(client, kcp, true).await?;
+            let note = format!(
+                "paused KubeadmControlPlane {} until etcd is ready",
+                kcp.name_any()
+            );
+            ctx.event(etcd, false, "ControlPlanePaused", note).await;
+            Ok(Next::Again)
+        }
+        Step::CreateCa => {
+            let cluster = required(&obs.cluster, "Cluster")?;
+            if apply::create_ca(client, cluster, ns).await? {
+                let note = format!(
+                    "generated the etcd CA in Secret {}",
+                    names::ca_secret_name(&cluster_name)
+                );
+                ctx.event(etcd, false, "CACreated", note).await;
+            }
+            Ok(Next::Again)
+        }
+        Step::PublishInitSecret { address, client_urls } => {
+            let cluster = required(&obs.cluster, "Cluster")?;
+            if apply::publish_init_secret(client, cluster, ns, &address, &client_urls).await? {
+                let note = format!(
+                    "published Secret {} with the first member's address {address}",
+                    names::init_secret_name(&cluster_name)
+                );
+                ctx.event(etcd, false, "InitSecretPublished", note).await;
+            }
+            Ok(Next::Again)
+        }
+        Step::UpdateInitSecretUrls { client_urls } => {
+            apply::update_init_secret_urls(client, &cluster_name, ns, &client_urls).await?;
+            Ok(Next::Again)
+        }
+        Step::CreateMachine {
+            adopt,
+            failure_domain,
+        } => {
+            let infra = required(&obs.infra_machine, "infrastructure machine kind")?;
+            let version = obs.machine_version();
+            let new = apply::NewMember {
+                etcd,
+                cluster: &cluster_name,
+                ns,
+                infra,
+                failure_domain: failure_domain.as_deref(),
+                version: version.as_deref(),
+            };
+            let adopted = adopt.is_some();
+            let name = adopt.unwrap_or_else(|| apply::member_name(&etcd.name_any()));
+            apply::create_member(client, &new, &name).await?;
+            let members = obs.machines.iter().filter(|m| !m.deleting).count() + 1;
+            let mut note = format!(
+                "created Machine {name} (member {members} of {})",
+                etcd.spec.replicas()
+            );
+            if let Some(domain) = &failure_domain {
+                note.push_str(&format!(" in failure domain {domain}"));
+            }
+            if adopted {
+                note.push_str(", finishing an interrupted creation");
+            }
+            info!(etcdcluster = %etcd.name_any(), machine = %name, "created member Machine");
+            ctx.event(etcd, false, "MachineCreated", note).await;
+            Ok(Next::Done(Action::requeue(interval.min(WAIT_REQUEUE))))
+        }
+        Step::DeleteLeftovers { names } => {
+            apply::delete_leftovers(client, ns, obs.infra_machine.as_ref(), &names).await?;
+            let note = format!("deleted leftovers of interrupted creations: {}", names.join(", "));
+            ctx.event(etcd, false, "LeftoversDeleted", note).await;
+            Ok(Next::Again)
+        }
+        Step::WriteKcpEndpoints { endpoints } => {
+            let kcp = required(&obs.kcp, "KubeadmControlPlane")?;
+            apply::write_kcp_endpoints(client, kcp, &endpoints).await?;
+            let note = format!(
+                "wrote etcd endpoints {} into KubeadmControlPlane {}",
+                endpoints.join(","),
+                kcp.name_any()
+            );
+            ctx.event(etcd, false, "ControlPlaneEndpointsUpdated", note).await;
+            Ok(Next::Again)
+        }
+        Step::CreateKcpSecrets => {
+            let cluster = required(&obs.cluster, "Cluster")?;
+            let ca = required(&obs.ca, "etcd CA")?;
+            let created = apply::create_kcp_secrets(client, cluster, ns, ca).await?;
+            if !created.is_empty() {
+                let note = format!("created Secrets {} for the control plane", created.join(", "));
+                ctx.event(etcd, false, "ControlPlaneSecretsCreated", note).await;
+            }
+            Ok(Next::Again)
+        }
+        Step::UnpauseKcp => {
+            let kcp = required(&obs.kcp, "KubeadmControlPlane")?;
+            apply::set_kcp_paused(client, kcp, false).await?;
+            let note = format!("etcd is ready: un-paused KubeadmControlPlane {}", kcp.name_any());
+            ctx.event(etcd, false, "ControlPlaneUnpaused", note).await;
+            Ok(Next::Again)
+        }
+        Step::MoveLeader {
+            leader_url,
+            to,
+            machine,
+        } => {
+            let member = member_client(ctx, obs, &leader_url)?;
+            if let Err(e) = member.move_leader(to).await {
+                return refused_for_now(etcd, e);
+            }
+            let note = format!(
+                "moved etcd leadership to member {} before removing Machine {machine}'s member",
+                member_id_hex(to)
+            );
+            ctx.event(etcd, false, "LeadershipMoved", note).await;
+            Ok(Next::Done(Action::requeue(Duration::from_secs(1))))
+        }
+        Step::RemoveMember {
+            member_id,
+            via_url,
+            machine,
+        } => {
+            let member = member_client(ctx, obs, &via_url)?;
+            match member.member_remove(member_id).await {
+                Ok(()) => {}
+                Err(e) if e.refusal() == Some(Refusal::MemberNotFound) => {}
+                Err(e) => return refused_for_now(etcd, e),
+            }
+            let note = format!(
+                "removed etcd member {} of Machine {machine}, which is being deleted",
+                member_id_hex(member_id)
+            );
+            ctx.event(etcd, false, "MemberRemoved", note).await;
+            Ok(Next::Done(Action::requeue(Duration::from_secs(1))))
+        }
+        Step::ReleaseHook { machine } => {
+            apply::release_hook(client, ns, &machine).await?;
+            let note = format!("Machine {machine} has no etcd member; released its pre-terminate hook");
+            ctx.event(etcd, false, "PreTerminateHookReleased", note).await;
+            Ok(Next::Again)
+        }
+        Step::ReleaseAndDeleteMachines { names } => {
+            apply::release_and_delete_machines(client, ns, &names).await?;
+            let note = format!(
+                "deleting etcd Machines {} (their pre-terminate hooks released)",
+                names.join(", ")
+            );
+            ctx.event(etcd, false, "MachinesDeleted", note).await;
+            Ok(Next::Done(Action::requeue(interval.min(WAIT_REQUEUE))))
+        }
+        Step::RemoveFinalizer => {
+            apply::remove_finalizer(client, etcd).await?;
+            ctx.etcd_clients.forget(&obs.cache_key());
+            info!(etcdcluster = %etcd.name_any(), "every etcd Machine is gone; finalizer removed");
+            Ok(Next::Done(Action::await_change()))
+        }
+    }
+}
+
+/// etcd refusing a membership change for a passing reason (its strict reconfiguration check
+/// wants every peer connected for a while, leadership just moved...) is waited out; anything
+/// else is an error.
+fn refused_for_now(etcd: &EtcdadmCluster, e: EtcdError) -> Result<Next, Error> {
+    let passing = matches!(
+        e.refusal(),
+        Some(
+            Refusal::UnhealthyCluster
+                | Refusal::NotEnoughStartedMembers
+                | Refusal::NoLeader
+                | Refusal::NotLeader
+                | Refusal::RequestTimedOut
+        )
+    );
+    if passing {
+        info!(etcdcluster = %etcd.name_any(), error = %e, "etcd refused a membership change for now; retrying");
+        Ok(Next::Done(Action::requeue(MEMBERSHIP_RETRY)))
+    } else {
+        Err(e.into())
+    }
+}
+
+/// The client of the member at `url`, with the controller's certificate.
+fn member_client(ctx: &Context, obs: &Observation, url: &str) -> Result<Arc<MemberClient>, Error> {
+    let ca = required(&obs.ca, "etcd CA")?;
+    let timeout = obs.etcd_cluster.spec.health_settings().timeout;
+    let mut clients = ctx
+        .etcd_clients
+        .clients(&obs.cache_key(), ca, &[url.to_string()], timeout)?;
+    match clients.pop() {
+        Some((_, client)) => Ok(client?),
+        None => Err(Error::InvalidObject(format!("no etcd client for {url}"))),
+    }
+}
+
+/// Write status if it changed, and publish the Events of its transitions. Returns the object as
+/// written, if it was.
+async fn write_status(
+    ctx: &Context,
+    obs: &Observation,
+    observed: &plan::Observed,
+    step: &Step,
+) -> Result<Option<EtcdadmCluster>, Error> {
+    let etcd = &obs.etcd_cluster;
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let (status, transitions) = status::next_status(etcd, observed, step, &now);
+    let old: EtcdadmClusterStatus = etcd.status.clone().unwrap_or_default();
+    let mut written = None;
+    if status != old {
+        let api: Api<EtcdadmCluster> = Api::namespaced(ctx.client.clone(), &obs.namespace);
+        let patch = serde_json::json!({ "status": status });
+        let params = PatchParams {
+            field_manager: Some(apply::FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        written = Some(
+            api.patch_status(&etcd.name_any(), &params, &Patch::Merge(&patch))
+                .await?,
+        );
+    }
+    for t in transitions {
+        ctx.event(etcd, t.warning, t.reason, t.note).await;
+    }
+    Ok(written)
+}
+
+fn error_policy(etcd: Arc<EtcdadmCluster>, error: &Error, _ctx: Arc<Context>) -> Action {
+    warn!(etcdcluster = %etcd.name_any(), category = error.category(), %error, "reconcile failed");
+    Action::requeue(WAIT_REQUEUE)
+}
+
+/// EtcdadmClusters of the Cluster `cluster` (by label or by the fork's reference).
+fn etcd_clusters_of(store: &Store<EtcdadmCluster>, cluster: &Cluster) -> Vec<ObjectRef<EtcdadmCluster>> {
+    let ns = cluster.namespace();
+    let name = cluster.name_any();
+    let referenced = cluster
+        .spec
+        .managed_external_etcd_ref
+        .as_ref()
+        .map(|r| r.name.clone());
+    store
+        .state()
+        .iter()
+        .filter(|e| e.namespace() == ns)
+        .filter(|e| {
+            e.labels().get(names::CLUSTER_NAME_LABEL) == Some(&name)
+                || referenced.as_deref() == Some(e.name_any().as_str())
+        })
+        .map(|e| ObjectRef::from_obj(e.as_ref()))
+        .collect()
+}
+
+/// EtcdadmClusters in the namespace of a KCP (few per namespace; the reconcile filters).
+fn etcd_clusters_in(
+    store: &Store<EtcdadmCluster>,
+    namespace: Option<String>,
+) -> Vec<ObjectRef<EtcdadmCluster>> {
+    store
+        .state()
+        .iter()
+        .filter(|e| e.namespace() == namespace)
+        .map(|e| ObjectRef::from_obj(e.as_ref()))
+        .collect()
+}
+
+/// Run the controller until `shutdown` resolves. `namespace` limits every watch.
+pub async fn run(
+    client: Client,
+    namespace: Option<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let etcd_clusters: Api<EtcdadmCluster> = api(&client, &namespace);
+    let controller = Controller::new(etcd_clusters, watcher::Config::default().any_semantic());
+    let store = controller.store();
+    let cluster_store = store.clone();
+    let kcp_store = store.clone();
+    let ctx = Arc::new(Context::new(client.clone()));
+    controller
+        .owns(
+            api::<Machine>(&client, &namespace),
+            watcher::Config::default()
+                .labels(names::ETCD_CLUSTER_LABEL)
+                .any_semantic(),
+        )
+        .watches(
+            api::<Cluster>(&client, &namespace),
+            watcher::Config::default().any_semantic(),
+            move |cluster| etcd_clusters_of(&cluster_store, &cluster),
+        )
+        .watches(
+            api::<KubeadmControlPlane>(&client, &namespace),
+            watcher::Config::default().any_semantic(),
+            move |kcp| etcd_clusters_in(&kcp_store, kcp.namespace()),
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                warn!(error = %e, "controller event");
+            }
+        })
+        .await;
+}

@@ -1,0 +1,650 @@
+//! The status an EtcdadmCluster shows after a reconcile, computed purely from the observation and
+//! the planned step, and the transitions in it that deserve an Event.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use etcdadm_shared::api::cluster::MachineReference;
+use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus, MemberStatus};
+use etcdadm_shared::etcd::member_id_hex;
+use etcdadm_shared::names;
+
+use super::apply::member_selector;
+use super::plan::{
+    self, CaView, ClusterView, EtcdView, KcpView, MachineView, MemberView, Observed, Step, reason,
+};
+
+/// Condition types this controller sets.
+pub const READY: &str = "Ready";
+pub const CERTIFICATES_AVAILABLE: &str = "CertificatesAvailable";
+pub const INITIALIZED: &str = "Initialized";
+pub const MACHINES_READY: &str = "MachinesReady";
+pub const MEMBERS_HEALTHY: &str = "MembersHealthy";
+pub const ENDPOINTS_AVAILABLE: &str = "EndpointsAvailable";
+pub const CONTROL_PLANE_ENDPOINTS_UPDATED: &str = "ControlPlaneEndpointsUpdated";
+pub const PAUSED: &str = "Paused";
+
+/// A change an operator should hear about, as an Event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Transition {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub note: String,
+}
+
+impl Transition {
+    fn normal(reason: &'static str, note: String) -> Self {
+        Transition {
+            warning: false,
+            reason,
+            note,
+        }
+    }
+
+    fn warning(reason: &'static str, note: String) -> Self {
+        Transition {
+            warning: true,
+            reason,
+            note,
+        }
+    }
+}
+
+/// The new status and the transitions from the old one to it.
+pub fn next_status(
+    etcd: &EtcdadmCluster,
+    o: &Observed,
+    step: &Step,
+    now: &Time,
+) -> (EtcdadmClusterStatus, Vec<Transition>) {
+    let old = etcd.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    let mut transitions = Vec::new();
+    let generation = etcd.metadata.generation;
+    let cluster_name = match &o.cluster {
+        ClusterView::Found { name, .. } => Some(name.as_str()),
+        ClusterView::Missing => None,
+    };
+
+    status.members = member_statuses(o, &old.members, now, &mut transitions);
+    let ready = plan::is_ready(o);
+    let initialized = old.initialized || o.initialized_now();
+    if initialized && !old.initialized {
+        let first = status
+            .members
+            .iter()
+            .find(|m| m.healthy)
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        transitions.push(Transition::normal(
+            "Initialized",
+            format!("etcd is initialized: member {first} passed its health check"),
+        ));
+    }
+    status.initialized = initialized;
+    status.ready = ready;
+    status.creation_complete = old.creation_complete || ready;
+    if matches!(o.etcd, EtcdView::Members(_)) {
+        status.endpoints = plan::voting_endpoints(o).join(",");
+    }
+    if let (Some(cluster), Some(_)) = (cluster_name, &o.init_secret) {
+        status.init_machine_address = names::init_secret_name(cluster);
+    }
+    let ready_members = status
+        .members
+        .iter()
+        .filter(|m| m.machine_ref.is_some() && m.healthy && !m.is_learner)
+        .count();
+    let ready_members = i32::try_from(ready_members).unwrap_or(i32::MAX);
+    status.ready_count = Some(ready_members);
+    status.ready_replicas = Some(ready_members);
+    let active = o.machines.iter().filter(|m| !m.deleting).count();
+    status.updated_replicas = Some(i32::try_from(active).unwrap_or(i32::MAX));
+    if let Some(cluster) = cluster_name {
+        status.selector = Some(member_selector(cluster, &o.name));
+    }
+    status.observed_generation = generation;
+
+    let mut set = |condition: NewCondition| {
+        conditions::set(&mut status.conditions, condition, generation, now);
+    };
+    set(paused_condition(step));
+    set(certificates_condition(o));
+    set(if initialized {
+        NewCondition::true_(INITIALIZED, "Initialized")
+    } else {
+        NewCondition::false_(
+            INITIALIZED,
+            Severity::Info,
+            reason::WAITING_FOR_FIRST_MEMBER,
+            "waiting for the first member to pass a health check",
+        )
+    });
+    set(machines_condition(o, active));
+    set(members_condition(o));
+    set(if plan::healthy_client_urls(o).is_empty() {
+        NewCondition::false_(
+            ENDPOINTS_AVAILABLE,
+            Severity::Info,
+            "NoHealthyMembers",
+            "no healthy voting member to serve clients",
+        )
+    } else {
+        NewCondition::true_(ENDPOINTS_AVAILABLE, "EndpointsAvailable")
+    });
+    set(control_plane_condition(o, ready));
+    let ready_condition = if ready {
+        NewCondition::true_(READY, reason::READY)
+    } else {
+        let (why, message) = step.reason();
+        let severity = match step {
+            Step::Refuse { .. } => Severity::Error,
+            Step::Wait { reason, .. } if *reason == reason::QUORUM_LOST => Severity::Warning,
+            _ => Severity::Info,
+        };
+        NewCondition::false_(READY, severity, why, message)
+    };
+    set(ready_condition);
+
+    let old_reason = conditions::find(&old.conditions, READY).and_then(|c| c.reason.clone());
+    let new_reason = conditions::find(&status.conditions, READY).and_then(|c| c.reason.clone());
+    if ready && !old.ready {
+        transitions.push(Transition::normal(
+            "Ready",
+            format!(
+                "all {ready_members} members are healthy voting members: {}",
+                status.endpoints
+            ),
+        ));
+    } else if !ready && old.ready {
+        let (why, message) = step.reason();
+        transitions.push(Transition::warning(
+            "NotReady",
+            format!("etcd is no longer ready ({why}): {message}"),
+        ));
+    }
+    if old_reason != new_reason {
+        match step {
+            Step::Refuse { reason, message } => {
+                transitions.push(Transition::warning(reason, message.clone()));
+            }
+            Step::Wait { reason, message } if *reason == reason::QUORUM_LOST => {
+                transitions.push(Transition::warning(reason, message.clone()));
+            }
+            _ => {}
+        }
+    }
+    (status, transitions)
+}
+
+fn paused_condition(step: &Step) -> NewCondition {
+    if matches!(step, Step::Paused) {
+        NewCondition::true_(PAUSED, reason::PAUSED)
+            .with_message("the Cluster or this EtcdadmCluster is paused: nothing is written but status")
+    } else {
+        NewCondition::false_(PAUSED, Severity::Info, "NotPaused", "")
+    }
+}
+
+fn certificates_condition(o: &Observed) -> NewCondition {
+    match &o.ca {
+        CaView::Valid => NewCondition::true_(CERTIFICATES_AVAILABLE, "CertificatesAvailable"),
+        CaView::Missing => NewCondition::false_(
+            CERTIFICATES_AVAILABLE,
+            Severity::Info,
+            "WaitingForCA",
+            "the etcd CA Secret does not exist yet",
+        ),
+        CaView::Corrupt(problem) => NewCondition::false_(
+            CERTIFICATES_AVAILABLE,
+            Severity::Error,
+            reason::CA_CORRUPT,
+            problem.as_str(),
+        ),
+    }
+}
+
+fn machines_condition(o: &Observed, active: usize) -> NewCondition {
+    let replicas = usize::try_from(o.replicas).unwrap_or(0);
+    let with_address = o
+        .machines
+        .iter()
+        .filter(|m| !m.deleting && m.address.is_some())
+        .count();
+    let message = format!("{active} of {replicas} Machines, {with_address} with an address");
+    if active == replicas && with_address == active {
+        NewCondition::true_(MACHINES_READY, "MachinesReady")
+    } else if active < replicas {
+        NewCondition::false_(MACHINES_READY, Severity::Info, reason::SCALING_UP, message)
+    } else if active > replicas {
+        NewCondition::false_(MACHINES_READY, Severity::Info, "ScalingDown", message)
+    } else {
+        NewCondition::false_(
+            MACHINES_READY,
+            Severity::Info,
+            reason::WAITING_FOR_MACHINE_ADDRESS,
+            message,
+        )
+    }
+}
+
+fn members_condition(o: &Observed) -> NewCondition {
+    match &o.etcd {
+        EtcdView::NotChecked => NewCondition::unknown(
+            MEMBERS_HEALTHY,
+            "NotChecked",
+            "no member could be checked yet (no CA or no Machine with an address)",
+        ),
+        EtcdView::Unreachable { message } => NewCondition::false_(
+            MEMBERS_HEALTHY,
+            Severity::Warning,
+            "MembersUnreachable",
+            message.as_str(),
+        ),
+        EtcdView::Members(members) => {
+            let mut problems: Vec<String> = members
+                .iter()
+                .filter(|m| !m.healthy)
+                .map(|m| {
+                    format!(
+                        "{}: {}",
+                        display_name(m),
+                        m.message.as_deref().unwrap_or("unhealthy")
+                    )
+                })
+                .collect();
+            for machine in o.machines.iter().filter(|m| !m.deleting) {
+                if !members
+                    .iter()
+                    .any(|m| m.machine.as_deref() == Some(machine.name.as_str()))
+                {
+                    problems.push(format!("{}: not an etcd member yet", machine.name));
+                }
+            }
+            if problems.is_empty() {
+                return NewCondition::true_(MEMBERS_HEALTHY, "MembersHealthy");
+            }
+            let degraded = members.iter().any(|m| !m.healthy && m.ever_healthy);
+            let (severity, why) = if degraded {
+                (Severity::Warning, "MembersUnhealthy")
+            } else {
+                (Severity::Info, "MembersJoining")
+            };
+            NewCondition::false_(MEMBERS_HEALTHY, severity, why, problems.join("; "))
+        }
+    }
+}
+
+fn control_plane_condition(o: &Observed, ready: bool) -> NewCondition {
+    match &o.kcp {
+        KcpView::None => NewCondition::true_(CONTROL_PLANE_ENDPOINTS_UPDATED, "NoControlPlane")
+            .with_message("the Cluster references no KubeadmControlPlane"),
+        KcpView::Missing { name } => NewCondition::false_(
+            CONTROL_PLANE_ENDPOINTS_UPDATED,
+            Severity::Info,
+            "ControlPlaneNotFound",
+            format!("KubeadmControlPlane {name} not found"),
+        ),
+        KcpView::Found {
+            name,
+            local_etcd: true,
+            ..
+        } => NewCondition::false_(
+            CONTROL_PLANE_ENDPOINTS_UPDATED,
+            Severity::Warning,
+            "ControlPlaneUsesLocalEtcd",
+            format!("KubeadmControlPlane {name} declares local etcd, not etcd.external; it is not touched"),
+        ),
+        KcpView::Found {
+            name,
+            endpoints,
+            paused,
+            skip_pause,
+            secrets_present,
+            ..
+        } => {
+            let mut current = endpoints.clone();
+            current.sort();
+            let done =
+                ready && current == plan::voting_endpoints(o) && *secrets_present && (!paused || *skip_pause);
+            if done {
+                NewCondition::true_(CONTROL_PLANE_ENDPOINTS_UPDATED, "EndpointsUpdated")
+            } else if !ready {
+                let message = if *skip_pause {
+                    format!("KubeadmControlPlane {name} gets the endpoints once etcd is ready")
+                } else {
+                    format!("KubeadmControlPlane {name} is kept paused until etcd is ready")
+                };
+                NewCondition::false_(
+                    CONTROL_PLANE_ENDPOINTS_UPDATED,
+                    Severity::Info,
+                    "WaitingForEtcdReady",
+                    message,
+                )
+            } else {
+                NewCondition::false_(
+                    CONTROL_PLANE_ENDPOINTS_UPDATED,
+                    Severity::Info,
+                    reason::UPDATING_CONTROL_PLANE,
+                    format!("writing endpoints and certificates for KubeadmControlPlane {name}"),
+                )
+            }
+        }
+    }
+}
+
+fn display_name(m: &MemberView) -> String {
+    m.machine
+        .clone()
+        .filter(|_| !m.is_started())
+        .or_else(|| (!m.name.is_empty()).then(|| m.name.clone()))
+        .unwrap_or_else(|| member_id_hex(m.id))
+}
+
+/// One entry per Machine (in Machine order), then one per member that runs on none of them.
+fn member_statuses(
+    o: &Observed,
+    previous: &[MemberStatus],
+    now: &Time,
+    transitions: &mut Vec<Transition>,
+) -> Vec<MemberStatus> {
+    let members: &[MemberView] = match &o.etcd {
+        EtcdView::Members(members) => members,
+        _ => &[],
+    };
+    let mut out = Vec::new();
+    for machine in &o.machines {
+        let prev = previous.iter().find(|p| p.name == machine.name);
+        let member = members
+            .iter()
+            .find(|m| m.machine.as_deref() == Some(machine.name.as_str()));
+        let entry = machine_entry(o, machine, member, prev);
+        out.push(entry);
+    }
+    for member in members.iter().filter(|m| m.machine.is_none()) {
+        let name = display_name(member);
+        let prev = previous.iter().find(|p| p.name == name);
+        let mut entry = member_entry(&name, member, prev);
+        let why = member.message.clone().unwrap_or_else(|| "healthy".into());
+        entry.message = Some(format!(
+            "no Machine of this EtcdadmCluster runs this member ({why})"
+        ));
+        out.push(entry);
+    }
+    for entry in &mut out {
+        let prev = previous.iter().find(|p| p.name == entry.name);
+        stamp_times(entry, prev, now);
+        if let Some(t) = health_transition(entry, prev) {
+            transitions.push(t);
+        }
+    }
+    out
+}
+
+fn member_entry(name: &str, member: &MemberView, prev: Option<&MemberStatus>) -> MemberStatus {
+    MemberStatus {
+        name: name.to_string(),
+        machine_ref: None,
+        member_id: Some(member_id_hex(member.id)),
+        peer_url: member.peer_urls.first().cloned(),
+        client_url: member.client_urls.first().cloned(),
+        healthy: member.healthy,
+        is_leader: member.is_leader,
+        is_learner: member.is_learner,
+        last_healthy_time: prev.and_then(|p| p.last_healthy_time.clone()),
+        last_transition_time: prev.and_then(|p| p.last_transition_time.clone()),
+        etcd_version: member.etcd_version.clone(),
+        db_size: member.db_size,
+        alarms: member.alarms.clone(),
+        message: member.message.clone(),
+    }
+}
+
+fn machine_entry(
+    o: &Observed,
+    machine: &MachineView,
+    member: Option<&MemberView>,
+    prev: Option<&MemberStatus>,
+) -> MemberStatus {
+    let mut entry = match member {
+        Some(member) => member_entry(&machine.name, member, prev),
+        None => MemberStatus {
+            name: machine.name.clone(),
+            // Without a fresh member list, what was known stays (minus health).
+            member_id: prev.and_then(|p| p.member_id.clone()),
+            is_learner: prev.is_some_and(|p| p.is_learner),
+            last_healthy_time: prev.and_then(|p| p.last_healthy_time.clone()),
+            last_transition_time: prev.and_then(|p| p.last_transition_time.clone()),
+            message: Some(match (&machine.address, &o.etcd) {
+                (None, _) => "waiting for the Machine's address".into(),
+                (Some(_), EtcdView::NotChecked) => "not checked yet".into(),
+                (Some(_), EtcdView::Unreachable { message }) => format!("no member answers: {message}"),
+                (Some(_), EtcdView::Members(_)) => "not an etcd member yet".into(),
+            }),
+            ..Default::default()
+        },
+    };
+    entry.machine_ref = Some(MachineReference {
+        name: machine.name.clone(),
+    });
+    if let Some(address) = &machine.address {
+        entry.client_url = Some(names::client_url(address));
+        entry.peer_url = Some(names::peer_url(address));
+    }
+    if machine.deleting {
+        let why = entry.message.take();
+        entry.message = Some(match why {
+            Some(why) => format!("Machine is being deleted; {why}"),
+            None => "Machine is being deleted".into(),
+        });
+    }
+    entry
+}
+
+/// `lastHealthyTime` moves at most this often while a member stays healthy: exact to the check
+/// would rewrite every cluster's status at every interval.
+pub const LAST_HEALTHY_GRANULARITY_SECS: i64 = 30;
+
+fn stamp_times(entry: &mut MemberStatus, prev: Option<&MemberStatus>, now: &Time) {
+    let still_fresh = prev
+        .filter(|p| p.healthy)
+        .and_then(|p| p.last_healthy_time.as_ref())
+        .is_some_and(|t| now.0.as_second() - t.0.as_second() < LAST_HEALTHY_GRANULARITY_SECS);
+    if entry.healthy && !still_fresh {
+        entry.last_healthy_time = Some(now.clone());
+    }
+    let flipped = prev.is_none_or(|p| p.healthy != entry.healthy);
+    if flipped || entry.last_transition_time.is_none() {
+        entry.last_transition_time = Some(now.clone());
+    }
+}
+
+fn health_transition(entry: &MemberStatus, prev: Option<&MemberStatus>) -> Option<Transition> {
+    let joined = entry.member_id.is_some() && prev.is_none_or(|p| p.member_id.is_none());
+    if joined && entry.machine_ref.is_some() {
+        return Some(Transition::normal(
+            "MemberJoined",
+            format!(
+                "Machine {} is etcd member {}",
+                entry.name,
+                entry.member_id.clone().unwrap_or_default()
+            ),
+        ));
+    }
+    let was_healthy = prev.is_some_and(|p| p.healthy);
+    match (was_healthy, entry.healthy) {
+        (true, false) => Some(Transition::warning(
+            "MemberUnhealthy",
+            format!(
+                "member {} is unhealthy: {}",
+                entry.name,
+                entry.message.clone().unwrap_or_default()
+            ),
+        )),
+        (false, true) if prev.is_some_and(|p| p.last_healthy_time.is_some()) => Some(Transition::normal(
+            "MemberHealthy",
+            format!("member {} is healthy again", entry.name),
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::controller::plan::{InitSecretView, MachineView};
+
+    fn at(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
+    }
+
+    fn observed(healthy: [bool; 2]) -> Observed {
+        let machines: Vec<MachineView> = (0..2)
+            .map(|i| MachineView {
+                name: format!("m{i}"),
+                address: Some(format!("10.0.0.{}", i + 1)),
+                has_hook: true,
+                ..Default::default()
+            })
+            .collect();
+        let members = (0..2)
+            .map(|i| MemberView {
+                id: i as u64 + 10,
+                name: format!("m{i}"),
+                peer_urls: vec![names::peer_url(&format!("10.0.0.{}", i + 1))],
+                client_urls: vec![names::client_url(&format!("10.0.0.{}", i + 1))],
+                healthy: healthy[i],
+                ever_healthy: true,
+                is_leader: i == 0,
+                message: (!healthy[i]).then(|| "connection refused".to_string()),
+                machine: Some(format!("m{i}")),
+                ..Default::default()
+            })
+            .collect();
+        Observed {
+            name: "c1-etcd".into(),
+            deleting: false,
+            has_finalizer: true,
+            has_cluster_owner_ref: true,
+            paused_annotation: false,
+            replicas: 3,
+            spec_problem: None,
+            spec_failure_domains: vec![],
+            cluster: ClusterView::Found {
+                name: "c1".into(),
+                paused: false,
+                deleting: false,
+                infrastructure_ready: true,
+                failure_domains: vec![],
+            },
+            ca: CaView::Valid,
+            machines,
+            leftovers: vec![],
+            etcd: EtcdView::Members(members),
+            init_secret: Some(InitSecretView::default()),
+            initialized: false,
+            creation_complete: false,
+            kcp: KcpView::None,
+            control_plane_machines: 0,
+        }
+    }
+
+    fn with_status(status: EtcdadmClusterStatus) -> EtcdadmCluster {
+        let mut etcd = EtcdadmCluster::new("c1-etcd", Default::default());
+        etcd.metadata.generation = Some(4);
+        etcd.status = Some(status);
+        etcd
+    }
+
+    #[test]
+    fn members_counts_and_contract_fields_are_filled() {
+        let o = observed([true, true]);
+        let step = plan::plan(&o);
+        let (status, transitions) = next_status(&with_status(Default::default()), &o, &step, &at(100));
+        assert!(status.initialized, "a member passed its health check");
+        assert!(!status.ready, "2 of 3 replicas");
+        assert_eq!(status.init_machine_address, "c1-etcd-init");
+        assert_eq!(status.endpoints, "https://10.0.0.1:2379,https://10.0.0.2:2379");
+        assert_eq!((status.ready_count, status.ready_replicas), (Some(2), Some(2)));
+        assert_eq!(
+            status.selector.as_deref(),
+            Some("cluster.x-k8s.io/cluster-name=c1,cluster.x-k8s.io/etcd-cluster=c1-etcd")
+        );
+        assert_eq!(status.observed_generation, Some(4));
+        let m0 = &status.members[0];
+        assert_eq!(m0.member_id.as_deref(), Some("000000000000000a"));
+        assert_eq!(m0.client_url.as_deref(), Some("https://10.0.0.1:2379"));
+        assert_eq!(m0.peer_url.as_deref(), Some("https://10.0.0.1:2380"));
+        assert!(m0.is_leader && m0.healthy && !m0.is_learner);
+        assert_eq!(m0.last_healthy_time, Some(at(100)));
+        let ready = conditions::find(&status.conditions, READY).unwrap();
+        assert_eq!(ready.reason.as_deref(), Some(reason::SCALING_UP));
+        let reasons: Vec<&str> = transitions.iter().map(|t| t.reason).collect();
+        assert_eq!(reasons, ["MemberJoined", "MemberJoined", "Initialized"]);
+    }
+
+    #[test]
+    fn a_member_going_unhealthy_is_a_warning_and_keeps_its_last_healthy_time() {
+        let before = observed([true, true]);
+        let (old, _) = next_status(
+            &with_status(Default::default()),
+            &before,
+            &plan::plan(&before),
+            &at(100),
+        );
+        let after = observed([true, false]);
+        let (status, transitions) =
+            next_status(&with_status(old.clone()), &after, &plan::plan(&after), &at(200));
+        let m1 = &status.members[1];
+        assert!(!m1.healthy);
+        assert_eq!(m1.last_healthy_time, Some(at(100)));
+        assert_eq!(m1.last_transition_time, Some(at(200)));
+        assert_eq!(m1.message.as_deref(), Some("connection refused"));
+        assert_eq!(status.members[0].last_transition_time, Some(at(100)));
+        // With 2 voters, losing one loses quorum: both are worth a warning.
+        let reasons: Vec<(bool, &str)> = transitions.iter().map(|t| (t.warning, t.reason)).collect();
+        assert_eq!(reasons, [(true, "MemberUnhealthy"), (true, "QuorumLost")]);
+        assert_eq!(transitions[0].note, "member m1 is unhealthy: connection refused");
+        let members = conditions::find(&status.conditions, MEMBERS_HEALTHY).unwrap();
+        assert_eq!(members.reason.as_deref(), Some("MembersUnhealthy"));
+        // Unchanged observation: unchanged status, no Events.
+        let (again, transitions) = next_status(
+            &with_status(status.clone()),
+            &after,
+            &plan::plan(&after),
+            &at(300),
+        );
+        assert_eq!(again.members, {
+            let mut expected = status.members.clone();
+            expected[0].last_healthy_time = Some(at(300));
+            expected
+        });
+        assert!(transitions.is_empty());
+        // Within the granularity, a healthy member's status does not change at all.
+        let (soon, _) = next_status(&with_status(again.clone()), &after, &plan::plan(&after), &at(310));
+        assert_eq!(soon, {
+            let mut expected = again.clone();
+            expected.observed_generation = Some(4);
+            expected
+        });
+    }
+
+    #[test]
+    fn a_refusal_is_an_error_condition_and_one_event() {
+        let mut o = observed([true, true]);
+        o.ca = CaView::Corrupt("Secret default/c1-managed-etcd has no tls.key".into());
+        let step = plan::plan(&o);
+        let (status, transitions) = next_status(&with_status(Default::default()), &o, &step, &at(1));
+        let ready = conditions::find(&status.conditions, READY).unwrap();
+        assert_eq!(ready.reason.as_deref(), Some(reason::CA_CORRUPT));
+        assert_eq!(ready.severity.as_deref(), Some("Error"));
+        assert!(
+            transitions
+                .iter()
+                .any(|t| t.warning && t.reason == reason::CA_CORRUPT)
+        );
+        let (_, again) = next_status(&with_status(status), &o, &step, &at(2));
+        assert!(!again.iter().any(|t| t.reason == reason::CA_CORRUPT));
+    }
+}
