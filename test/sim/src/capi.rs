@@ -33,6 +33,14 @@ pub fn sim_machine_resource() -> ApiResource {
     ))
 }
 
+pub fn sim_machine_template_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "infrastructure.cluster.x-k8s.io",
+        "v1beta2",
+        "SimMachineTemplate",
+    ))
+}
+
 pub fn sim_cluster_resource() -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(
         "infrastructure.cluster.x-k8s.io",

@@ -7,16 +7,18 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::{Client, ResourceExt};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use etcdadm_shared::api::EtcdadmConfig;
-use etcdadm_shared::api::capi::{Cluster, Machine};
+use etcdadm_shared::api::capi::{Cluster, ControlPlaneEtcd, KubeadmControlPlane, Machine};
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
 use etcdadm_shared::etcd::{EtcdTls, MemberClient, member_id_hex};
 use etcdadm_shared::names;
 use etcdadm_shared::pki::{CertificateAuthority, LeafRequest};
 
 use crate::capi::sim_machine_resource;
 use crate::error::SimError;
+use crate::manifests::{ManagedCluster, create_managed_cluster};
 use crate::plane::{NAMESPACE, Plane, PlaneOptions};
 
 /// Options of `etcdadm-sim demo`.
@@ -196,7 +198,9 @@ fn print_table(rows: &[MemberRow]) {
 }
 
 /// Run the demo: returns once `members` machines form one healthy etcd cluster (and, without
-/// `exit_when_ready`, after Ctrl-C).
+/// Run the demo: a Cluster whose KubeadmControlPlane uses an EtcdadmCluster of `members`
+/// spread over three failure domains; returns once etcd is Ready and the KCP was given its
+/// endpoints and unpaused (and, without `exit_when_ready`, after Ctrl-C).
 pub async fn run(options: DemoOptions) -> Result<(), SimError> {
     let started = Instant::now();
     let cluster = "demo";
@@ -205,7 +209,7 @@ pub async fn run(options: DemoOptions) -> Result<(), SimError> {
         ip_prefix: [127, 0, 1],
         kubeconfig: options.kubeconfig.clone(),
         machine_runtime: options.machine_runtime.clone(),
-        controllers: vec!["etcdadm-bootstrap"],
+        controllers: vec!["etcdadm-bootstrap", "etcdadm-controller"],
     })
     .await?;
     let client = plane.client.clone();
@@ -216,34 +220,60 @@ pub async fn run(options: DemoOptions) -> Result<(), SimError> {
     );
     println!("logs and machine roots: {}", options.work_dir.display());
 
-    create_standalone_cluster(
+    let config_spec = match &options.etcd_version {
+        Some(version) => json!({"cloudInitConfig": {"version": version}}),
+        None => json!({}),
+    };
+    let replicas =
+        i32::try_from(options.members).map_err(|_| SimError::Setup("--members is too large".into()))?;
+    create_managed_cluster(
         &client,
         NAMESPACE,
-        cluster,
-        options.members,
-        options.etcd_version.as_deref(),
+        &ManagedCluster {
+            name: cluster,
+            replicas,
+            zones: &["zone-a", "zone-b", "zone-c"],
+            config_spec,
+            health_check: Value::Null,
+        },
     )
     .await?;
     println!(
-        "created Cluster {cluster} with {} etcd Machines and EtcdadmConfigs",
-        options.members
+        "applied Cluster {cluster}, KubeadmControlPlane {cluster}-control-plane, EtcdadmCluster {cluster}-etcd (replicas {replicas})"
     );
 
-    let urls = wait_for_members(&client, cluster, options.members, options.timeout).await?;
+    let etcd = wait_for_etcd_ready(&client, &format!("{cluster}-etcd"), options.timeout).await?;
     println!(
-        "etcd cluster {cluster} ready after {:.1}s",
+        "EtcdadmCluster {cluster}-etcd Ready after {:.1}s",
         started.elapsed().as_secs_f64()
     );
+    let kcp = wait_for_kcp_unpaused(&client, &format!("{cluster}-control-plane"), options.timeout).await?;
+    println!(
+        "KubeadmControlPlane unpaused after {:.1}s with etcd endpoints {}",
+        started.elapsed().as_secs_f64(),
+        kcp.join(",")
+    );
+    let status = etcd.status.unwrap_or_default();
+    let urls: Vec<String> = status
+        .endpoints
+        .split(',')
+        .filter(|u| !u.is_empty())
+        .map(String::from)
+        .collect();
     if let Some(tls) = etcd_tls(&client, NAMESPACE, cluster).await? {
         print_table(&member_table(&urls, &tls).await);
     }
-    for config in Api::<EtcdadmConfig>::namespaced(client.clone(), NAMESPACE)
+    let machines = Api::<Machine>::namespaced(client.clone(), NAMESPACE)
         .list(&Default::default())
         .await?
-        .items
-    {
-        let ready = config.status.as_ref().is_some_and(|s| s.ready);
-        println!("EtcdadmConfig {} ready={ready}", config.name_any());
+        .items;
+    for machine in machines {
+        let zone = machine.spec.failure_domain.clone().unwrap_or_default();
+        println!(
+            "Machine {} in {zone}: {}",
+            machine.name_any(),
+            machine.etcd_address().unwrap_or("-")
+        );
     }
     if !options.exit_when_ready {
         println!("running; Ctrl-C stops the plane and every machine");
@@ -251,6 +281,105 @@ pub async fn run(options: DemoOptions) -> Result<(), SimError> {
     }
     drop(plane);
     Ok(())
+}
+
+/// Poll `get` every 250 ms until it yields a value; time out naming `what` and the last state.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut get: F) -> Result<T, SimError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Result<T, String>, SimError>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match get().await? {
+            Ok(value) => return Ok(value),
+            Err(state) => state,
+        };
+        if Instant::now() > deadline {
+            return Err(SimError::Timeout(format!(
+                "{what} after {timeout:?}; last: {last}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Wait for `status.ready` of EtcdadmCluster `name`, printing each new state.
+pub async fn wait_for_etcd_ready(
+    client: &Client,
+    name: &str,
+    timeout: Duration,
+) -> Result<EtcdadmCluster, SimError> {
+    let api: Api<EtcdadmCluster> = Api::namespaced(client.clone(), NAMESPACE);
+    let deadline = Instant::now() + timeout;
+    let mut shown = String::new();
+    loop {
+        let etcd = api.get(name).await?;
+        let status = etcd.status.clone().unwrap_or_default();
+        if status.ready {
+            return Ok(etcd);
+        }
+        let state = summary(&status);
+        if state != shown {
+            println!("  {state}");
+            shown = state;
+        }
+        if Instant::now() > deadline {
+            return Err(SimError::Timeout(format!(
+                "EtcdadmCluster {name} not Ready after {timeout:?}: {shown}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Member health and the Ready condition in one line.
+fn summary(status: &EtcdadmClusterStatus) -> String {
+    let healthy = status.members.iter().filter(|m| m.healthy).count();
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+    let condition = ready.map(|c| {
+        format!(
+            "; Ready={:?} {}: {}",
+            c.status,
+            c.reason.as_deref().unwrap_or_default(),
+            c.message.as_deref().unwrap_or_default()
+        )
+    });
+    format!(
+        "{healthy}/{} members healthy{}",
+        status.members.len(),
+        condition.unwrap_or_default()
+    )
+}
+
+/// Wait until KubeadmControlPlane `name` is unpaused with external etcd endpoints other than the
+/// placeholder; returns them.
+pub async fn wait_for_kcp_unpaused(
+    client: &Client,
+    name: &str,
+    timeout: Duration,
+) -> Result<Vec<String>, SimError> {
+    let api: Api<KubeadmControlPlane> = Api::namespaced(client.clone(), NAMESPACE);
+    eventually(
+        &format!("KubeadmControlPlane {name} not unpaused"),
+        timeout,
+        || {
+            let api = api.clone();
+            async move {
+                let kcp = api.get(name).await?;
+                let paused = kcp.annotations().contains_key(names::PAUSED_ANNOTATION);
+                Ok(match kcp.etcd() {
+                    ControlPlaneEtcd::External(endpoints)
+                        if !paused && !endpoints.iter().any(|e| e.contains("placeholder")) =>
+                    {
+                        Ok(endpoints)
+                    }
+                    other => Err(format!("paused={paused} etcd={other:?}")),
+                })
+            }
+        },
+    )
+    .await
 }
 
 /// Wait until every one of `members` Machines of `cluster` answers with a member list of

@@ -6,6 +6,7 @@ pub mod demo;
 pub mod error;
 pub mod history;
 pub mod kcp;
+pub mod manifests;
 pub mod plane;
 
 use std::path::PathBuf;

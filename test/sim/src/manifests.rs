@@ -1,0 +1,106 @@
+//! The objects a user would apply for an external etcd cluster on the sim infrastructure, built
+//! in one place so the demo, the scenarios and the benchmarks apply the same thing.
+
+use kube::Client;
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::{Value, json};
+
+use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::api::capi::{Cluster, KubeadmControlPlane};
+use etcdadm_shared::names;
+
+use crate::capi::{sim_cluster_resource, sim_machine_template_resource};
+use crate::error::SimError;
+
+/// What to create for one managed etcd cluster.
+pub struct ManagedCluster<'a> {
+    pub name: &'a str,
+    pub replicas: i32,
+    /// Failure domains of the SimCluster (empty: none).
+    pub zones: &'a [&'a str],
+    /// Extra `etcdadmConfigSpec` fields merged over the defaults.
+    pub config_spec: Value,
+    /// `healthCheck` of the EtcdadmCluster (null: defaults).
+    pub health_check: Value,
+}
+
+/// The members' config: the machines carry the etcdadm stand-in, so nothing is downloaded.
+fn config_spec(extra: &Value) -> Value {
+    let mut spec = json!({"etcdadmBuiltin": true});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    spec
+}
+
+/// SimCluster, Cluster (control plane: a KubeadmControlPlane using external etcd), the
+/// SimMachineTemplate and the EtcdadmCluster.
+pub async fn create_managed_cluster(
+    client: &Client,
+    ns: &str,
+    cluster: &ManagedCluster<'_>,
+) -> Result<(), SimError> {
+    let pp = PostParams::default();
+    let name = cluster.name;
+    let label = json!({names::CLUSTER_NAME_LABEL: name});
+    let sim_clusters: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &sim_cluster_resource());
+    let sim_cluster: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "SimCluster",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"failureDomains": cluster.zones},
+    }))?;
+    sim_clusters.create(&pp, &sim_cluster).await?;
+    let kcp_name = format!("{name}-control-plane");
+    let cluster_obj: Cluster = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "SimCluster", "name": name},
+            "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": kcp_name},
+        },
+    }))?;
+    Api::<Cluster>::namespaced(client.clone(), ns)
+        .create(&pp, &cluster_obj)
+        .await?;
+    let kcp: KubeadmControlPlane = serde_json::from_value(json!({
+        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane",
+        "metadata": {"name": kcp_name, "namespace": ns, "labels": label},
+        "spec": {"replicas": 3, "version": "v1.33.0", "kubeadmConfigSpec": {"clusterConfiguration": {"etcd": {"external": {
+            "endpoints": ["https://placeholder.invalid:2379"],
+            "caFile": "/etc/kubernetes/pki/etcd/ca.crt",
+            "certFile": "/etc/kubernetes/pki/apiserver-etcd-client.crt",
+            "keyFile": "/etc/kubernetes/pki/apiserver-etcd-client.key",
+        }}}}},
+    }))?;
+    Api::<KubeadmControlPlane>::namespaced(client.clone(), ns)
+        .create(&pp, &kcp)
+        .await?;
+    let template_name = format!("{name}-etcd");
+    let templates: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &sim_machine_template_resource());
+    let template: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "SimMachineTemplate",
+        "metadata": {"name": template_name, "namespace": ns},
+        "spec": {"template": {"spec": {}}},
+    }))?;
+    templates.create(&pp, &template).await?;
+    let mut spec = json!({
+        "replicas": cluster.replicas,
+        "infrastructureTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+                                   "kind": "SimMachineTemplate", "name": template_name, "namespace": ns},
+        "etcdadmConfigSpec": config_spec(&cluster.config_spec),
+        "machineTemplate": {"version": "v1.33.0"},
+    });
+    if !cluster.health_check.is_null() {
+        spec["healthCheck"] = cluster.health_check.clone();
+    }
+    let etcd: EtcdadmCluster = serde_json::from_value(json!({
+        "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmCluster",
+        "metadata": {"name": template_name, "namespace": ns, "labels": label},
+        "spec": spec,
+    }))?;
+    Api::<EtcdadmCluster>::namespaced(client.clone(), ns)
+        .create(&pp, &etcd)
+        .await?;
+    Ok(())
+}

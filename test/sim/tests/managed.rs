@@ -1,0 +1,223 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! End to end with both real controller binaries: an EtcdadmCluster of three over three failure
+//! domains gates a KubeadmControlPlane, then survives `kubectl delete machine` of its leader.
+//! The membership history recorded from etcd must follow the safety rules throughout.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::api::capi::Machine;
+use etcdadm_shared::names;
+use etcdadm_shared::testing::TempDir;
+use etcdadm_sim::demo;
+use etcdadm_sim::history::Recorder;
+use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
+use etcdadm_sim::plane::{NAMESPACE, Plane, PlaneOptions};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams};
+use kube::Client;
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+fn logs(work: &TempDir) -> String {
+    ["etcdadm-controller.log", "etcdadm-bootstrap.log"]
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(work.path().join(f)).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            format!("--- {f} (last 40 lines, newest first)\n{}", tail.join("\n"))
+        })
+        .collect()
+}
+
+async fn machines(client: &Client) -> Vec<Machine> {
+    Api::<Machine>::namespaced(client.clone(), NAMESPACE)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_over_three_zones_gate_the_control_plane_and_replace_a_deleted_leader() {
+    let work = TempDir::new("sim-managed");
+    let plane = Plane::start(PlaneOptions {
+        work_dir: work.path().to_path_buf(),
+        ip_prefix: [127, 0, 3],
+        kubeconfig: std::env::var_os("SIM_KUBECONFIG").map(Into::into),
+        machine_runtime: None,
+        controllers: vec!["etcdadm-bootstrap", "etcdadm-controller"],
+    })
+    .await
+    .unwrap();
+    let client = plane.client.clone();
+    let spec = ManagedCluster {
+        name: "c1",
+        replicas: 3,
+        zones: &["zone-a", "zone-b", "zone-c"],
+        config_spec: json!({}),
+        health_check: json!({"interval": "1s", "timeout": "1s"}),
+    };
+    create_managed_cluster(&client, NAMESPACE, &spec).await.unwrap();
+
+    // Membership straight from etcd, through whichever machine answers.
+    let tls = demo::eventually("etcd CA", TIMEOUT, || async {
+        Ok(demo::etcd_tls(&client, NAMESPACE, "c1")
+            .await?
+            .ok_or_else(|| "no CA yet".to_string()))
+    })
+    .await
+    .unwrap();
+    let urls = Arc::new(Mutex::new(Vec::<String>::new()));
+    let polled = urls.clone();
+    let recorder = Recorder::start(
+        tls.clone(),
+        move || polled.lock().unwrap().clone(),
+        Duration::from_millis(100),
+    );
+    let refresh = |client: Client, urls: Arc<Mutex<Vec<String>>>| async move {
+        let found = demo::machine_urls(&client, NAMESPACE, "c1").await.unwrap();
+        let mut urls = urls.lock().unwrap();
+        for url in found {
+            if !urls.contains(&url) {
+                urls.push(url);
+            }
+        }
+    };
+
+    let started = std::time::Instant::now();
+    let etcd = loop {
+        refresh(client.clone(), urls.clone()).await;
+        let etcd = Api::<EtcdadmCluster>::namespaced(client.clone(), NAMESPACE)
+            .get("c1-etcd")
+            .await
+            .unwrap();
+        if etcd.status.as_ref().is_some_and(|s| s.ready) {
+            break etcd;
+        }
+        if started.elapsed() > TIMEOUT {
+            panic!(
+                "EtcdadmCluster never became Ready: {:?}\n{}",
+                etcd.status,
+                logs(&work)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let status = etcd.status.clone().unwrap();
+    assert!(status.initialized && status.creation_complete);
+    assert_eq!(status.members.len(), 3);
+    assert_eq!(
+        status.members.iter().filter(|m| m.is_leader).count(),
+        1,
+        "{:?}",
+        status.members
+    );
+    assert_eq!(status.init_machine_address, names::init_secret_name("c1"));
+
+    // Zone spread: one Machine per failure domain.
+    let zones: BTreeSet<String> = machines(&client)
+        .await
+        .iter()
+        .filter_map(|m| m.spec.failure_domain.clone())
+        .collect();
+    assert_eq!(
+        zones,
+        BTreeSet::from(["zone-a".into(), "zone-b".into(), "zone-c".into()])
+    );
+
+    // The control plane gate: endpoints written, certificate Secrets created, pause removed.
+    let endpoints = demo::wait_for_kcp_unpaused(&client, "c1-control-plane", TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(endpoints.join(","), status.endpoints);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    assert!(
+        secrets
+            .get_opt(&names::kcp_etcd_ca_secret_name("c1"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let client_cert = secrets
+        .get(&names::apiserver_client_secret_name("c1"))
+        .await
+        .unwrap();
+    assert!(client_cert.data.unwrap().contains_key(names::TLS_KEY_KEY));
+    {
+        let record = plane.kcp_record.lock().unwrap();
+        let real: Vec<&Vec<String>> = record
+            .endpoint_changes
+            .iter()
+            .map(|c| &c.endpoints)
+            .filter(|e| !e[0].contains("placeholder"))
+            .collect();
+        assert_eq!(
+            real.len(),
+            1,
+            "the control plane saw one real endpoint list: {:?}",
+            record.endpoint_changes
+        );
+    }
+
+    // `kubectl delete machine` of the leader: its member goes first (leadership moved), then a
+    // replacement joins; etcd never holds more than three members.
+    let leader = status.members.iter().find(|m| m.is_leader).unwrap().name.clone();
+    Api::<Machine>::namespaced(client.clone(), NAMESPACE)
+        .delete(&leader, &DeleteParams::default())
+        .await
+        .unwrap();
+    let replaced = demo::eventually("leader Machine replaced", TIMEOUT, || {
+        let client = client.clone();
+        let urls = urls.clone();
+        let leader = leader.clone();
+        async move {
+            refresh(client.clone(), urls).await;
+            let etcd = Api::<EtcdadmCluster>::namespaced(client.clone(), NAMESPACE)
+                .get("c1-etcd")
+                .await?;
+            let status = etcd.status.unwrap_or_default();
+            let names: Vec<String> = status.members.iter().map(|m| m.name.clone()).collect();
+            let done = status.ready && names.len() == 3 && !names.contains(&leader);
+            Ok(if done {
+                Ok(status)
+            } else {
+                Err(format!("ready={} members={names:?}", status.ready))
+            })
+        }
+    })
+    .await;
+    let history = recorder.finish();
+    let replaced = replaced.unwrap_or_else(|e| panic!("{e}\n{history:?}\n{}", logs(&work)));
+    assert!(replaced.members.iter().all(|m| m.healthy));
+    assert_eq!(machines(&client).await.len(), 3);
+
+    // The safety rules, on what etcd itself recorded.
+    assert!(
+        history.max_pending_joins() <= 1,
+        "two joins in flight: {history:?}"
+    );
+    assert!(
+        history.max_changes_per_step() <= 1,
+        "two membership changes at once: {history:?}"
+    );
+    assert_eq!(
+        history.max_size(),
+        3,
+        "never more than three members: {history:?}"
+    );
+    let last: BTreeSet<String> = history
+        .last()
+        .unwrap()
+        .members
+        .iter()
+        .map(|m| m.1.clone())
+        .collect();
+    let expected: BTreeSet<String> = replaced.members.iter().map(|m| m.name.clone()).collect();
+    assert_eq!(last, expected);
+    assert!(!last.contains(&leader));
+    drop(plane);
+}
