@@ -21,6 +21,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Print the CRDs the sim API server defines itself (CAPI Cluster/Machine/KCP stand-ins and
+    /// the Sim infrastructure kinds) as a JSON List, to `kubectl apply -f -` on a real API server
+    /// before `demo --kubeconfig` (this repository's own CRDs are in config/crd/bases).
+    Crds,
     /// Bring up the plane, the real bootstrap controller and N process machines forming one etcd
     /// cluster through etcdadm init/join; stay up until Ctrl-C.
     Demo {
@@ -53,6 +57,13 @@ async fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
     let result = match Cli::parse().command {
+        Command::Crds => {
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "List",
+                                          "items": etcdadm_sim_apiserver::shipped_crds()});
+            serde_json::to_string_pretty(&list)
+                .map(|text| println!("{text}"))
+                .map_err(Into::into)
+        }
         Command::Demo {
             members,
             work_dir,

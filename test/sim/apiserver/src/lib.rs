@@ -32,6 +32,7 @@
 //! are never rendered as `Table`, so `kubectl get` prints only NAME and AGE columns.
 
 mod builtin_crds;
+pub use builtin_crds::shipped_crds;
 mod discovery;
 mod error;
 mod garbage;
