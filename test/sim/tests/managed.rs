@@ -16,8 +16,8 @@ use etcdadm_sim::history::Recorder;
 use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
 use etcdadm_sim::plane::{NAMESPACE, Plane, PlaneOptions};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams};
 use kube::Client;
+use kube::api::{Api, DeleteParams};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(180);
