@@ -4,7 +4,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use etcdadm_bootstrap::metrics::BootstrapMetrics;
 use etcdadm_bootstrap::render::cli::RenderArgs;
+use etcdadm_shared::manager::{Manager, ManagerArgs};
+
+/// The Lease replicas compete for when `--leader-election-id` is not given.
+const DEFAULT_LEADER_ELECTION_ID: &str = "etcdadm-bootstrap-manager-leader-election";
 
 #[derive(Parser)]
 #[command(
@@ -19,12 +24,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the EtcdadmConfig controller against the cluster from the kubeconfig or in-cluster config.
-    Run {
-        /// Watch only this namespace (all namespaces when absent).
-        #[arg(long)]
-        namespace: Option<String>,
-    },
+    /// Run the EtcdadmConfig controller and the admission webhooks against the cluster from the
+    /// kubeconfig or in-cluster config.
+    Run(ManagerArgs),
     /// Print the CRDs this provider serves, or write them into a directory.
     Crd {
         /// Write one `<group>_<plural>.yaml` per CRD here instead of printing.
@@ -37,13 +39,7 @@ enum Command {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Run { namespace } => match run(namespace) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Run(args) => run(args),
         Command::Crd { out_dir } => {
             match etcdadm_shared::crd::emit(&etcdadm_bootstrap::crds(), out_dir.as_deref()) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -66,25 +62,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// Run the controller until SIGINT or SIGTERM.
-fn run(namespace: Option<String>) -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
-    let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async {
-        let client = kube::Client::try_default().await?;
-        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        let shutdown = async move {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = terminate.recv() => {}
-            }
-        };
-        etcdadm_bootstrap::controller::run(client, namespace, shutdown).await;
-        Ok(())
-    })
+/// Run the controller (on the leader only, with `--leader-elect`) and the webhooks until SIGINT
+/// or SIGTERM; exit non-zero on any failure, including lost leadership.
+fn run(args: ManagerArgs) -> ExitCode {
+    let manager = Manager::new(args, "etcdadm-bootstrap", DEFAULT_LEADER_ELECTION_ID)
+        .webhooks(etcdadm_bootstrap::webhook::routes());
+    let metrics = BootstrapMetrics::register(manager.metrics());
+    manager.main(move |ctx| etcdadm_bootstrap::controller::run(ctx, metrics))
 }

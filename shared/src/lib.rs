@@ -7,8 +7,10 @@ pub mod api;
 pub mod crd;
 pub mod duration;
 pub mod etcd;
+pub mod manager;
 pub mod names;
 pub mod pki;
+pub mod validation;
 
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -14,7 +14,6 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
@@ -22,11 +21,13 @@ use etcdadm_shared::api::capi::{Cluster, Machine};
 use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
 use etcdadm_shared::api::config::BootstrapInitialization;
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig, EtcdadmConfigStatus};
+use etcdadm_shared::manager::ManagerContext;
 use etcdadm_shared::names;
 
 use self::observe::Observation;
 use self::plan::{Decision, reason};
 use crate::error::Error;
+use crate::metrics::{BootstrapMetrics, DataSecretOutcome};
 use crate::render::{CaFiles, EtcdadmCommand, RenderInput, render_user_data};
 
 /// Condition types this controller sets.
@@ -45,10 +46,17 @@ const MAX_STEPS: usize = 6;
 pub struct Context {
     pub client: Client,
     pub recorder: Recorder,
+    pub metrics: BootstrapMetrics,
 }
 
 impl Context {
+    /// A context whose metrics go to a registry nothing serves (tests, tools).
     pub fn new(client: Client) -> Self {
+        Self::with_metrics(client, BootstrapMetrics::default())
+    }
+
+    /// A context reporting into `metrics`.
+    pub fn with_metrics(client: Client, metrics: BootstrapMetrics) -> Self {
         let reporter = Reporter {
             controller: "etcdadm-bootstrap".into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -56,6 +64,7 @@ impl Context {
         Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
+            metrics,
         }
     }
 
@@ -215,9 +224,11 @@ async fn render_and_store(
         command,
         secrets: &obs.secrets,
     };
+    let format = config.spec.format();
     let user_data = match render_user_data(&input) {
         Ok(user_data) => user_data,
         Err(e) => {
+            ctx.metrics.data_secret(format, DataSecretOutcome::InvalidSpec);
             let message = e.to_string();
             if write_status(
                 ctx,
@@ -235,7 +246,13 @@ async fn render_and_store(
             return Ok(Next::Done(Action::requeue(FAILED_REQUEUE)));
         }
     };
-    apply::write_data_secret(&ctx.client, config, &obs.namespace, cluster_name, &user_data).await?;
+    if let Err(e) =
+        apply::write_data_secret(&ctx.client, config, &obs.namespace, cluster_name, &user_data).await
+    {
+        ctx.metrics.data_secret(format, DataSecretOutcome::WriteFailed);
+        return Err(e);
+    }
+    ctx.metrics.data_secret(format, DataSecretOutcome::Created);
     let note = match joining {
         None => format!(
             "rendered etcdadm init user data for Machine {}",
@@ -360,32 +377,42 @@ fn configs_in(store: &Store<EtcdadmConfig>, namespace: Option<String>) -> Vec<Ob
         .collect()
 }
 
-/// Run the controller until `shutdown` resolves. `namespace` limits every watch.
-pub async fn run(
-    client: Client,
-    namespace: Option<String>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
-    {
-        match namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
-    }
-    let configs: Api<EtcdadmConfig> = api(&client, &namespace);
-    let controller = Controller::new(configs, watcher::Config::default().any_semantic());
+/// Reconcile with the runtime's timing and error metrics around it.
+async fn measured_reconcile(config: Arc<EtcdadmConfig>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let timer = ctx.metrics.reconcile_started();
+    let result = reconcile(config, ctx).await;
+    timer.finish(&result, Error::category);
+    result
+}
+
+/// Run the controller until the manager's shutdown signal. `--namespace` limits and
+/// `--watch-filter` filters every watch; readiness is reported once the configs are listed.
+pub async fn run(manager: ManagerContext, metrics: BootstrapMetrics) {
+    let ManagerContext {
+        client,
+        settings,
+        readiness,
+        shutdown,
+        ..
+    } = manager;
+    let configs: Api<EtcdadmConfig> = settings.api(&client);
+    let controller =
+        Controller::new(configs, settings.watcher_config()).with_config(settings.controller_config());
     let store = controller.store();
     let cluster_store = store.clone();
     let etcd_store = store.clone();
-    let ctx = Arc::new(Context::new(client.clone()));
+    let synced_store = store.clone();
+    tokio::spawn(async move {
+        if synced_store.wait_until_ready().await.is_ok() {
+            info!("EtcdadmConfig cache synced");
+            readiness.set_synced();
+        }
+    });
+    let ctx = Arc::new(Context::with_metrics(client.clone(), metrics));
     controller
         .watches(
-            api::<Machine>(&client, &namespace),
-            watcher::Config::default().any_semantic(),
+            settings.api::<Machine>(&client),
+            settings.watcher_config(),
             |machine| {
                 let config_ref = machine.spec.bootstrap.config_ref.as_ref()?;
                 let ns = machine.namespace()?;
@@ -393,17 +420,18 @@ pub async fn run(
             },
         )
         .watches(
-            api::<Cluster>(&client, &namespace),
-            watcher::Config::default().any_semantic(),
+            settings.api::<Cluster>(&client),
+            settings.watcher_config(),
             move |cluster| configs_in(&cluster_store, cluster.namespace()),
         )
         .watches(
-            api::<EtcdadmCluster>(&client, &namespace),
-            watcher::Config::default().any_semantic(),
+            settings.api::<EtcdadmCluster>(&client),
+            settings.watcher_config(),
             move |etcd| configs_in(&etcd_store, etcd.namespace()),
         )
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .reconcile_all_on(settings.resync_ticks())
+        .graceful_shutdown_on(shutdown.wait())
+        .run(measured_reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
                 warn!(error = %e, "controller event");

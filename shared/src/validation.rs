@@ -1,0 +1,451 @@
+//! Pure checks of an EtcdadmConfigSpec, shared by every admission webhook that embeds one
+//! (EtcdadmConfig, EtcdadmConfigTemplate, EtcdadmCluster), so a bad spec is rejected with the
+//! exact field path before any controller tries to render it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::api::config::{EtcdadmConfigSpec, Format};
+
+/// One problem with one field. `path` is the full JSON path (`spec.files[2].contentFrom`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    pub path: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        FieldError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// Cipher suite names Go's crypto/tls knows for TLS 1.0–1.2 (`tls.CipherSuites()` and
+/// `tls.InsecureCipherSuites()`), which is what etcd's `--cipher-suites` accepts.
+pub const GO_TLS12_CIPHER_SUITES: &[&str] = &[
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_RSA_WITH_RC4_128_SHA",
+    "TLS_RSA_WITH_3DES_EDE_CBC_SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA256",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA",
+    "TLS_ECDHE_RSA_WITH_RC4_128_SHA",
+    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
+];
+
+/// TLS 1.3 suites: Go knows them but ignores them in a configured list, so naming one does
+/// nothing; it is rejected rather than silently ignored.
+pub const GO_TLS13_CIPHER_SUITES: &[&str] = &[
+    "TLS_AES_128_GCM_SHA256",
+    "TLS_AES_256_GCM_SHA384",
+    "TLS_CHACHA20_POLY1305_SHA256",
+];
+
+/// Longest user name useradd accepts.
+const MAX_USER_NAME_LEN: usize = 32;
+
+/// Every problem with `spec`, whose own path is `base` (`spec` for an EtcdadmConfig,
+/// `spec.template.spec` for a template, `spec.etcdadmConfigSpec` for an EtcdadmCluster).
+pub fn validate_config_spec(spec: &EtcdadmConfigSpec, base: &str) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    format_fields(spec, base, &mut errors);
+    cloud_init_version(spec, base, &mut errors);
+    cipher_suites(spec, base, &mut errors);
+    files(spec, base, &mut errors);
+    users(spec, base, &mut errors);
+    registry_mirror(spec, base, &mut errors);
+    errors
+}
+
+fn blank(value: Option<&str>) -> bool {
+    value.is_none_or(|v| v.trim().is_empty())
+}
+
+/// Each format's own settings are required with it and refused without it.
+fn format_fields(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldError>) {
+    let path = format!("{base}.bottlerocketConfig");
+    match spec.format() {
+        Format::CloudConfig => {
+            if spec.bottlerocket_config.is_some() {
+                errors.push(FieldError::new(
+                    path,
+                    "is only used with format bottlerocket: remove it or set format: bottlerocket",
+                ));
+            }
+        }
+        Format::Bottlerocket => {
+            let Some(config) = &spec.bottlerocket_config else {
+                errors.push(FieldError::new(
+                    path,
+                    "is required with format bottlerocket (etcdImage, bootstrapImage and pauseImage)",
+                ));
+                return;
+            };
+            match config.etcd_image.as_deref().map(str::trim) {
+                None | Some("") => errors.push(FieldError::new(
+                    format!("{path}.etcdImage"),
+                    "is required with format bottlerocket (the etcd image etcdadm runs, with a version tag)",
+                )),
+                Some(image) if image_tag(image).is_none() => errors.push(FieldError::new(
+                    format!("{path}.etcdImage"),
+                    format!("{image:?} has no tag: the tag is the etcd version (e.g. registry/etcd:v3.5.9)"),
+                )),
+                Some(_) => {}
+            }
+            for (field, value) in [
+                ("bootstrapImage", config.bootstrap_image.as_str()),
+                ("pauseImage", config.pause_image.as_str()),
+            ] {
+                if value.trim().is_empty() {
+                    errors.push(FieldError::new(
+                        format!("{path}.{field}"),
+                        "is required with format bottlerocket",
+                    ));
+                }
+            }
+            if blank(spec.cipher_suites.as_deref()) {
+                errors.push(FieldError::new(
+                    format!("{base}.cipherSuites"),
+                    "is required with format bottlerocket (its etcdadm bootstrap container takes the list as an argument)",
+                ));
+            }
+        }
+    }
+}
+
+/// The tag of an image reference (after the last `:` of the last path segment), if any.
+fn image_tag(image: &str) -> Option<&str> {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last_segment = without_digest.rsplit('/').next().unwrap_or(without_digest);
+    last_segment
+        .split_once(':')
+        .map(|(_, tag)| tag)
+        .filter(|t| !t.is_empty())
+}
+
+fn cloud_init_version(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldError>) {
+    let Some(version) = spec
+        .cloud_init_config
+        .as_ref()
+        .and_then(|c| c.version.as_deref())
+        .filter(|v| !v.is_empty())
+    else {
+        return;
+    };
+    if !is_etcd_version(version) {
+        let hint = if version.starts_with('v') {
+            " (drop the leading v)"
+        } else {
+            ""
+        };
+        errors.push(FieldError::new(
+            format!("{base}.cloudInitConfig.version"),
+            format!("{version:?} is not an etcd version like 3.5.9{hint}"),
+        ));
+    }
+}
+
+/// `MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD]` (semver, no leading `v`).
+pub fn is_etcd_version(v: &str) -> bool {
+    let (core, build) = v.split_once('+').map_or((v, None), |(c, b)| (c, Some(b)));
+    let (core, pre) = core.split_once('-').map_or((core, None), |(c, p)| (c, Some(p)));
+    let numbers: Vec<&str> = core.split('.').collect();
+    let ident_ok = |s: &str| {
+        !s.is_empty()
+            && s.split('.')
+                .all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+    };
+    numbers.len() == 3
+        && numbers
+            .iter()
+            .all(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+        && pre.is_none_or(ident_ok)
+        && build.is_none_or(ident_ok)
+}
+
+fn cipher_suites(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldError>) {
+    let Some(raw) = spec.cipher_suites.as_deref() else {
+        return;
+    };
+    if raw.trim().is_empty() {
+        return;
+    }
+    let path = format!("{base}.cipherSuites");
+    for (i, name) in raw.split(',').map(str::trim).enumerate() {
+        if name.is_empty() {
+            errors.push(FieldError::new(
+                path.clone(),
+                format!("entry {} is empty: separate names with single commas", i + 1),
+            ));
+        } else if GO_TLS13_CIPHER_SUITES.contains(&name) {
+            errors.push(FieldError::new(
+                path.clone(),
+                format!(
+                    "{name} is a TLS 1.3 suite, which Go (and so etcd) does not let you configure: remove it"
+                ),
+            ));
+        } else if !GO_TLS12_CIPHER_SUITES.contains(&name) {
+            errors.push(FieldError::new(
+                path.clone(),
+                format!(
+                    "{name:?} is not a cipher suite Go's crypto/tls knows: use names such as \
+                     TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"
+                ),
+            ));
+        }
+    }
+}
+
+fn files(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldError>) {
+    let mut first_with_path: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, file) in spec.files.iter().enumerate() {
+        let field = format!("{base}.files[{i}]");
+        if file.content.is_some() && file.content_from.is_some() {
+            errors.push(FieldError::new(
+                format!("{field}.contentFrom"),
+                "content and contentFrom are mutually exclusive: keep one",
+            ));
+        }
+        if !file.path.starts_with('/') {
+            errors.push(FieldError::new(
+                format!("{field}.path"),
+                format!("{:?} is not an absolute path", file.path),
+            ));
+        }
+        if let Some(first) = first_with_path.get(file.path.as_str()) {
+            errors.push(FieldError::new(
+                format!("{field}.path"),
+                format!("{} is also written by {base}.files[{first}]", file.path),
+            ));
+        } else {
+            first_with_path.insert(&file.path, i);
+        }
+    }
+}
+
+/// A name `useradd` accepts on common distributions: `[a-z_][a-z0-9_-]*[$]?`, at most 32.
+pub fn is_user_name(name: &str) -> bool {
+    let body = name.strip_suffix('$').unwrap_or(name);
+    let mut chars = body.chars();
+    name.len() <= MAX_USER_NAME_LEN
+        && chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+}
+
+fn users(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldError>) {
+    let mut first_with_name: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, user) in spec.users.iter().enumerate() {
+        let path = format!("{base}.users[{i}].name");
+        if user.name.is_empty() {
+            errors.push(FieldError::new(path, "is required"));
+            continue;
+        }
+        if !is_user_name(&user.name) {
+            errors.push(FieldError::new(
+                path.clone(),
+                format!(
+                    "{:?} is not a valid user name: lower-case letters, digits, '_' and '-', \
+                     starting with a letter or '_', at most {MAX_USER_NAME_LEN} characters",
+                    user.name
+                ),
+            ));
+        }
+        if let Some(first) = first_with_name.get(user.name.as_str()) {
+            errors.push(FieldError::new(
+                path,
+                format!("{:?} is already the name of {base}.users[{first}]", user.name),
+            ));
+        } else {
+            first_with_name.insert(&user.name, i);
+        }
+    }
+}
+
+/// The endpoint becomes a containerd mirror URL (`https://<endpoint>`), a TOML key and a file
+/// path, so only `host[:port][/path]` passes.
+fn registry_mirror(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldError>) {
+    let Some(mirror) = &spec.registry_mirror else {
+        return;
+    };
+    let path = format!("{base}.registryMirror.endpoint");
+    let endpoint = mirror.endpoint.as_deref().unwrap_or("").trim();
+    if endpoint.is_empty() {
+        errors.push(FieldError::new(
+            path,
+            "is required when registryMirror is set (host[:port][/path], no scheme)",
+        ));
+        return;
+    }
+    if let Some(message) = registry_endpoint_problem(endpoint) {
+        errors.push(FieldError::new(path, format!("{endpoint:?} {message}")));
+    }
+}
+
+fn registry_endpoint_problem(endpoint: &str) -> Option<&'static str> {
+    if endpoint.contains("://") {
+        return Some("must not have a scheme: give host[:port][/path], https is implied");
+    }
+    let chars_ok = endpoint
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '/' | '[' | ']'));
+    if !chars_ok {
+        return Some("is not host[:port][/path]: only letters, digits and . - _ : / [ ] are allowed");
+    }
+    let (host_port, rest) = endpoint
+        .split_once('/')
+        .map_or((endpoint, None), |(h, r)| (h, Some(r)));
+    if rest.is_some_and(|r| r.split('/').any(|s| s.is_empty() || s == "." || s == "..")) {
+        return Some("has an empty, '.' or '..' path segment");
+    }
+    let (host, port) = if let Some(v6) = host_port.strip_prefix('[') {
+        let Some((inside, after)) = v6.split_once(']') else {
+            return Some("has an unclosed '[' in its IPv6 host");
+        };
+        if inside.parse::<std::net::Ipv6Addr>().is_err() {
+            return Some("has an invalid IPv6 address in brackets");
+        }
+        match after {
+            "" => (inside, None),
+            _ => match after.strip_prefix(':') {
+                Some(port) => (inside, Some(port)),
+                None => return Some("has text after its IPv6 host that is not :port"),
+            },
+        }
+    } else {
+        match host_port.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        }
+    };
+    if host.is_empty() {
+        return Some("has no host");
+    }
+    if !host_port.starts_with('[')
+        && !host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        })
+    {
+        return Some("has an invalid host name");
+    }
+    if let Some(port) = port
+        && !port.parse::<u16>().is_ok_and(|p| p > 0)
+    {
+        return Some("has an invalid port (1-65535)");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_tags() {
+        assert_eq!(image_tag("public.ecr.aws/etcd:v3.5.9"), Some("v3.5.9"));
+        assert_eq!(image_tag("registry:5000/etcd:3.5"), Some("3.5"));
+        assert_eq!(image_tag("registry:5000/etcd"), None);
+        assert_eq!(image_tag("etcd@sha256:abc"), None);
+        assert_eq!(image_tag("etcd:"), None);
+    }
+
+    #[test]
+    fn versions() {
+        for ok in ["3.5.9", "3.6.0-rc.1", "3.5.9+eks.1", "3.5.9-alpha-1+b.2"] {
+            assert!(is_etcd_version(ok), "{ok}");
+        }
+        for bad in [
+            "v3.5.9",
+            "3.5",
+            "3.5.9.1",
+            "3.5.x",
+            "3.5.9-",
+            "3.5.9 ",
+            "3.5.9;ls",
+            "3.5.9-a..b",
+        ] {
+            assert!(!is_etcd_version(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn user_names() {
+        for ok in [
+            "etcd",
+            "_svc",
+            "a-b_c9",
+            "machine$",
+            "a2345678901234567890123456789012",
+        ] {
+            assert!(is_user_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "Root",
+            "9lives",
+            "-x",
+            "a b",
+            "a$b",
+            "$",
+            "a23456789012345678901234567890123",
+        ] {
+            assert!(!is_user_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn registry_endpoints() {
+        for ok in [
+            "mirror.local",
+            "mirror.local:5000",
+            "10.0.0.1:443/v2/ns",
+            "[fd00::1]:5000",
+            "[::1]",
+        ] {
+            assert_eq!(registry_endpoint_problem(ok), None, "{ok}");
+        }
+        for bad in [
+            "https://mirror",
+            "mirror:0",
+            "mirror:99999",
+            "mirror:x",
+            ":5000",
+            "mirror//a",
+            "mirror/../etc",
+            "[fd00::1",
+            "[nope]:1",
+            "mir ror",
+            "-bad.host",
+        ] {
+            assert!(registry_endpoint_problem(bad).is_some(), "{bad}");
+        }
+    }
+}
