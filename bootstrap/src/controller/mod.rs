@@ -9,8 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::DeserializeGuard;
+use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -362,13 +365,16 @@ async fn write_status(ctx: &Context, config: &EtcdadmConfig, outcome: Outcome) -
     Ok(true)
 }
 
-fn error_policy(config: Arc<EtcdadmConfig>, error: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy(config: Arc<DeserializeGuard<EtcdadmConfig>>, error: &Error, _ctx: Arc<Context>) -> Action {
     warn!(config = %config.name_any(), category = error.category(), %error, "reconcile failed");
     Action::requeue(WAIT_REQUEUE)
 }
 
 /// Configs in `namespace` from the controller's cache.
-fn configs_in(store: &Store<EtcdadmConfig>, namespace: Option<String>) -> Vec<ObjectRef<EtcdadmConfig>> {
+fn configs_in(
+    store: &Store<DeserializeGuard<EtcdadmConfig>>,
+    namespace: Option<String>,
+) -> Vec<ObjectRef<DeserializeGuard<EtcdadmConfig>>> {
     store
         .state()
         .iter()
@@ -378,11 +384,59 @@ fn configs_in(store: &Store<EtcdadmConfig>, namespace: Option<String>) -> Vec<Ob
 }
 
 /// Reconcile with the runtime's timing and error metrics around it.
-async fn measured_reconcile(config: Arc<EtcdadmConfig>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn measured_reconcile(
+    guarded: Arc<DeserializeGuard<EtcdadmConfig>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
     let timer = ctx.metrics.reconcile_started();
-    let result = reconcile(config, ctx).await;
+    let result = match &guarded.0 {
+        Ok(config) => reconcile(Arc::new(config.clone()), ctx).await,
+        Err(invalid) => report_invalid(&ctx, invalid).await,
+    };
     timer.finish(&result, Error::category);
     result
+}
+
+/// An EtcdadmConfig this version cannot read (say, an enum value it does not know) gets a
+/// condition and an Event naming the problem; the watch and every other config go on.
+async fn report_invalid(ctx: &Context, invalid: &InvalidObject) -> Result<Action, Error> {
+    let name = invalid.metadata.name.clone().unwrap_or_default();
+    let namespace = invalid.metadata.namespace.clone().unwrap_or_default();
+    let message = format!(
+        "EtcdadmConfig {namespace}/{name} cannot be read: {}",
+        invalid.error
+    );
+    warn!(config = %name, error = %invalid.error, "invalid EtcdadmConfig");
+    let condition = serde_json::json!({
+        "type": READY, "status": "False", "severity": "Error", "reason": reason::INVALID_OBJECT,
+        "message": message, "lastTransitionTime": Time(k8s_openapi::jiff::Timestamp::now()),
+    });
+    let api: Api<EtcdadmConfig> = Api::namespaced(ctx.client.clone(), &namespace);
+    let params = PatchParams {
+        field_manager: Some(apply::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let patch = serde_json::json!({"status": {"ready": false, "conditions": [condition]}});
+    api.patch_status(&name, &params, &Patch::Merge(&patch)).await?;
+    let reference = ObjectReference {
+        api_version: Some(EtcdadmConfig::api_version(&()).into_owned()),
+        kind: Some(EtcdadmConfig::kind(&()).into_owned()),
+        name: Some(name),
+        namespace: Some(namespace),
+        uid: invalid.metadata.uid.clone(),
+        ..Default::default()
+    };
+    let event = Event {
+        type_: EventType::Warning,
+        reason: reason::INVALID_OBJECT.into(),
+        note: Some(message),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+        warn!(error = %e, "publishing event failed");
+    }
+    Ok(Action::await_change())
 }
 
 /// Run the controller until the manager's shutdown signal. `--namespace` limits and
@@ -395,7 +449,8 @@ pub async fn run(manager: ManagerContext, metrics: BootstrapMetrics) {
         shutdown,
         ..
     } = manager;
-    let configs: Api<EtcdadmConfig> = settings.api(&client);
+    // Guarded: one object this version cannot read must not stop the watch for all the others.
+    let configs: Api<DeserializeGuard<EtcdadmConfig>> = settings.api(&client);
     let controller =
         Controller::new(configs, settings.watcher_config()).with_config(settings.controller_config());
     let store = controller.store();
@@ -411,21 +466,22 @@ pub async fn run(manager: ManagerContext, metrics: BootstrapMetrics) {
     let ctx = Arc::new(Context::with_metrics(client.clone(), metrics));
     controller
         .watches(
-            settings.api::<Machine>(&client),
+            settings.api::<DeserializeGuard<Machine>>(&client),
             settings.watcher_config(),
             |machine| {
+                let machine = machine.0.as_ref().ok()?;
                 let config_ref = machine.spec.bootstrap.config_ref.as_ref()?;
                 let ns = machine.namespace()?;
                 (config_ref.kind == "EtcdadmConfig").then(|| ObjectRef::new(&config_ref.name).within(&ns))
             },
         )
         .watches(
-            settings.api::<Cluster>(&client),
+            settings.api::<DeserializeGuard<Cluster>>(&client),
             settings.watcher_config(),
             move |cluster| configs_in(&cluster_store, cluster.namespace()),
         )
         .watches(
-            settings.api::<EtcdadmCluster>(&client),
+            settings.api::<DeserializeGuard<EtcdadmCluster>>(&client),
             settings.watcher_config(),
             move |etcd| configs_in(&etcd_store, etcd.namespace()),
         )

@@ -91,14 +91,22 @@ pub fn with_defaults(
     let Some(object) = &req.object else {
         return response;
     };
-    let document = match serde_json::to_value(object) {
+    let mut document = match serde_json::to_value(object) {
         Ok(document) => document,
         Err(e) => return rejected(req, format!("{} cannot be read: {e}", describe(req))),
     };
-    let operations: Vec<PatchOperation> = defaults
-        .iter()
-        .filter_map(|(path, value)| default_operation(&document, path, value))
-        .collect();
+    // Each default is computed on the document with the earlier ones applied, so two defaults
+    // under one missing parent do not overwrite each other.
+    let mut operations: Vec<PatchOperation> = vec![];
+    for (path, value) in defaults {
+        let Some(operation) = default_operation(&document, path, value) else {
+            continue;
+        };
+        if let Err(e) = json_patch::patch(&mut document, std::slice::from_ref(&operation)) {
+            return rejected(req, format!("applying default {}: {e}", path.join(".")));
+        }
+        operations.push(operation);
+    }
     if operations.is_empty() {
         return response;
     }
