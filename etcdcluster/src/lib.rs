@@ -2,6 +2,8 @@
 
 pub mod controller;
 pub mod error;
+pub mod metrics;
+pub mod webhook;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -4,6 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use etcdadm_shared::manager::{Manager, ManagerArgs};
+
+const DEFAULT_LEADER_ELECTION_ID: &str = "etcdadm-controller-manager-leader-election";
 
 #[derive(Parser)]
 #[command(
@@ -18,12 +21,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the EtcdadmCluster controller against the cluster from the kubeconfig or in-cluster config.
-    Run {
-        /// Watch only this namespace (all namespaces when absent).
-        #[arg(long)]
-        namespace: Option<String>,
-    },
+    /// Run the EtcdadmCluster controller (and its admission webhooks) against the cluster from the
+    /// kubeconfig or the in-cluster config.
+    Run(Box<ManagerArgs>),
     /// Print the CRDs this provider serves, or write them into a directory.
     Crd {
         /// Write one `<group>_<plural>.yaml` per CRD here instead of printing.
@@ -34,13 +34,11 @@ enum Command {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Run { namespace } => match run(namespace) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Run(args) => {
+            let manager = Manager::new(*args, "etcdadm-controller", DEFAULT_LEADER_ELECTION_ID)
+                .webhooks(etcdadm_etcdcluster::webhook::routes());
+            manager.main(etcdadm_etcdcluster::controller::run)
+        }
         Command::Crd { out_dir } => {
             match etcdadm_shared::crd::emit(&etcdadm_etcdcluster::crds(), out_dir.as_deref()) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -51,30 +49,4 @@ fn main() -> ExitCode {
             }
         }
     }
-}
-
-/// Run the controller until SIGINT or SIGTERM.
-fn run(namespace: Option<String>) -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
-    // One process-wide TLS provider (ring) for every client that does not pick its own; an
-    // error only means one is installed already.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async {
-        let client = kube::Client::try_default().await?;
-        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        let shutdown = async move {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = terminate.recv() => {}
-            }
-        };
-        etcdadm_etcdcluster::controller::run(client, namespace, shutdown).await;
-        Ok(())
-    })
 }

@@ -989,3 +989,155 @@ async fn deleting_the_leaders_machine_moves_leadership_removes_the_member_then_r
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
+
+/// CAPI's part of a Machine deletion: once no pre-terminate hook is left, drop the finalizer.
+async fn let_unhooked_machines_go(env: &Env) {
+    for machine in env.machines().await {
+        if machine.is_deleting()
+            && !machine
+                .annotations()
+                .contains_key(names::PRE_TERMINATE_HOOK_ANNOTATION)
+        {
+            env.api::<Machine>()
+                .patch(
+                    &machine.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                )
+                .await
+                .unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_orphan_machine_is_adopted_and_scale_down_removes_members_before_machines() {
+    require_etcd();
+    let ca = test_ca();
+    let cluster = TlsEtcdCluster::start(ca, 3);
+    let env = Env::new();
+    env.cluster(&[], false).await;
+    env.template().await;
+    env.ca_secret(ca.cert_pem(), ca.key_pem()).await;
+    let etcd = env
+        .etcd_cluster(
+            3,
+            true,
+            json!({"healthCheck": {"interval": "1s", "timeout": "2s"}}),
+        )
+        .await;
+    for m in &cluster.members {
+        env.member_machine(&etcd, &m.name, &m.ip.to_string()).await;
+        // CAPI's finalizer: a deleted Machine stays until its hooks are gone.
+        env.api::<Machine>()
+            .patch(
+                &m.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": ["machine.cluster.x-k8s.io"]}})),
+            )
+            .await
+            .unwrap();
+    }
+    // One Machine lost its controller and our hook (say, after a bad restore): adopted.
+    let orphan = cluster.members[2].name.clone();
+    env.api::<Machine>()
+        .patch(
+            &orphan,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"ownerReferences": null, "annotations": {names::PRE_TERMINATE_HOOK_ANNOTATION: null}}})),
+        )
+        .await
+        .unwrap();
+    let etcd = reconcile_until(&env, "ready", |e| e.status.as_ref().is_some_and(|s| s.ready)).await;
+    let adopted = env.api::<Machine>().get(&orphan).await.unwrap();
+    assert!(
+        adopted
+            .owner_references()
+            .iter()
+            .any(|r| r.controller == Some(true) && Some(&r.uid) == etcd.uid().as_ref())
+    );
+    assert!(
+        adopted
+            .annotations()
+            .contains_key(names::PRE_TERMINATE_HOOK_ANNOTATION)
+    );
+    assert!(env.event_reasons().await.contains(&"MachineAdopted".to_string()));
+    assert_eq!(condition(&etcd, "MachinesSpecUpToDate").0, "True");
+    assert_eq!(condition(&etcd, "ResizeCompleted").0, "True");
+    assert_eq!(etcd.status.as_ref().unwrap().updated_replicas, Some(3));
+
+    // 3 → 1: one Machine at a time, each member removed before CAPI may let the Machine go.
+    env.api::<EtcdadmCluster>()
+        .patch(
+            ETCD,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    let leaf = ca
+        .issue(&etcdadm_shared::pki::LeafRequest::in_memory_client(
+            "test",
+            Duration::from_secs(600),
+        ))
+        .unwrap();
+    let tls = etcdadm_shared::etcd::EtcdTls {
+        ca_pem: ca.cert_pem().to_string(),
+        cert_pem: leaf.cert_pem,
+        key_pem: leaf.key_pem,
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut saw_resizing = false;
+    loop {
+        let etcd = env.reconcile().await;
+        let machines = env.machines().await;
+        let deleting: Vec<String> = machines
+            .iter()
+            .filter(|m| m.is_deleting())
+            .map(|m| m.name_any())
+            .collect();
+        assert!(deleting.len() <= 1, "two removals at once: {deleting:?}");
+        if condition(&etcd, "ResizeCompleted").0 == "False" {
+            saw_resizing = true;
+        }
+        // Any Machine whose hook is gone has no member left in etcd.
+        for machine in machines.iter().filter(|m| m.is_deleting()) {
+            if !machine
+                .annotations()
+                .contains_key(names::PRE_TERMINATE_HOOK_ANNOTATION)
+            {
+                let mut listed = None;
+                for url in cluster.client_urls() {
+                    let client =
+                        etcdadm_shared::etcd::MemberClient::new(&url, &tls, Duration::from_secs(2)).unwrap();
+                    if let Ok(members) = client.member_list().await {
+                        listed = Some(members);
+                        break;
+                    }
+                }
+                let listed = listed.expect("a member answers");
+                assert!(
+                    listed.iter().all(|m| m.name != machine.name_any()),
+                    "hook released while {} is still a member",
+                    machine.name_any()
+                );
+            }
+        }
+        let_unhooked_machines_go(&env).await;
+        if machines.len() == 1 && etcd.status.as_ref().is_some_and(|s| s.ready) {
+            assert_eq!(condition(&etcd, "ResizeCompleted").0, "True");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no scale down: {machines:?}\n{}",
+            serde_json::to_string_pretty(&etcd.status).unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(saw_resizing);
+    let reasons = env.event_reasons().await;
+    for expected in ["ScalingDown", "MemberRemoved", "PreTerminateHookReleased"] {
+        assert!(reasons.contains(&expected.to_string()), "{expected}: {reasons:?}");
+    }
+}

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::DeserializeGuard;
@@ -25,6 +24,7 @@ use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
 use etcdadm_shared::api::config::BootstrapInitialization;
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig, EtcdadmConfigStatus};
 use etcdadm_shared::manager::ManagerContext;
+use etcdadm_shared::manager::invalid::report_invalid_object;
 use etcdadm_shared::names;
 
 use self::observe::Observation;
@@ -400,42 +400,7 @@ async fn measured_reconcile(
 /// An EtcdadmConfig this version cannot read (say, an enum value it does not know) gets a
 /// condition and an Event naming the problem; the watch and every other config go on.
 async fn report_invalid(ctx: &Context, invalid: &InvalidObject) -> Result<Action, Error> {
-    let name = invalid.metadata.name.clone().unwrap_or_default();
-    let namespace = invalid.metadata.namespace.clone().unwrap_or_default();
-    let message = format!(
-        "EtcdadmConfig {namespace}/{name} cannot be read: {}",
-        invalid.error
-    );
-    warn!(config = %name, error = %invalid.error, "invalid EtcdadmConfig");
-    let condition = serde_json::json!({
-        "type": READY, "status": "False", "severity": "Error", "reason": reason::INVALID_OBJECT,
-        "message": message, "lastTransitionTime": Time(k8s_openapi::jiff::Timestamp::now()),
-    });
-    let api: Api<EtcdadmConfig> = Api::namespaced(ctx.client.clone(), &namespace);
-    let params = PatchParams {
-        field_manager: Some(apply::FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    let patch = serde_json::json!({"status": {"ready": false, "conditions": [condition]}});
-    api.patch_status(&name, &params, &Patch::Merge(&patch)).await?;
-    let reference = ObjectReference {
-        api_version: Some(EtcdadmConfig::api_version(&()).into_owned()),
-        kind: Some(EtcdadmConfig::kind(&()).into_owned()),
-        name: Some(name),
-        namespace: Some(namespace),
-        uid: invalid.metadata.uid.clone(),
-        ..Default::default()
-    };
-    let event = Event {
-        type_: EventType::Warning,
-        reason: reason::INVALID_OBJECT.into(),
-        note: Some(message),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-        warn!(error = %e, "publishing event failed");
-    }
+    report_invalid_object::<EtcdadmConfig>(&ctx.client, &ctx.recorder, apply::FIELD_MANAGER, invalid).await?;
     Ok(Action::await_change())
 }
 

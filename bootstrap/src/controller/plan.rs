@@ -125,8 +125,6 @@ pub mod reason {
     pub const DATA_SECRET_CONFLICT: &str = "DataSecretConflict";
     pub const PAUSED: &str = "Paused";
     pub const DATA_SECRET_CREATED: &str = "DataSecretCreated";
-    /// The object could not be read by this controller version.
-    pub const INVALID_OBJECT: &str = "InvalidObject";
 }
 
 impl Observed {

@@ -299,6 +299,8 @@ pub struct NewMember<'a> {
     pub infra: &'a ApiResource,
     pub failure_domain: Option<&'a str>,
     pub version: Option<&'a str>,
+    /// The remediation record this member replaces (`remediation-for` annotation).
+    pub remediation_for: Option<&'a str>,
 }
 
 /// Create one member: infra machine cloned from the template, EtcdadmConfig, then the Machine
@@ -412,6 +414,9 @@ pub fn member_machine(
     all_labels.extend(labels.clone());
     let mut annotations = template_meta.annotations.clone();
     annotations.insert(names::PRE_TERMINATE_HOOK_ANNOTATION.into(), String::new());
+    if let Some(record) = m.remediation_for {
+        annotations.insert(super::observe::REMEDIATION_FOR_ANNOTATION.into(), record.into());
+    }
     let mut owner = controller_ref(m.etcd)?;
     owner.block_owner_deletion = Some(true);
     let mut spec = json!({
@@ -487,5 +492,65 @@ pub async fn release_and_delete_machines(client: &Client, ns: &str, names: &[Str
             ignore_not_found(machines.delete(name, &DeleteParams::background()).await.map(drop))?;
         }
     }
+    Ok(())
+}
+
+/// Take over a Machine labelled for us: our controller reference (when it has no controller)
+/// and our pre-terminate hook, guarded by its resourceVersion (owner lists are replaced whole).
+pub async fn adopt_machine(
+    client: &Client,
+    ns: &str,
+    etcd: &EtcdadmCluster,
+    name: &str,
+) -> Result<bool, Error> {
+    let machines: Api<Machine> = Api::namespaced(client.clone(), ns);
+    let Some(machine) = machines.get_opt(name).await? else {
+        return Ok(false);
+    };
+    if machine.is_deleting() {
+        return Ok(false);
+    }
+    let mut metadata = json!({
+        "resourceVersion": machine.resource_version(),
+        "annotations": { names::PRE_TERMINATE_HOOK_ANNOTATION: "" },
+    });
+    let mut adopted = false;
+    if !machine
+        .owner_references()
+        .iter()
+        .any(|r| r.controller == Some(true))
+    {
+        let mut owner = controller_ref(etcd)?;
+        owner.block_owner_deletion = Some(true);
+        let mut owners = machine.owner_references().to_vec();
+        owners.push(owner);
+        metadata["ownerReferences"] = json!(owners);
+        adopted = true;
+    }
+    machines
+        .patch(
+            name,
+            &patch_params(),
+            &Patch::Merge(json!({ "metadata": metadata })),
+        )
+        .await?;
+    Ok(adopted)
+}
+
+/// Delete a member Machine; CAPI's finalizer and our hook keep it until its member is removed.
+pub async fn delete_machine(client: &Client, ns: &str, name: &str) -> Result<(), Error> {
+    let machines: Api<Machine> = Api::namespaced(client.clone(), ns);
+    ignore_not_found(machines.delete(name, &DeleteParams::background()).await.map(drop))
+}
+
+/// Record a remediation on the EtcdadmCluster (read back for the backoff after a failed
+/// replacement). One annotation key: nothing else is touched.
+pub async fn record_remediation(client: &Client, etcd: &EtcdadmCluster, record: &Value) -> Result<(), Error> {
+    let api: Api<EtcdadmCluster> = Api::namespaced(client.clone(), &etcd.namespace().unwrap_or_default());
+    let patch = json!({ "metadata": { "annotations": {
+        super::observe::REMEDIATION_ANNOTATION: record.to_string()
+    } } });
+    api.patch(&etcd.name_any(), &patch_params(), &Patch::Merge(&patch))
+        .await?;
     Ok(())
 }

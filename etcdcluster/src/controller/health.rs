@@ -338,5 +338,7 @@ fn member_view(
         etcd_version: status.map(|s| s.version.clone()),
         db_size: status.and_then(|s| i64::try_from(s.db_size).ok()),
         alarms: member_alarms,
+        // Timed by `Observation::observed`, from the stored status.
+        unhealthy_for: std::time::Duration::ZERO,
     }
 }

@@ -8,6 +8,7 @@ pub mod apply;
 pub mod health;
 pub mod observe;
 pub mod plan;
+pub mod rollout;
 pub mod status;
 
 use std::sync::Arc;
@@ -19,26 +20,33 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use etcdadm_shared::api::capi::{Cluster, KubeadmControlPlane, Machine};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
 use etcdadm_shared::etcd::{EtcdError, MemberClient, Refusal, member_id_hex};
+use etcdadm_shared::manager::ManagerContext;
+use etcdadm_shared::manager::invalid::report_invalid_object;
 use etcdadm_shared::names;
+use kube::core::DeserializeGuard;
 
 use self::health::{CheckInput, EtcdClients};
 use self::observe::Observation;
-use self::plan::{EtcdView, Step};
+use self::plan::{EtcdView, Growth, Removal, Step};
 use crate::error::Error;
+use crate::metrics::EtcdClusterMetrics;
+
+/// An EtcdadmCluster as watched: read, or the reason it could not be.
+type Guarded = DeserializeGuard<EtcdadmCluster>;
 
 /// Requeue while waiting on another actor, at most (the health interval may be shorter).
 const WAIT_REQUEUE: Duration = Duration::from_secs(5);
 /// A state only a human can fix is still looked at now and then.
 const REFUSED_REQUEUE: Duration = Duration::from_secs(60);
-/// Retry of a membership change etcd refused for a passing reason.
-const MEMBERSHIP_RETRY: Duration = Duration::from_secs(2);
+/// Retry of a membership change etcd refused for a passing reason (its strict reconfiguration
+/// check wants a new member connected for 5 s before another change).
+const MEMBERSHIP_RETRY: Duration = Duration::from_secs(1);
 /// Steps applied in one reconcile before yielding.
 const MAX_STEPS: usize = 8;
 
@@ -48,6 +56,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Controller client certificates and member clients, per etcd cluster.
     pub etcd_clients: EtcdClients,
+    /// Per-cluster metrics, when run by the manager (tests go without).
+    pub metrics: Option<EtcdClusterMetrics>,
 }
 
 impl Context {
@@ -60,6 +70,21 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             etcd_clients: EtcdClients::new(),
+            metrics: None,
+        }
+    }
+
+    /// The same, exporting per-cluster metrics.
+    pub fn with_metrics(client: Client, metrics: EtcdClusterMetrics) -> Self {
+        Context {
+            metrics: Some(metrics),
+            ..Context::new(client)
+        }
+    }
+
+    fn metrics(&self, etcd: &EtcdadmCluster, record: impl FnOnce(&EtcdClusterMetrics, &str, &str)) {
+        if let Some(metrics) = &self.metrics {
+            record(metrics, &etcd.namespace().unwrap_or_default(), &etcd.name_any());
         }
     }
 
@@ -102,11 +127,15 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
                 view
             }
         };
-        let observed = obs.observed(view);
+        let observed = obs.observed(view, k8s_openapi::jiff::Timestamp::now());
         let step = plan::plan(&observed);
         if let Some(updated) = write_status(&ctx, &obs, &observed, &step).await? {
             // Metadata patches are guarded by the resourceVersion the status write produced.
             obs.etcd_cluster = updated;
+        }
+        if step.writes() {
+            let (why, message) = step.reason();
+            debug!(etcdcluster = %name, reason = why, %message, "applying step");
         }
         match apply_step(&ctx, &obs, step).await? {
             Next::Again => continue,
@@ -135,7 +164,22 @@ async fn check_health(ctx: &Context, obs: &Observation) -> Result<EtcdView, Erro
         previous: &previous,
         timeout: settings.timeout,
     };
-    health::check(&ctx.etcd_clients, &input).await
+    let started = std::time::Instant::now();
+    let view = health::check(&ctx.etcd_clients, &input).await;
+    ctx.metrics(&obs.etcd_cluster, |m, ns, name| {
+        m.observe_health_check(ns, name, started.elapsed());
+        if let Ok(EtcdView::Members(members)) = &view {
+            let mut alarms = vec![];
+            for member in members {
+                if let Some(bytes) = member.db_size.and_then(|b| u64::try_from(b).ok()) {
+                    m.observe_db_size(ns, name, &member.name, bytes);
+                }
+                alarms.extend(member.alarms.iter().cloned());
+            }
+            m.observe_alarms(ns, name, &alarms);
+        }
+    });
+    view
 }
 
 enum Next {
@@ -211,9 +255,14 @@ async fn apply_step(ctx: &Context, obs: &Observation, step: Step) -> Result<Next
         Step::CreateMachine {
             adopt,
             failure_domain,
+            purpose,
         } => {
             let infra = required(&obs.infra_machine, "infrastructure machine kind")?;
             let version = obs.machine_version();
+            let remediation_for = match purpose {
+                Growth::Replacement => etcd.annotations().get(observe::REMEDIATION_ANNOTATION),
+                _ => None,
+            };
             let new = apply::NewMember {
                 etcd,
                 cluster: &cluster_name,
@@ -221,15 +270,26 @@ async fn apply_step(ctx: &Context, obs: &Observation, step: Step) -> Result<Next
                 infra,
                 failure_domain: failure_domain.as_deref(),
                 version: version.as_deref(),
+                remediation_for: remediation_for.map(String::as_str),
             };
             let adopted = adopt.is_some();
             let name = adopt.unwrap_or_else(|| apply::member_name(&etcd.name_any()));
             apply::create_member(client, &new, &name).await?;
             let members = obs.machines.iter().filter(|m| !m.deleting).count() + 1;
-            let mut note = format!(
-                "created Machine {name} (member {members} of {})",
-                etcd.spec.replicas()
-            );
+            let mut note = match purpose {
+                Growth::ScaleUp => format!(
+                    "created Machine {name} (Machine {members} for {} replicas)",
+                    etcd.spec.replicas()
+                ),
+                Growth::Rollout => format!(
+                    "rolling update: created Machine {name} of the current spec ({members} Machines for {} replicas)",
+                    etcd.spec.replicas()
+                ),
+                Growth::Replacement => format!(
+                    "created Machine {name} to replace the remediated member ({members} Machines for {} replicas)",
+                    etcd.spec.replicas()
+                ),
+            };
             if let Some(domain) = &failure_domain {
                 note.push_str(&format!(" in failure domain {domain}"));
             }
@@ -240,6 +300,46 @@ async fn apply_step(ctx: &Context, obs: &Observation, step: Step) -> Result<Next
             ctx.event(etcd, false, "MachineCreated", note).await;
             Ok(Next::Done(Action::requeue(interval.min(WAIT_REQUEUE))))
         }
+        Step::AdoptMachine { machine } => {
+            let adopted = apply::adopt_machine(client, ns, etcd, &machine).await?;
+            let note = if adopted {
+                format!(
+                    "adopted Machine {machine}: it carries this EtcdadmCluster's label but had no controller"
+                )
+            } else {
+                format!(
+                    "restored the pre-terminate hook on Machine {machine}: its deletion must remove its member first"
+                )
+            };
+            ctx.event(etcd, false, "MachineAdopted", note).await;
+            Ok(Next::Again)
+        }
+        Step::DeleteMachine {
+            machine,
+            purpose,
+            message,
+        } => {
+            let event_reason = match purpose {
+                Removal::ScaleDown => "ScalingDown",
+                Removal::Rollout => "RollingUpdate",
+                Removal::Remediation { retries } => {
+                    let record = serde_json::json!({
+                        "machine": machine,
+                        "timestamp": Time(k8s_openapi::jiff::Timestamp::now()),
+                        "retryCount": retries,
+                    });
+                    apply::record_remediation(client, etcd, &record).await?;
+                    ctx.metrics(etcd, |m, ns, name| m.remediation(ns, name));
+                    "MemberRemediation"
+                }
+                Removal::OrphanMachine => "OrphanMachineDeleted",
+            };
+            apply::delete_machine(client, ns, &machine).await?;
+            info!(etcdcluster = %etcd.name_any(), %machine, reason = event_reason, "deleting member Machine");
+            let warning = matches!(purpose, Removal::Remediation { .. } | Removal::OrphanMachine);
+            ctx.event(etcd, warning, event_reason, message).await;
+            Ok(Next::Again)
+        }
         Step::DeleteLeftovers { names } => {
             apply::delete_leftovers(client, ns, obs.infra_machine.as_ref(), &names).await?;
             let note = format!("deleted leftovers of interrupted creations: {}", names.join(", "));
@@ -249,6 +349,7 @@ async fn apply_step(ctx: &Context, obs: &Observation, step: Step) -> Result<Next
         Step::WriteKcpEndpoints { endpoints } => {
             let kcp = required(&obs.kcp, "KubeadmControlPlane")?;
             apply::write_kcp_endpoints(client, kcp, &endpoints).await?;
+            info!(etcdcluster = %etcd.name_any(), endpoints = %endpoints.join(","), "wrote the KubeadmControlPlane's etcd endpoints");
             let note = format!(
                 "wrote etcd endpoints {} into KubeadmControlPlane {}",
                 endpoints.join(","),
@@ -281,30 +382,44 @@ async fn apply_step(ctx: &Context, obs: &Observation, step: Step) -> Result<Next
         } => {
             let member = member_client(ctx, obs, &leader_url)?;
             if let Err(e) = member.move_leader(to).await {
-                return refused_for_now(etcd, e);
+                ctx.metrics(etcd, |m, ns, name| {
+                    m.membership_operation(ns, name, "move-leader", "refused")
+                });
+                return refused_for_now(ctx, etcd, e).await;
             }
+            ctx.metrics(etcd, |m, ns, name| {
+                m.membership_operation(ns, name, "move-leader", "done")
+            });
             let note = format!(
                 "moved etcd leadership to member {} before removing Machine {machine}'s member",
                 member_id_hex(to)
             );
+            info!(etcdcluster = %etcd.name_any(), %machine, "moved etcd leadership");
             ctx.event(etcd, false, "LeadershipMoved", note).await;
             Ok(Next::Done(Action::requeue(Duration::from_secs(1))))
         }
         Step::RemoveMember {
             member_id,
             via_url,
-            machine,
+            member: what,
+            why,
         } => {
             let member = member_client(ctx, obs, &via_url)?;
             match member.member_remove(member_id).await {
                 Ok(()) => {}
                 Err(e) if e.refusal() == Some(Refusal::MemberNotFound) => {}
-                Err(e) => return refused_for_now(etcd, e),
+                Err(e) => {
+                    ctx.metrics(etcd, |m, ns, name| {
+                        m.membership_operation(ns, name, "remove", "refused")
+                    });
+                    return refused_for_now(ctx, etcd, e).await;
+                }
             }
-            let note = format!(
-                "removed etcd member {} of Machine {machine}, which is being deleted",
-                member_id_hex(member_id)
-            );
+            ctx.metrics(etcd, |m, ns, name| {
+                m.membership_operation(ns, name, "remove", "done")
+            });
+            let note = format!("removed the etcd {what} ({}): {why}", member_id_hex(member_id));
+            info!(etcdcluster = %etcd.name_any(), member = %member_id_hex(member_id), %why, "removed etcd member");
             ctx.event(etcd, false, "MemberRemoved", note).await;
             Ok(Next::Done(Action::requeue(Duration::from_secs(1))))
         }
@@ -333,9 +448,9 @@ async fn apply_step(ctx: &Context, obs: &Observation, step: Step) -> Result<Next
 }
 
 /// etcd refusing a membership change for a passing reason (its strict reconfiguration check
-/// wants every peer connected for a while, leadership just moved...) is waited out; anything
-/// else is an error.
-fn refused_for_now(etcd: &EtcdadmCluster, e: EtcdError) -> Result<Next, Error> {
+/// wants every peer connected for a while, leadership just moved...) is waited out, with an
+/// Event saying why; anything else is an error.
+async fn refused_for_now(ctx: &Context, etcd: &EtcdadmCluster, e: EtcdError) -> Result<Next, Error> {
     let passing = matches!(
         e.refusal(),
         Some(
@@ -348,6 +463,8 @@ fn refused_for_now(etcd: &EtcdadmCluster, e: EtcdError) -> Result<Next, Error> {
     );
     if passing {
         info!(etcdcluster = %etcd.name_any(), error = %e, "etcd refused a membership change for now; retrying");
+        let note = format!("etcd refused the membership change for now, retrying: {e}");
+        ctx.event(etcd, false, "MembershipChangeDeferred", note).await;
         Ok(Next::Done(Action::requeue(MEMBERSHIP_RETRY)))
     } else {
         Err(e.into())
@@ -378,6 +495,9 @@ async fn write_status(
     let etcd = &obs.etcd_cluster;
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let (status, transitions) = status::next_status(etcd, observed, step, &now);
+    ctx.metrics(etcd, |m, ns, name| {
+        m.observe_status(ns, name, etcd.spec.replicas(), &status)
+    });
     let old: EtcdadmClusterStatus = etcd.status.clone().unwrap_or_default();
     let mut written = None;
     if status != old {
@@ -398,13 +518,13 @@ async fn write_status(
     Ok(written)
 }
 
-fn error_policy(etcd: Arc<EtcdadmCluster>, error: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy(etcd: Arc<Guarded>, error: &Error, _ctx: Arc<Context>) -> Action {
     warn!(etcdcluster = %etcd.name_any(), category = error.category(), %error, "reconcile failed");
     Action::requeue(WAIT_REQUEUE)
 }
 
 /// EtcdadmClusters of the Cluster `cluster` (by label or by the fork's reference).
-fn etcd_clusters_of(store: &Store<EtcdadmCluster>, cluster: &Cluster) -> Vec<ObjectRef<EtcdadmCluster>> {
+fn etcd_clusters_of(store: &Store<Guarded>, cluster: &Cluster) -> Vec<ObjectRef<Guarded>> {
     let ns = cluster.namespace();
     let name = cluster.name_any();
     let referenced = cluster
@@ -425,10 +545,7 @@ fn etcd_clusters_of(store: &Store<EtcdadmCluster>, cluster: &Cluster) -> Vec<Obj
 }
 
 /// EtcdadmClusters in the namespace of a KCP (few per namespace; the reconcile filters).
-fn etcd_clusters_in(
-    store: &Store<EtcdadmCluster>,
-    namespace: Option<String>,
-) -> Vec<ObjectRef<EtcdadmCluster>> {
+fn etcd_clusters_in(store: &Store<Guarded>, namespace: Option<String>) -> Vec<ObjectRef<Guarded>> {
     store
         .state()
         .iter()
@@ -437,47 +554,84 @@ fn etcd_clusters_in(
         .collect()
 }
 
-/// Run the controller until `shutdown` resolves. `namespace` limits every watch.
-pub async fn run(
-    client: Client,
-    namespace: Option<String>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
-    {
-        match namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
-    }
-    let etcd_clusters: Api<EtcdadmCluster> = api(&client, &namespace);
-    let controller = Controller::new(etcd_clusters, watcher::Config::default().any_semantic());
+/// Name of this controller in metrics and logs.
+pub const CONTROLLER_NAME: &str = "etcdadmcluster";
+
+/// Run the controller until the manager's shutdown signal. `--namespace` limits and
+/// `--watch-filter` filters every watch; readiness is reported once the clusters are listed.
+pub async fn run(manager: ManagerContext) {
+    let ManagerContext {
+        client,
+        settings,
+        readiness,
+        shutdown,
+        metrics,
+        ..
+    } = manager;
+    // Guarded: one object this version cannot read must not stop the watch for all the others.
+    let etcd_clusters: Api<Guarded> = settings.api(&client);
+    let controller =
+        Controller::new(etcd_clusters, settings.watcher_config()).with_config(settings.controller_config());
     let store = controller.store();
     let cluster_store = store.clone();
     let kcp_store = store.clone();
-    let ctx = Arc::new(Context::new(client.clone()));
+    let synced_store = store.clone();
+    tokio::spawn(async move {
+        if synced_store.wait_until_ready().await.is_ok() {
+            info!("EtcdadmCluster cache synced");
+            readiness.set_synced();
+        }
+    });
+    let ctx = Arc::new(Context::with_metrics(
+        client.clone(),
+        EtcdClusterMetrics::register(&metrics),
+    ));
+    // Only member Machines, within the `--watch-filter` selection if there is one.
+    let mut member_machines = settings.watcher_config();
+    member_machines.label_selector = Some(match member_machines.label_selector.take() {
+        Some(filter) => format!("{filter},{}", names::ETCD_CLUSTER_LABEL),
+        None => names::ETCD_CLUSTER_LABEL.to_string(),
+    });
+    let measured = move |guarded: Arc<Guarded>, ctx: Arc<Context>| {
+        let timer = metrics.reconcile_started(CONTROLLER_NAME);
+        async move {
+            let result = match &guarded.0 {
+                Ok(etcd) => reconcile(Arc::new(etcd.clone()), ctx).await,
+                Err(invalid) => report_invalid_object::<EtcdadmCluster>(
+                    &ctx.client,
+                    &ctx.recorder,
+                    apply::FIELD_MANAGER,
+                    invalid,
+                )
+                .await
+                .map(|()| Action::await_change())
+                .map_err(Error::from),
+            };
+            timer.finish(&result, Error::category);
+            result
+        }
+    };
     controller
         .owns(
-            api::<Machine>(&client, &namespace),
-            watcher::Config::default()
-                .labels(names::ETCD_CLUSTER_LABEL)
-                .any_semantic(),
+            settings.api::<DeserializeGuard<Machine>>(&client),
+            member_machines,
         )
         .watches(
-            api::<Cluster>(&client, &namespace),
-            watcher::Config::default().any_semantic(),
-            move |cluster| etcd_clusters_of(&cluster_store, &cluster),
+            settings.api::<DeserializeGuard<Cluster>>(&client),
+            settings.watcher_config(),
+            move |cluster| match &cluster.0 {
+                Ok(cluster) => etcd_clusters_of(&cluster_store, cluster),
+                Err(_) => vec![],
+            },
         )
         .watches(
-            api::<KubeadmControlPlane>(&client, &namespace),
-            watcher::Config::default().any_semantic(),
+            settings.api::<DeserializeGuard<KubeadmControlPlane>>(&client),
+            settings.watcher_config(),
             move |kcp| etcd_clusters_in(&kcp_store, kcp.namespace()),
         )
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .reconcile_all_on(settings.resync_ticks())
+        .graceful_shutdown_on(shutdown.wait())
+        .run(measured, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
                 warn!(error = %e, "controller event");

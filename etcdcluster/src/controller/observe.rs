@@ -1,21 +1,36 @@
 //! All API reads of one EtcdadmCluster reconcile, turned into the plan's `Observed` (the etcd
 //! side comes from `health`), plus the objects `apply` acts on.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Client, Resource, ResourceExt};
 
-use etcdadm_shared::api::EtcdadmCluster;
-use etcdadm_shared::api::EtcdadmConfig;
 use etcdadm_shared::api::capi::{Cluster, ControlPlaneEtcd, KubeadmControlPlane, Machine};
+use etcdadm_shared::api::conditions::{self, ConditionStatus};
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig, EtcdadmConfigSpec, MemberStatus};
+use etcdadm_shared::etcd::member_id_hex;
 use etcdadm_shared::names;
 use etcdadm_shared::pki::{CertificateAuthority, ca_from_secret};
 
-use super::plan::{CaView, ClusterView, EtcdView, InitSecretView, KcpView, MachineView, Observed};
+use super::plan::{
+    CaView, ClusterView, EtcdView, InitSecretView, KcpView, LastRemediation, MachineView, Observed,
+    RemediationPolicy,
+};
+use super::rollout::{DesiredSpec, MemberSpec, outdated_reason};
 use crate::error::Error;
+
+/// On the EtcdadmCluster: the last remediation, JSON `{"machine", "timestamp", "retryCount"}`
+/// (as KCP records its own), read for the backoff after a failed replacement.
+pub const REMEDIATION_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/remediation";
+/// On the Machine created to replace a remediated one: a copy of that remediation's record.
+pub const REMEDIATION_FOR_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/remediation-for";
+/// Condition whose last transition to True marks when the cluster last (re)gained quorum.
+const ENDPOINTS_AVAILABLE: &str = "EndpointsAvailable";
 
 /// Group and kind of our own API, for owner references and `managedExternalEtcdRef`.
 pub const ETCD_CLUSTER_GROUP: &str = "etcdcluster.cluster.x-k8s.io";
@@ -40,6 +55,85 @@ pub struct Observation {
     pub spec_problem: Option<String>,
     /// The infra machine kind cloned from `spec.infrastructureTemplate`.
     pub infra_machine: Option<ApiResource>,
+    /// Per Machine (same order as `machines`): what the rollout and remediation checks need.
+    pub machine_facts: Vec<MachineFacts>,
+}
+
+/// What a Machine was made from, and when.
+#[derive(Clone, Debug, Default)]
+pub struct MachineFacts {
+    pub created: Option<Timestamp>,
+    pub config: Option<EtcdadmConfigSpec>,
+    /// `cloned-from-name` and `cloned-from-groupkind` of its infra machine.
+    pub cloned_from: Option<(String, String)>,
+    /// Its `remediation-for` record, when it replaced a remediated Machine.
+    pub remediation_for: Option<RemediationRecord>,
+}
+
+/// The record of the last remediation on the EtcdadmCluster.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemediationRecord {
+    pub machine: String,
+    pub timestamp: Time,
+    #[serde(default)]
+    pub retry_count: u32,
+}
+
+impl RemediationRecord {
+    fn view(&self, now: Timestamp) -> LastRemediation {
+        LastRemediation {
+            machine: self.machine.clone(),
+            ago: since(now, self.timestamp.0),
+            retries: self.retry_count,
+        }
+    }
+}
+
+fn since(now: Timestamp, then: Timestamp) -> Duration {
+    let millis = now.as_millisecond().saturating_sub(then.as_millisecond());
+    Duration::from_millis(u64::try_from(millis).unwrap_or(0))
+}
+
+/// How long a stored entry has been unhealthy, counted from its last flip to unhealthy but not
+/// before the cluster last regained quorum (while it had none, every member looks unhealthy).
+fn unhealthy_for(entry: Option<&MemberStatus>, serving_since: Option<Timestamp>, now: Timestamp) -> Duration {
+    let Some(entry) = entry.filter(|e| !e.healthy) else {
+        return Duration::ZERO;
+    };
+    let Some(flipped) = entry.last_transition_time.as_ref().map(|t| t.0) else {
+        return Duration::ZERO;
+    };
+    let start = serving_since.map_or(flipped, |s| s.max(flipped));
+    since(now, start)
+}
+
+/// `healthCheck` settings plus the reference's `healthcheck-retries` annotation: 0 turns
+/// remediation off; N > 0 means N failed checks (N × interval) unless `unhealthyAfter` is set;
+/// anything else is ignored (never "remove after one failure").
+pub fn remediation_policy(etcd: &EtcdadmCluster) -> RemediationPolicy {
+    let settings = etcd.spec.health_settings();
+    let mut policy = RemediationPolicy {
+        enabled: settings.remediation,
+        unhealthy_after: settings.unhealthy_after,
+    };
+    let explicit = etcd
+        .spec
+        .health_check
+        .as_ref()
+        .is_some_and(|h| h.unhealthy_after.is_some());
+    match etcd
+        .annotations()
+        .get(names::HEALTHCHECK_RETRIES_ANNOTATION)
+        .and_then(|v| v.trim().parse::<u32>().ok())
+    {
+        Some(0) => policy.enabled = false,
+        Some(retries) if !explicit => {
+            policy.unhealthy_after = settings.interval.saturating_mul(retries);
+        }
+        _ => {}
+    }
+    policy
 }
 
 impl Observation {
@@ -52,6 +146,23 @@ impl Observation {
         self.cluster.as_ref().map(|c| c.name_any())
     }
 
+    /// The template new members are cloned from: name and `Kind.group`.
+    fn desired_template(&self) -> (String, String) {
+        let template = &self.etcd_cluster.spec.infrastructure_template;
+        let kind = template.kind.clone().unwrap_or_default();
+        let group = self
+            .infra_machine
+            .as_ref()
+            .map(|r| r.group.clone())
+            .unwrap_or_default();
+        let group_kind = if group.is_empty() {
+            kind
+        } else {
+            format!("{kind}.{group}")
+        };
+        (template.name.clone().unwrap_or_default(), group_kind)
+    }
+
     /// `Machine.spec.version` for new members: `machineTemplate.version`, else the KCP's.
     pub fn machine_version(&self) -> Option<String> {
         self.etcd_cluster
@@ -61,10 +172,63 @@ impl Observation {
             .or_else(|| self.kcp.as_ref().and_then(|k| k.spec.version.clone()))
     }
 
-    /// The plan's input, with the etcd side from the health check.
-    pub fn observed(&self, etcd: EtcdView) -> Observed {
+    /// The plan's input, with the etcd side from the health check, timed against `now`.
+    pub fn observed(&self, etcd: EtcdView, now: Timestamp) -> Observed {
         let e = &self.etcd_cluster;
         let status = e.status.clone().unwrap_or_default();
+        let serving_since = conditions::find(&status.conditions, ENDPOINTS_AVAILABLE)
+            .filter(|c| c.status == ConditionStatus::True)
+            .map(|c| c.last_transition_time.0);
+        let record: Option<RemediationRecord> = e
+            .annotations()
+            .get(REMEDIATION_ANNOTATION)
+            .and_then(|text| serde_json::from_str(text).ok());
+        let last_remediation = record.as_ref().map(|r| r.view(now));
+        let desired_template = self.desired_template();
+        let desired = DesiredSpec {
+            config: &e.spec.etcdadm_config_spec,
+            template: desired_template,
+            rollout_after: e.spec.rollout_after.as_ref().map(|t| t.0.as_second()),
+            now: now.as_second(),
+        };
+        let machines: Vec<MachineView> = self
+            .machines
+            .iter()
+            .zip(self.machine_facts.iter())
+            .map(|(machine, facts)| {
+                let entry = status
+                    .members
+                    .iter()
+                    .find(|s| s.name == machine.name && s.machine_ref.is_some());
+                let member = MemberSpec {
+                    config: facts.config.as_ref(),
+                    cloned_from: facts.cloned_from.clone(),
+                    created: facts.created.map(|t| t.as_second()),
+                };
+                MachineView {
+                    outdated: outdated_reason(&member, &desired),
+                    was_member: entry.is_some_and(|s| s.member_id.is_some()),
+                    unhealthy_for: unhealthy_for(entry, serving_since, now),
+                    age: facts.created.map(|t| since(now, t)).unwrap_or_default(),
+                    replaces: facts.remediation_for.as_ref().map(|r| r.view(now)),
+                    ..machine.clone()
+                }
+            })
+            .collect();
+        let etcd = match etcd {
+            EtcdView::Members(mut members) => {
+                for member in &mut members {
+                    let id = member_id_hex(member.id);
+                    let entry = status
+                        .members
+                        .iter()
+                        .find(|s| s.member_id.as_deref() == Some(id.as_str()));
+                    member.unhealthy_for = unhealthy_for(entry, serving_since, now);
+                }
+                EtcdView::Members(members)
+            }
+            other => other,
+        };
         let cluster_view = match &self.cluster {
             None => ClusterView::Missing,
             Some(c) => ClusterView::Found {
@@ -90,11 +254,14 @@ impl Observation {
             has_cluster_owner_ref,
             paused_annotation: e.annotations().contains_key(names::PAUSED_ANNOTATION),
             replicas: e.spec.replicas(),
+            max_surge: e.spec.max_surge(),
+            remediation: remediation_policy(e),
+            last_remediation,
             spec_problem: self.spec_problem.clone(),
             spec_failure_domains: e.spec.failure_domains.clone(),
             cluster: cluster_view,
             ca: self.ca_view.clone(),
-            machines: self.machines.clone(),
+            machines,
             leftovers: self.leftovers.clone(),
             etcd,
             init_secret: self.init_secret.clone(),
@@ -145,17 +312,67 @@ pub async fn observe(client: &Client, namespace: &str, name: &str) -> Result<Opt
             address: m.etcd_address().map(String::from),
             deleting: m.is_deleting(),
             has_hook: m.annotations().contains_key(names::PRE_TERMINATE_HOOK_ANNOTATION),
+            orphan: !m.owner_references().iter().any(|r| r.controller == Some(true)),
+            delete_requested: m.annotations().contains_key(names::DELETE_MACHINE_ANNOTATION),
+            ..Default::default()
         })
         .collect();
 
-    let leftovers = find_leftovers(
-        client,
-        namespace,
-        &selector,
-        infra_machine.as_ref(),
-        &machine_names,
-    )
-    .await?;
+    let params = ListParams::default().labels(&selector);
+    let configs: Vec<EtcdadmConfig> = Api::<EtcdadmConfig>::namespaced(client.clone(), namespace)
+        .list(&params)
+        .await?
+        .items;
+    let infra_objects: Vec<DynamicObject> = match &infra_machine {
+        Some(resource) => {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
+            match api.list(&params).await {
+                Ok(list) => list.items,
+                // The kind is not served (yet): creation will say so.
+                Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        None => Vec::new(),
+    };
+    let configs_by_name: BTreeMap<String, &EtcdadmConfig> =
+        configs.iter().map(|c| (c.name_any(), c)).collect();
+    let infra_by_name: BTreeMap<String, &DynamicObject> =
+        infra_objects.iter().map(|o| (o.name_any(), o)).collect();
+    let machine_facts: Vec<MachineFacts> = machines
+        .iter()
+        .map(|m| {
+            let config_name = m
+                .spec
+                .bootstrap
+                .config_ref
+                .as_ref()
+                .map(|r| r.name.clone())
+                .unwrap_or_default();
+            let cloned_from = infra_by_name
+                .get(&m.spec.infrastructure_ref.name)
+                .and_then(|infra| {
+                    let annotations = infra.annotations();
+                    Some((
+                        annotations.get(names::CLONED_FROM_NAME_ANNOTATION)?.clone(),
+                        annotations.get(names::CLONED_FROM_GROUPKIND_ANNOTATION)?.clone(),
+                    ))
+                });
+            MachineFacts {
+                created: m.meta().creation_timestamp.as_ref().map(|t| t.0),
+                config: configs_by_name.get(&config_name).map(|c| c.spec.clone()),
+                cloned_from,
+                remediation_for: m
+                    .annotations()
+                    .get(REMEDIATION_FOR_ANNOTATION)
+                    .and_then(|text| serde_json::from_str(text).ok()),
+            }
+        })
+        .collect();
+
+    let mut metas: Vec<ObjectMeta> = configs.iter().map(|c| c.metadata.clone()).collect();
+    metas.extend(infra_objects.iter().map(|o| o.metadata.clone()));
+    let leftovers = find_leftovers(metas, &machine_names);
 
     let (ca, ca_view, init_secret) = match &cluster_name {
         None => (None, CaView::Missing, None),
@@ -211,6 +428,7 @@ pub async fn observe(client: &Client, namespace: &str, name: &str) -> Result<Opt
         control_plane_machines,
         spec_problem,
         infra_machine,
+        machine_facts,
     }))
 }
 
@@ -248,11 +466,8 @@ fn controlled_by_us_or_nobody(owners: &[OwnerReference], etcd: &EtcdadmCluster) 
 }
 
 /// Oldest first, ties by name.
-fn age_order(
-    a: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    b: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> std::cmp::Ordering {
-    let key = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+fn age_order(a: &ObjectMeta, b: &ObjectMeta) -> std::cmp::Ordering {
+    let key = |m: &ObjectMeta| {
         (
             m.creation_timestamp.as_ref().map(|t| t.0),
             m.name.clone().unwrap_or_default(),
@@ -301,26 +516,7 @@ pub fn infra_machine_kind(etcd: &EtcdadmCluster, namespace: &str) -> (Option<Str
 
 /// Names of infra machines and EtcdadmConfigs of ours with no Machine: interrupted creations.
 /// Objects a Machine owned (left behind while CAPI deletes them) or already deleting are not.
-async fn find_leftovers(
-    client: &Client,
-    namespace: &str,
-    selector: &str,
-    infra: Option<&ApiResource>,
-    machines: &BTreeSet<String>,
-) -> Result<Vec<String>, Error> {
-    let params = ListParams::default().labels(selector);
-    let mut metas = Vec::new();
-    let configs: Api<EtcdadmConfig> = Api::namespaced(client.clone(), namespace);
-    metas.extend(configs.list(&params).await?.items.into_iter().map(|c| c.metadata));
-    if let Some(resource) = infra {
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
-        match api.list(&params).await {
-            Ok(list) => metas.extend(list.items.into_iter().map(|o| o.metadata)),
-            // The kind is not served (yet): creation will say so.
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+fn find_leftovers(mut metas: Vec<ObjectMeta>, machines: &BTreeSet<String>) -> Vec<String> {
     metas.retain(|m| {
         let name = m.name.clone().unwrap_or_default();
         let machine_owned = m
@@ -339,7 +535,7 @@ async fn find_leftovers(
             names.push(name);
         }
     }
-    Ok(names)
+    names
 }
 
 fn secret_text(secret: &Secret, key: &str) -> Option<String> {
@@ -414,6 +610,87 @@ async fn observe_kcp(
         paused: kcp.annotations().contains_key(names::PAUSED_ANNOTATION),
         skip_pause: kcp.annotations().contains_key(names::SKIP_PAUSE_CP_ANNOTATION),
         secrets_present,
+        rollout_complete: kcp.rollout_complete(),
     };
     Ok((Some(kcp), view))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn etcd(annotation: Option<&str>, health: serde_json::Value) -> EtcdadmCluster {
+        let mut etcd: EtcdadmCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmCluster",
+            "metadata": {"name": "c1-etcd"},
+            "spec": {"infrastructureTemplate": {}, "healthCheck": health},
+        }))
+        .unwrap();
+        if let Some(value) = annotation {
+            etcd.metadata.annotations = Some(BTreeMap::from([(
+                names::HEALTHCHECK_RETRIES_ANNOTATION.to_string(),
+                value.to_string(),
+            )]));
+        }
+        etcd
+    }
+
+    #[test]
+    fn the_reference_retries_annotation_is_honoured_but_never_means_one_failure() {
+        let policy = remediation_policy(&etcd(None, serde_json::json!({"interval": "2s"})));
+        assert_eq!(
+            (policy.enabled, policy.unhealthy_after),
+            (true, Duration::from_secs(300))
+        );
+        let off = remediation_policy(&etcd(Some("0"), serde_json::json!({})));
+        assert!(!off.enabled);
+        let three = remediation_policy(&etcd(Some("3"), serde_json::json!({"interval": "2s"})));
+        assert_eq!(
+            (three.enabled, three.unhealthy_after),
+            (true, Duration::from_secs(6))
+        );
+        for junk in ["-1", "abc", "", "1.5"] {
+            let policy = remediation_policy(&etcd(Some(junk), serde_json::json!({"interval": "2s"})));
+            assert_eq!(
+                (policy.enabled, policy.unhealthy_after),
+                (true, Duration::from_secs(300)),
+                "{junk}"
+            );
+        }
+        // The spec's own unhealthyAfter wins over the annotation's count.
+        let explicit = remediation_policy(&etcd(Some("3"), serde_json::json!({"unhealthyAfter": "7s"})));
+        assert_eq!(explicit.unhealthy_after, Duration::from_secs(7));
+        let disabled = remediation_policy(&etcd(None, serde_json::json!({"remediation": "Disabled"})));
+        assert!(!disabled.enabled);
+    }
+
+    #[test]
+    fn the_unhealthy_clock_starts_at_the_flip_but_not_before_quorum_came_back() {
+        let at = |s: i64| Timestamp::from_second(s).unwrap();
+        let entry = MemberStatus {
+            name: "m1".into(),
+            healthy: false,
+            last_transition_time: Some(Time(at(100))),
+            ..Default::default()
+        };
+        assert_eq!(
+            unhealthy_for(Some(&entry), None, at(130)),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            unhealthy_for(Some(&entry), Some(at(50)), at(130)),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            unhealthy_for(Some(&entry), Some(at(125)), at(130)),
+            Duration::from_secs(5)
+        );
+        let healthy = MemberStatus {
+            healthy: true,
+            ..entry.clone()
+        };
+        assert_eq!(unhealthy_for(Some(&healthy), None, at(130)), Duration::ZERO);
+        assert_eq!(unhealthy_for(None, None, at(130)), Duration::ZERO);
+    }
 }

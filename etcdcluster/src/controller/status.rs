@@ -23,6 +23,8 @@ pub const MEMBERS_HEALTHY: &str = "MembersHealthy";
 pub const ENDPOINTS_AVAILABLE: &str = "EndpointsAvailable";
 pub const CONTROL_PLANE_ENDPOINTS_UPDATED: &str = "ControlPlaneEndpointsUpdated";
 pub const PAUSED: &str = "Paused";
+pub const RESIZE_COMPLETED: &str = "ResizeCompleted";
+pub const MACHINES_SPEC_UP_TO_DATE: &str = "MachinesSpecUpToDate";
 
 /// A change an operator should hear about, as an Event.
 #[derive(Clone, Debug, PartialEq)]
@@ -99,7 +101,7 @@ pub fn next_status(
     status.ready_count = Some(ready_members);
     status.ready_replicas = Some(ready_members);
     let active = o.machines.iter().filter(|m| !m.deleting).count();
-    status.updated_replicas = Some(i32::try_from(active).unwrap_or(i32::MAX));
+    status.updated_replicas = Some(i32::try_from(plan::up_to_date_machines(o)).unwrap_or(i32::MAX));
     if let Some(cluster) = cluster_name {
         status.selector = Some(member_selector(cluster, &o.name));
     }
@@ -121,6 +123,8 @@ pub fn next_status(
         )
     });
     set(machines_condition(o, active));
+    set(resize_condition(o, active));
+    set(spec_up_to_date_condition(o, step));
     set(members_condition(o));
     set(if plan::healthy_client_urls(o).is_empty() {
         NewCondition::false_(
@@ -139,7 +143,7 @@ pub fn next_status(
         let (why, message) = step.reason();
         let severity = match step {
             Step::Refuse { .. } => Severity::Error,
-            Step::Wait { reason, .. } if *reason == reason::QUORUM_LOST => Severity::Warning,
+            step if step.is_refusal() => Severity::Warning,
             _ => Severity::Info,
         };
         NewCondition::false_(READY, severity, why, message)
@@ -163,16 +167,11 @@ pub fn next_status(
             format!("etcd is no longer ready ({why}): {message}"),
         ));
     }
-    if old_reason != new_reason {
-        match step {
-            Step::Refuse { reason, message } => {
-                transitions.push(Transition::warning(reason, message.clone()));
-            }
-            Step::Wait { reason, message } if *reason == reason::QUORUM_LOST => {
-                transitions.push(Transition::warning(reason, message.clone()));
-            }
-            _ => {}
-        }
+    if old_reason != new_reason
+        && step.is_refusal()
+        && let Step::Refuse { reason, message } | Step::Wait { reason, message } = step
+    {
+        transitions.push(Transition::warning(reason, message.clone()));
     }
     (status, transitions)
 }
@@ -212,12 +211,15 @@ fn machines_condition(o: &Observed, active: usize) -> NewCondition {
         .filter(|m| !m.deleting && m.address.is_some())
         .count();
     let message = format!("{active} of {replicas} Machines, {with_address} with an address");
+    let rolling = o.machines.iter().any(|m| !m.deleting && m.outdated.is_some());
     if active == replicas && with_address == active {
         NewCondition::true_(MACHINES_READY, "MachinesReady")
+    } else if rolling && active != replicas {
+        NewCondition::false_(MACHINES_READY, Severity::Info, reason::ROLLING_UPDATE, message)
     } else if active < replicas {
         NewCondition::false_(MACHINES_READY, Severity::Info, reason::SCALING_UP, message)
     } else if active > replicas {
-        NewCondition::false_(MACHINES_READY, Severity::Info, "ScalingDown", message)
+        NewCondition::false_(MACHINES_READY, Severity::Info, reason::SCALING_DOWN, message)
     } else {
         NewCondition::false_(
             MACHINES_READY,
@@ -226,6 +228,54 @@ fn machines_condition(o: &Observed, active: usize) -> NewCondition {
             message,
         )
     }
+}
+
+/// `ResizeCompleted`: as many Machines as replicas (a rolling update's extra one says so).
+fn resize_condition(o: &Observed, active: usize) -> NewCondition {
+    let replicas = usize::try_from(o.replicas).unwrap_or(0);
+    let deleting = o.machines.iter().filter(|m| m.deleting).count();
+    if active == replicas && deleting == 0 {
+        return NewCondition::true_(RESIZE_COMPLETED, "ResizeCompleted");
+    }
+    let rolling = o.machines.iter().any(|m| !m.deleting && m.outdated.is_some());
+    let mut message = format!("{active} Machines for {replicas} replicas");
+    if deleting > 0 {
+        message.push_str(&format!(", {deleting} being deleted"));
+    }
+    let why = if rolling {
+        reason::ROLLING_UPDATE
+    } else if active < replicas {
+        reason::SCALING_UP
+    } else if active > replicas {
+        reason::SCALING_DOWN
+    } else {
+        reason::WAITING_FOR_MACHINE_DELETION
+    };
+    NewCondition::false_(RESIZE_COMPLETED, Severity::Info, why, message)
+}
+
+/// `MachinesSpecUpToDate`: no Machine left from an older spec, template or `rolloutAfter`.
+fn spec_up_to_date_condition(o: &Observed, step: &Step) -> NewCondition {
+    let outdated: Vec<String> = o
+        .machines
+        .iter()
+        .filter(|m| !m.deleting)
+        .filter_map(|m| m.outdated.as_ref().map(|why| format!("{} ({why})", m.name)))
+        .collect();
+    if outdated.is_empty() {
+        return NewCondition::true_(MACHINES_SPEC_UP_TO_DATE, "MachinesSpecUpToDate");
+    }
+    let (step_reason, step_message) = step.reason();
+    let (severity, why) = if step_reason == reason::ROLLOUT_PAUSED {
+        (Severity::Warning, reason::ROLLOUT_PAUSED)
+    } else {
+        (Severity::Info, reason::ROLLING_UPDATE)
+    };
+    let mut message = format!("{} outdated: {}", outdated.len(), outdated.join("; "));
+    if !step_message.is_empty() {
+        message.push_str(&format!("; now: {step_message}"));
+    }
+    NewCondition::false_(MACHINES_SPEC_UP_TO_DATE, severity, why, message)
 }
 
 fn members_condition(o: &Observed) -> NewCondition {
@@ -301,15 +351,16 @@ fn control_plane_condition(o: &Observed, ready: bool) -> NewCondition {
             paused,
             skip_pause,
             secrets_present,
+            rollout_complete,
             ..
         } => {
             let mut current = endpoints.clone();
             current.sort();
-            let done =
-                ready && current == plan::voting_endpoints(o) && *secrets_present && (!paused || *skip_pause);
+            let voting = plan::voting_endpoints(o);
+            let done = ready && current == voting && *secrets_present && (!paused || *skip_pause);
             if done {
                 NewCondition::true_(CONTROL_PLANE_ENDPOINTS_UPDATED, "EndpointsUpdated")
-            } else if !ready {
+            } else if !o.creation_complete {
                 let message = if *skip_pause {
                     format!("KubeadmControlPlane {name} gets the endpoints once etcd is ready")
                 } else {
@@ -320,6 +371,26 @@ fn control_plane_condition(o: &Observed, ready: bool) -> NewCondition {
                     Severity::Info,
                     "WaitingForEtcdReady",
                     message,
+                )
+            } else if current != voting {
+                NewCondition::false_(
+                    CONTROL_PLANE_ENDPOINTS_UPDATED,
+                    Severity::Info,
+                    reason::UPDATING_CONTROL_PLANE,
+                    format!(
+                        "KubeadmControlPlane {name} lists {}; the voting members are {}; the list is updated once per resize or rollout, when membership settles",
+                        current.join(","),
+                        voting.join(",")
+                    ),
+                )
+            } else if !rollout_complete {
+                NewCondition::false_(
+                    CONTROL_PLANE_ENDPOINTS_UPDATED,
+                    Severity::Info,
+                    reason::WAITING_FOR_CONTROL_PLANE_ROLLOUT,
+                    format!(
+                        "KubeadmControlPlane {name} is rolling its Machines onto the endpoints it was given"
+                    ),
                 )
             } else {
                 NewCondition::false_(
@@ -529,6 +600,9 @@ mod tests {
             has_cluster_owner_ref: true,
             paused_annotation: false,
             replicas: 3,
+            max_surge: 1,
+            remediation: Default::default(),
+            last_remediation: None,
             spec_problem: None,
             spec_failure_domains: vec![],
             cluster: ClusterView::Found {
@@ -542,7 +616,13 @@ mod tests {
             machines,
             leftovers: vec![],
             etcd: EtcdView::Members(members),
-            init_secret: Some(InitSecretView::default()),
+            init_secret: Some(InitSecretView {
+                address: Some("10.0.0.1".into()),
+                client_urls: (0..2)
+                    .filter(|i| healthy[*i])
+                    .map(|i| names::client_url(&format!("10.0.0.{}", i + 1)))
+                    .collect(),
+            }),
             initialized: false,
             creation_complete: false,
             kcp: KcpView::None,
@@ -628,6 +708,76 @@ mod tests {
             expected.observed_generation = Some(4);
             expected
         });
+    }
+
+    #[test]
+    fn rollout_resize_and_refusals_show_in_conditions_and_events() {
+        let mut o = observed([true, true]);
+        o.replicas = 1;
+        o.machines[0].outdated = Some("etcdadmConfigSpec changed (cloudInitConfig.version)".into());
+        let step = plan::plan(&o);
+        let (status, _) = next_status(&with_status(Default::default()), &o, &step, &at(1));
+        assert_eq!(status.updated_replicas, Some(1));
+        let (spec_status, spec_reason, spec_message) = {
+            let c = conditions::find(&status.conditions, MACHINES_SPEC_UP_TO_DATE).unwrap();
+            (c.status, c.reason.clone().unwrap(), c.message.clone().unwrap())
+        };
+        assert_eq!(spec_status, conditions::ConditionStatus::False);
+        assert_eq!(spec_reason, reason::ROLLING_UPDATE);
+        assert!(
+            spec_message.contains("m0 (etcdadmConfigSpec changed"),
+            "{spec_message}"
+        );
+        let resize = conditions::find(&status.conditions, RESIZE_COMPLETED).unwrap();
+        assert_eq!(resize.reason.as_deref(), Some(reason::ROLLING_UPDATE));
+        // Health lost mid-way: the rollout is paused, with a warning Event.
+        let mut sick = observed([true, true]);
+        sick.machines[0].outdated = Some("outdated".into());
+        sick.machines.push(MachineView {
+            name: "m2".into(),
+            address: Some("10.0.0.3".into()),
+            has_hook: true,
+            ..Default::default()
+        });
+        if let EtcdView::Members(members) = &mut sick.etcd {
+            members.push(MemberView {
+                id: 12,
+                name: "m2".into(),
+                peer_urls: vec![names::peer_url("10.0.0.3")],
+                client_urls: vec![names::client_url("10.0.0.3")],
+                healthy: false,
+                ever_healthy: true,
+                message: Some("connection refused".into()),
+                machine: Some("m2".into()),
+                ..Default::default()
+            });
+        }
+        sick.init_secret = Some(InitSecretView {
+            address: Some("10.0.0.1".into()),
+            client_urls: plan::healthy_client_urls(&sick),
+        });
+        let step = plan::plan(&sick);
+        let (status, transitions) = next_status(&with_status(Default::default()), &sick, &step, &at(2));
+        let spec = conditions::find(&status.conditions, MACHINES_SPEC_UP_TO_DATE).unwrap();
+        assert_eq!(spec.reason.as_deref(), Some(reason::ROLLOUT_PAUSED), "{step:?}");
+        assert!(
+            transitions
+                .iter()
+                .any(|t| t.warning && t.reason == reason::ROLLOUT_PAUSED),
+            "{transitions:?}"
+        );
+        // Scaling down: said so.
+        let mut down = observed([true, true]);
+        down.replicas = 1;
+        let (status, _) = next_status(
+            &with_status(Default::default()),
+            &down,
+            &plan::plan(&down),
+            &at(3),
+        );
+        let resize = conditions::find(&status.conditions, RESIZE_COMPLETED).unwrap();
+        assert_eq!(resize.reason.as_deref(), Some(reason::SCALING_DOWN));
+        assert_eq!(resize.message.as_deref(), Some("2 Machines for 1 replicas"));
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub mod admission;
 pub mod args;
 pub mod client;
 pub mod health;
+pub mod invalid;
 pub mod leader;
 pub mod logging;
 pub mod metrics;

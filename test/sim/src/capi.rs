@@ -360,9 +360,17 @@ impl CapiStandIn {
         if let Err(e) = self.runtime.stop(&name) {
             warn!(machine = %name, error = %e, "stopping machine failed");
         }
+        // Like CAPI's Machine controller: the infrastructure machine and the bootstrap config
+        // are deleted with the Machine (other owners may keep them from being collected).
         let infra = &machine.spec.infrastructure_ref.name;
         if sims.get_opt(infra).await?.is_some() {
             sims.delete(infra, &Default::default()).await?;
+        }
+        if let Some(config_ref) = &machine.spec.bootstrap.config_ref {
+            let configs: Api<EtcdadmConfig> = Api::namespaced(self.client.clone(), &self.namespace);
+            if configs.get_opt(&config_ref.name).await?.is_some() {
+                configs.delete(&config_ref.name, &Default::default()).await?;
+            }
         }
         let finalizers: Vec<&String> = machine
             .finalizers()

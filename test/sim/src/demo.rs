@@ -19,7 +19,7 @@ use etcdadm_shared::pki::{CertificateAuthority, LeafRequest};
 use crate::capi::sim_machine_resource;
 use crate::error::SimError;
 use crate::manifests::{ManagedCluster, create_managed_cluster};
-use crate::plane::{NAMESPACE, Plane, PlaneOptions};
+use crate::plane::{DEFAULT_KCP_ROLLOUT_STEP, NAMESPACE, Plane, PlaneOptions};
 
 /// Options of `etcdadm-sim demo`.
 pub struct DemoOptions {
@@ -210,6 +210,7 @@ pub async fn run(options: DemoOptions) -> Result<(), SimError> {
         kubeconfig: options.kubeconfig.clone(),
         machine_runtime: options.machine_runtime.clone(),
         controllers: vec!["etcdadm-bootstrap", "etcdadm-controller"],
+        kcp_rollout_step: DEFAULT_KCP_ROLLOUT_STEP,
     })
     .await?;
     let client = plane.client.clone();
@@ -235,6 +236,8 @@ pub async fn run(options: DemoOptions) -> Result<(), SimError> {
             zones: &["zone-a", "zone-b", "zone-c"],
             config_spec,
             health_check: Value::Null,
+            with_kcp: true,
+            extra_spec: Value::Null,
         },
     )
     .await?;

@@ -1,10 +1,15 @@
-//! Membership history recorded from etcd itself, so scenarios can assert the safety rules on what
-//! really happened rather than on what a controller says it did.
+//! Membership history recorded from etcd itself, and Machine lifetimes recorded from the API, so
+//! scenarios can assert the safety rules on what really happened rather than on what a
+//! controller says it did.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+
+use etcdadm_shared::api::capi::Machine;
 use etcdadm_shared::etcd::{EtcdTls, Member, MemberClient};
 
 /// Membership at one moment: members by ID, with whether each had started.
@@ -73,6 +78,175 @@ impl History {
     pub fn last(&self) -> Option<&Snapshot> {
         self.snapshots.last()
     }
+
+    /// Largest membership seen between `from` and `to` (the snapshot in force at `from` counts).
+    pub fn max_size_between(&self, from: Duration, to: Duration) -> usize {
+        let before = self.snapshots.iter().rev().find(|s| s.at <= from);
+        before
+            .into_iter()
+            .chain(self.snapshots.iter().filter(|s| s.at > from && s.at <= to))
+            .map(|s| s.members.len())
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// Names that went with more than one member ID: a member added twice for one Machine (a
+    /// membership change repeated).
+    pub fn names_with_several_ids(&self) -> BTreeMap<String, BTreeSet<u64>> {
+        let mut ids: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+        for snapshot in &self.snapshots {
+            for (id, name, _, _) in &snapshot.members {
+                if !name.is_empty() {
+                    ids.entry(name.clone()).or_default().insert(*id);
+                }
+            }
+        }
+        ids.retain(|_, ids| ids.len() > 1);
+        ids
+    }
+
+    /// When the member named `name` was first seen gone after having been seen: the earliest
+    /// snapshot without it that follows one with it.
+    pub fn left_at(&self, name: &str) -> Option<Duration> {
+        let mut seen = false;
+        for snapshot in &self.snapshots {
+            let present = snapshot.members.iter().any(|m| m.1 == name);
+            if present {
+                seen = true;
+            } else if seen {
+                return Some(snapshot.at);
+            }
+        }
+        None
+    }
+
+    /// Whether a member named `name` was ever seen.
+    pub fn ever_member(&self, name: &str) -> bool {
+        self.snapshots
+            .iter()
+            .any(|s| s.members.iter().any(|m| m.1 == name))
+    }
+
+    /// When the member named `name` was last seen (snapshot times are taken before each read,
+    /// so the member existed at or after that time).
+    pub fn last_seen(&self, name: &str) -> Option<Duration> {
+        self.snapshots
+            .iter()
+            .filter(|s| s.members.iter().any(|m| m.1 == name))
+            .map(|s| s.at)
+            .max()
+    }
+
+    /// Rule 4: no Machine disappeared while its member was still in etcd. A violation is a
+    /// membership read that started after the Machine was seen gone and still lists the member
+    /// (polling can only prove this direction). Returns the violations.
+    pub fn machines_outliving_members(&self, machines: &MachineLog) -> Vec<String> {
+        machines
+            .lives
+            .iter()
+            .filter_map(|(name, life)| {
+                let gone = life.gone?;
+                let seen = self.last_seen(name)?;
+                (seen > gone).then(|| {
+                    format!(
+                        "Machine {name} gone at {gone:?}, its member still in etcd at {seen:?} (left at {:?})",
+                        self.left_at(name)
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+/// When one Machine was first seen, first seen deleting, and seen gone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MachineLife {
+    pub first_seen: Duration,
+    pub deleting_since: Option<Duration>,
+    pub gone: Option<Duration>,
+}
+
+/// Machine lifetimes and how many existed at each poll.
+#[derive(Clone, Debug, Default)]
+pub struct MachineLog {
+    pub lives: BTreeMap<String, MachineLife>,
+    /// `(at, Machines existing)` at every change of the set.
+    pub counts: Vec<(Duration, usize)>,
+}
+
+impl MachineLog {
+    /// Most Machines that existed at once between `from` and `to`.
+    pub fn max_between(&self, from: Duration, to: Duration) -> usize {
+        let before = self.counts.iter().rev().find(|(at, _)| *at <= from);
+        before
+            .into_iter()
+            .chain(self.counts.iter().filter(|(at, _)| *at > from && *at <= to))
+            .map(|(_, n)| *n)
+            .max()
+            .unwrap_or_default()
+    }
+}
+
+/// Polls the Machines matching a label selector and records their lifetimes.
+pub struct MachineRecorder {
+    log: Arc<Mutex<MachineLog>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MachineRecorder {
+    /// Start polling every `every`; times are measured from `started` (share it with the
+    /// membership [`Recorder`] to compare the two).
+    pub fn start(
+        client: Client,
+        ns: &str,
+        selector: &str,
+        started: Instant,
+        every: Duration,
+    ) -> MachineRecorder {
+        let log = Arc::new(Mutex::new(MachineLog::default()));
+        let shared = log.clone();
+        let api: Api<Machine> = Api::namespaced(client, ns);
+        let params = ListParams::default().labels(selector);
+        let task = tokio::spawn(async move {
+            loop {
+                if let Ok(list) = api.list(&params).await {
+                    let at = started.elapsed();
+                    let mut log = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                    let present: BTreeSet<String> = list.items.iter().map(|m| m.name_any()).collect();
+                    for machine in &list.items {
+                        let life = log.lives.entry(machine.name_any()).or_insert(MachineLife {
+                            first_seen: at,
+                            ..Default::default()
+                        });
+                        if machine.is_deleting() && life.deleting_since.is_none() {
+                            life.deleting_since = Some(at);
+                        }
+                    }
+                    for (name, life) in log.lives.iter_mut() {
+                        if life.gone.is_none() && !present.contains(name) {
+                            life.gone = Some(at);
+                        }
+                    }
+                    if log.counts.last().map(|(_, n)| *n) != Some(present.len()) {
+                        log.counts.push((at, present.len()));
+                    }
+                }
+                tokio::time::sleep(every).await;
+            }
+        });
+        MachineRecorder { log, task }
+    }
+
+    /// What was recorded so far.
+    pub fn snapshot(&self) -> MachineLog {
+        self.log.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Stop and return what was recorded.
+    pub fn finish(self) -> MachineLog {
+        self.task.abort();
+        self.snapshot()
+    }
 }
 
 /// Polls `MemberList` through any reachable URL from `urls()` and records each change.
@@ -87,17 +261,26 @@ impl Recorder {
     where
         F: Fn() -> Vec<String> + Send + 'static,
     {
+        Recorder::start_at(Instant::now(), tls, urls, every)
+    }
+
+    /// [`Recorder::start`] with times measured from `started`.
+    pub fn start_at<F>(started: Instant, tls: EtcdTls, urls: F, every: Duration) -> Recorder
+    where
+        F: Fn() -> Vec<String> + Send + 'static,
+    {
         let history = Arc::new(Mutex::new(History::default()));
         let shared = history.clone();
-        let started = Instant::now();
         let task = tokio::spawn(async move {
             loop {
                 for url in urls() {
                     let Ok(client) = MemberClient::new(&url, &tls, Duration::from_secs(2)) else {
                         continue;
                     };
+                    // Stamped before the read: what it lists existed at this time or later.
+                    let at = started.elapsed();
                     if let Ok(members) = client.member_list().await {
-                        let snapshot = Snapshot::of(started.elapsed(), &members);
+                        let snapshot = Snapshot::of(at, &members);
                         let mut history = shared.lock().unwrap_or_else(PoisonError::into_inner);
                         if history.last().map(|s| &s.members) != Some(&snapshot.members) {
                             history.snapshots.push(snapshot);
@@ -111,13 +294,18 @@ impl Recorder {
         Recorder { history, task }
     }
 
-    /// Stop and return what was recorded.
-    pub fn finish(self) -> History {
-        self.task.abort();
+    /// What was recorded so far.
+    pub fn snapshot(&self) -> History {
         self.history
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Stop and return what was recorded.
+    pub fn finish(self) -> History {
+        self.task.abort();
+        self.snapshot()
     }
 }
 
@@ -143,6 +331,52 @@ mod tests {
         assert_eq!(history.max_pending_joins(), 2);
         assert_eq!(history.max_changes_per_step(), 2);
         assert_eq!(history.max_size(), 3);
+    }
+
+    fn named(at: u64, members: &[(u64, &str)]) -> Snapshot {
+        Snapshot {
+            at: Duration::from_secs(at),
+            members: members
+                .iter()
+                .map(|&(id, name)| (id, name.to_string(), true, false))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_machine_outliving_its_member_and_a_re_added_name_are_caught() {
+        let history = History {
+            snapshots: vec![
+                named(1, &[(1, "a"), (2, "b")]),
+                named(3, &[(1, "a")]),
+                named(5, &[(1, "a"), (3, "b")]),
+            ],
+        };
+        assert_eq!(history.left_at("b"), Some(Duration::from_secs(3)));
+        assert_eq!(history.left_at("a"), None);
+        assert_eq!(history.names_with_several_ids().len(), 1);
+        assert_eq!(
+            history.max_size_between(Duration::from_secs(2), Duration::from_secs(4)),
+            2
+        );
+        let life = |gone| MachineLife {
+            gone: Some(Duration::from_secs(gone)),
+            ..Default::default()
+        };
+        let mut machines = MachineLog::default();
+        machines.lives.insert("b".into(), life(6));
+        assert!(history.machines_outliving_members(&machines).is_empty());
+        // Gone at 2 s while a read started at 5 s still lists a member named b.
+        machines.lives.insert("b".into(), life(2));
+        assert_eq!(history.machines_outliving_members(&machines).len(), 1);
+        machines.lives.insert("never-joined".into(), life(2));
+        assert_eq!(history.machines_outliving_members(&machines).len(), 1);
+        // Seen last at 1 s, gone at 2 s: fine even if the next read came late.
+        machines.lives.insert("a".into(), life(2));
+        let history = History {
+            snapshots: vec![named(1, &[(1, "a")]), named(3, &[])],
+        };
+        assert!(history.machines_outliving_members(&machines).is_empty());
     }
 
     #[test]

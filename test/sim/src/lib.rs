@@ -1,6 +1,7 @@
 //! The local management plane: API server, CAPI stand-in and process machines, wired together
 //! for the demo, the end-to-end scenarios and the benchmarks.
 
+pub mod bench;
 pub mod capi;
 pub mod demo;
 pub mod error;

@@ -25,6 +25,15 @@ enum Command {
     /// the Sim infrastructure kinds) as a JSON List, to `kubectl apply -f -` on a real API server
     /// before `demo --kubeconfig` (this repository's own CRDs are in config/crd/bases).
     Crds,
+    /// Measure: create-to-Ready split into etcd start and controller overhead, or the managers'
+    /// idle footprint. Prints figures for BENCHMARKS.md.
+    Bench {
+        #[command(subcommand)]
+        bench: Bench,
+        /// Working directory for the planes the bench starts.
+        #[arg(long, default_value = "out/bench", global = true)]
+        work_dir: PathBuf,
+    },
     /// Bring up the plane, the real bootstrap controller and N process machines forming one etcd
     /// cluster through etcdadm init/join; stay up until Ctrl-C.
     Demo {
@@ -51,12 +60,40 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum Bench {
+    /// create-to-Ready for each size, `--runs` times each.
+    Create {
+        #[arg(long, value_delimiter = ',', default_value = "1,3,5")]
+        sizes: Vec<i32>,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
+    /// RSS and CPU of both managers over one minute with N idle EtcdadmClusters.
+    Idle {
+        #[arg(long, default_value_t = 0)]
+        clusters: usize,
+    },
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
     let result = match Cli::parse().command {
+        Command::Bench { bench, work_dir } => {
+            let work_dir = std::path::absolute(&work_dir).unwrap_or(work_dir);
+            match bench {
+                Bench::Create { sizes, runs } => {
+                    etcdadm_sim::bench::run_create(&work_dir, &sizes, runs).await
+                }
+                Bench::Idle { clusters } => {
+                    etcdadm_sim::bench::run_idle(&work_dir.join("idle"), clusters, Duration::from_secs(20))
+                        .await
+                }
+            }
+        }
         Command::Crds => {
             let list = serde_json::json!({"apiVersion": "v1", "kind": "List",
                                           "items": etcdadm_sim_apiserver::shipped_crds()});

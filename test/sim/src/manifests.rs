@@ -22,6 +22,10 @@ pub struct ManagedCluster<'a> {
     pub config_spec: Value,
     /// `healthCheck` of the EtcdadmCluster (null: defaults).
     pub health_check: Value,
+    /// The Cluster's control plane is a KubeadmControlPlane using this etcd (else it has none).
+    pub with_kcp: bool,
+    /// Extra EtcdadmCluster spec fields (`rolloutStrategy`, ...) merged over the defaults.
+    pub extra_spec: Value,
 }
 
 /// The members' config: the machines carry the etcdadm stand-in, so nothing is downloaded.
@@ -33,8 +37,8 @@ fn config_spec(extra: &Value) -> Value {
     spec
 }
 
-/// SimCluster, Cluster (control plane: a KubeadmControlPlane using external etcd), the
-/// SimMachineTemplate and the EtcdadmCluster.
+/// SimCluster, Cluster (control plane: a KubeadmControlPlane using external etcd, when
+/// `with_kcp`), the SimMachineTemplate and the EtcdadmCluster.
 pub async fn create_managed_cluster(
     client: &Client,
     ns: &str,
@@ -51,30 +55,23 @@ pub async fn create_managed_cluster(
     }))?;
     sim_clusters.create(&pp, &sim_cluster).await?;
     let kcp_name = format!("{name}-control-plane");
+    let mut cluster_spec = json!({
+        "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "SimCluster", "name": name},
+    });
+    if cluster.with_kcp {
+        cluster_spec["controlPlaneRef"] = json!({"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": kcp_name});
+    }
     let cluster_obj: Cluster = serde_json::from_value(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "SimCluster", "name": name},
-            "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": kcp_name},
-        },
+        "spec": cluster_spec,
     }))?;
     Api::<Cluster>::namespaced(client.clone(), ns)
         .create(&pp, &cluster_obj)
         .await?;
-    let kcp: KubeadmControlPlane = serde_json::from_value(json!({
-        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane",
-        "metadata": {"name": kcp_name, "namespace": ns, "labels": label},
-        "spec": {"replicas": 3, "version": "v1.33.0", "kubeadmConfigSpec": {"clusterConfiguration": {"etcd": {"external": {
-            "endpoints": ["https://placeholder.invalid:2379"],
-            "caFile": "/etc/kubernetes/pki/etcd/ca.crt",
-            "certFile": "/etc/kubernetes/pki/apiserver-etcd-client.crt",
-            "keyFile": "/etc/kubernetes/pki/apiserver-etcd-client.key",
-        }}}}},
-    }))?;
-    Api::<KubeadmControlPlane>::namespaced(client.clone(), ns)
-        .create(&pp, &kcp)
-        .await?;
+    if cluster.with_kcp {
+        create_kcp(client, ns, name, &kcp_name).await?;
+    }
     let template_name = format!("{name}-etcd");
     let templates: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns, &sim_machine_template_resource());
@@ -94,6 +91,9 @@ pub async fn create_managed_cluster(
     if !cluster.health_check.is_null() {
         spec["healthCheck"] = cluster.health_check.clone();
     }
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), cluster.extra_spec.as_object()) {
+        spec.extend(extra.clone());
+    }
     let etcd: EtcdadmCluster = serde_json::from_value(json!({
         "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmCluster",
         "metadata": {"name": template_name, "namespace": ns, "labels": label},
@@ -101,6 +101,27 @@ pub async fn create_managed_cluster(
     }))?;
     Api::<EtcdadmCluster>::namespaced(client.clone(), ns)
         .create(&pp, &etcd)
+        .await?;
+    Ok(())
+}
+
+/// The KubeadmControlPlane `kcp_name` of cluster `name`: 3 replicas, external etcd with a
+/// placeholder endpoint (the EtcdadmCluster writes the real ones).
+async fn create_kcp(client: &Client, ns: &str, name: &str, kcp_name: &str) -> Result<(), SimError> {
+    let pp = PostParams::default();
+    let label = json!({names::CLUSTER_NAME_LABEL: name});
+    let kcp: KubeadmControlPlane = serde_json::from_value(json!({
+        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane",
+        "metadata": {"name": kcp_name, "namespace": ns, "labels": label},
+        "spec": {"replicas": 3, "version": "v1.33.0", "kubeadmConfigSpec": {"clusterConfiguration": {"etcd": {"external": {
+            "endpoints": ["https://placeholder.invalid:2379"],
+            "caFile": "/etc/kubernetes/pki/etcd/ca.crt",
+            "certFile": "/etc/kubernetes/pki/apiserver-etcd-client.crt",
+            "keyFile": "/etc/kubernetes/pki/apiserver-etcd-client.key",
+        }}}}},
+    }))?;
+    Api::<KubeadmControlPlane>::namespaced(client.clone(), ns)
+        .create(&pp, &kcp)
         .await?;
     Ok(())
 }

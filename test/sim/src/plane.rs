@@ -33,7 +33,12 @@ pub struct PlaneOptions {
     pub machine_runtime: Option<String>,
     /// Controller binaries (beside this executable) to start with `run`.
     pub controllers: Vec<&'static str>,
+    /// Time the KCP stand-in takes to replace one of its machines during a rollout.
+    pub kcp_rollout_step: Duration,
 }
+
+/// The KCP stand-in's default pace: one control plane machine every 2 s.
+pub const DEFAULT_KCP_ROLLOUT_STEP: Duration = Duration::from_secs(2);
 
 pub struct Plane {
     /// The in-memory API server, unless a kubeconfig was given.
@@ -45,7 +50,9 @@ pub struct Plane {
     pub runtime: Arc<dyn MachineRuntime>,
     pub kcp_record: Arc<Mutex<KcpRecord>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    controllers: Vec<Child>,
+    /// Running controller processes by binary name.
+    controllers: Vec<(String, Child)>,
+    work_dir: PathBuf,
 }
 
 impl Drop for Plane {
@@ -53,7 +60,7 @@ impl Drop for Plane {
         for task in &self.tasks {
             task.abort();
         }
-        for child in &mut self.controllers {
+        for (_, child) in &mut self.controllers {
             let _ = child.start_kill();
         }
         drop(self.served.take());
@@ -92,11 +99,8 @@ impl Plane {
         };
         let mut controllers = vec![];
         for name in &options.controllers {
-            controllers.push(spawn_controller(
-                name,
-                &kubeconfig,
-                &work_dir.join(format!("{name}.log")),
-            )?);
+            let child = spawn_controller(name, &kubeconfig, &work_dir.join(format!("{name}.log")))?;
+            controllers.push((name.to_string(), child));
         }
         let runtime: Arc<dyn MachineRuntime> = match &options.machine_runtime {
             Some(command) => Arc::new(ExternalRuntime::new(command).map_err(|e| setup(&e))?),
@@ -109,7 +113,7 @@ impl Plane {
             work_dir: work_dir.clone(),
             ip_prefix: options.ip_prefix,
         };
-        let kcp = KcpStandIn::new(client.clone(), NAMESPACE, Duration::from_secs(2));
+        let kcp = KcpStandIn::new(client.clone(), NAMESPACE, options.kcp_rollout_step);
         let kcp_record = kcp.record.clone();
         let tasks = vec![tokio::spawn(capi.run()), tokio::spawn(kcp.run())];
         Ok(Plane {
@@ -122,7 +126,44 @@ impl Plane {
             kcp_record,
             tasks,
             controllers,
+            work_dir: options.work_dir,
         })
+    }
+
+    /// SIGKILL the controller `name` (a crash: no shutdown path runs) and reap it.
+    pub async fn kill_controller(&mut self, name: &str) -> Result<(), SimError> {
+        let (_, child) = self
+            .controllers
+            .iter_mut()
+            .find(|(n, _)| n == name)
+            .ok_or_else(|| SimError::Setup(format!("no controller {name} in this plane")))?;
+        // tokio's start_kill sends SIGKILL.
+        child
+            .start_kill()
+            .map_err(|e| SimError::Setup(format!("killing {name}: {e}")))?;
+        child
+            .wait()
+            .await
+            .map_err(|e| SimError::Setup(format!("reaping {name}: {e}")))?;
+        Ok(())
+    }
+
+    /// Start the controller `name` again (after [`Plane::kill_controller`]); its log continues.
+    pub fn restart_controller(&mut self, name: &str) -> Result<(), SimError> {
+        let child = spawn_controller(name, &self.kubeconfig, &self.work_dir.join(format!("{name}.log")))?;
+        match self.controllers.iter_mut().find(|(n, _)| n == name) {
+            Some((_, slot)) => *slot = child,
+            None => self.controllers.push((name.to_string(), child)),
+        }
+        Ok(())
+    }
+
+    /// Whether the controller `name` is running.
+    pub fn controller_running(&mut self, name: &str) -> bool {
+        self.controllers
+            .iter_mut()
+            .find(|(n, _)| n == name)
+            .is_some_and(|(_, child)| matches!(child.try_wait(), Ok(None)))
     }
 }
 
@@ -142,16 +183,30 @@ pub fn sibling_binary(name: &str) -> Result<PathBuf, SimError> {
         })
 }
 
-/// Start a controller binary's `run` against the plane at `kubeconfig`, logging to `log`.
+/// Start a controller binary's `run` against the plane at `kubeconfig`, appending to `log`.
 pub fn spawn_controller(name: &str, kubeconfig: &Path, log: &Path) -> Result<Child, SimError> {
     let binary = sibling_binary(name)?;
-    let log = std::fs::File::create(log)
-        .map_err(|e| SimError::Setup(format!("creating {}: {e}", log.display())))?;
+    let log = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| SimError::Setup(format!("opening {}: {e}", log.display())))?;
     let stderr = log.try_clone().map_err(|e| SimError::Setup(e.to_string()))?;
     Command::new(&binary)
         .arg("run")
+        // Several managers share the loopback: no fixed ports, and no webhooks (the sim API
+        // server does not call admission webhooks).
+        .args([
+            "--health-addr=127.0.0.1:0",
+            "--diagnostics-address=127.0.0.1:0",
+            "--webhook-port=0",
+        ])
         .env("KUBECONFIG", kubeconfig)
-        .env("RUST_LOG", "info")
+        // `SIM_CONTROLLER_LOG` overrides the controllers' log filter (e.g. `info,etcdadm_etcdcluster=debug`).
+        .env(
+            "RUST_LOG",
+            std::env::var("SIM_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(stderr)

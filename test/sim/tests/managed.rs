@@ -14,7 +14,7 @@ use etcdadm_shared::testing::TempDir;
 use etcdadm_sim::demo;
 use etcdadm_sim::history::Recorder;
 use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
-use etcdadm_sim::plane::{NAMESPACE, Plane, PlaneOptions};
+use etcdadm_sim::plane::{DEFAULT_KCP_ROLLOUT_STEP, NAMESPACE, Plane, PlaneOptions};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, DeleteParams};
@@ -50,6 +50,7 @@ async fn three_members_over_three_zones_gate_the_control_plane_and_replace_a_del
         kubeconfig: std::env::var_os("SIM_KUBECONFIG").map(Into::into),
         machine_runtime: None,
         controllers: vec!["etcdadm-bootstrap", "etcdadm-controller"],
+        kcp_rollout_step: DEFAULT_KCP_ROLLOUT_STEP,
     })
     .await
     .unwrap();
@@ -60,6 +61,8 @@ async fn three_members_over_three_zones_gate_the_control_plane_and_replace_a_del
         zones: &["zone-a", "zone-b", "zone-c"],
         config_spec: json!({}),
         health_check: json!({"interval": "1s", "timeout": "1s"}),
+        with_kcp: true,
+        extra_spec: json!({}),
     };
     create_managed_cluster(&client, NAMESPACE, &spec).await.unwrap();
 
@@ -147,21 +150,32 @@ async fn three_members_over_three_zones_gate_the_control_plane_and_replace_a_del
         .await
         .unwrap();
     assert!(client_cert.data.unwrap().contains_key(names::TLS_KEY_KEY));
-    {
-        let record = plane.kcp_record.lock().unwrap();
-        let real: Vec<&Vec<String>> = record
-            .endpoint_changes
-            .iter()
-            .map(|c| &c.endpoints)
-            .filter(|e| !e[0].contains("placeholder"))
-            .collect();
-        assert_eq!(
-            real.len(),
-            1,
-            "the control plane saw one real endpoint list: {:?}",
-            record.endpoint_changes
-        );
-    }
+    // The stand-in records what it sees on its next pass after the unpause.
+    let record = plane.kcp_record.clone();
+    let real = demo::eventually("the KCP stand-in saw the endpoints", TIMEOUT, || {
+        let record = record.clone();
+        async move {
+            let record = record.lock().unwrap();
+            let real: Vec<Vec<String>> = record
+                .endpoint_changes
+                .iter()
+                .map(|c| c.endpoints.clone())
+                .filter(|e| !e[0].contains("placeholder"))
+                .collect();
+            Ok(if real.is_empty() {
+                Err(format!("{:?}", record.endpoint_changes))
+            } else {
+                Ok(real)
+            })
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        real.len(),
+        1,
+        "the control plane saw one real endpoint list: {real:?}"
+    );
 
     // `kubectl delete machine` of the leader: its member goes first (leadership moved), then a
     // replacement joins; etcd never holds more than three members.

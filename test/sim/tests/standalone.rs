@@ -9,7 +9,7 @@ use etcdadm_shared::names;
 use etcdadm_shared::testing::TempDir;
 use etcdadm_sim::demo;
 use etcdadm_sim::history::Recorder;
-use etcdadm_sim::plane::{NAMESPACE, Plane, PlaneOptions};
+use etcdadm_sim::plane::{DEFAULT_KCP_ROLLOUT_STEP, NAMESPACE, Plane, PlaneOptions};
 use kube::api::Api;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -21,6 +21,7 @@ async fn three_machines_form_one_cluster_through_init_and_joins() {
         kubeconfig: std::env::var_os("SIM_KUBECONFIG").map(Into::into),
         machine_runtime: None,
         controllers: vec!["etcdadm-bootstrap"],
+        kcp_rollout_step: DEFAULT_KCP_ROLLOUT_STEP,
     })
     .await
     .unwrap();

@@ -1,0 +1,294 @@
+//! Per-EtcdadmCluster metrics: what an operator alerts on (members desired/ready/voting,
+//! learners, leader changes, DB size, alarms, health-check latency, membership operations and
+//! remediations, time since each member was last healthy).
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
+use etcdadm_shared::api::EtcdadmClusterStatus;
+use etcdadm_shared::manager::Metrics;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberLabels {
+    pub namespace: String,
+    pub name: String,
+    pub member: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    pub namespace: String,
+    pub name: String,
+    /// `add`, `remove`, `move-leader`, `promote`.
+    pub kind: String,
+    /// `done`, `refused`, `failed`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AlarmLabels {
+    pub namespace: String,
+    pub name: String,
+    pub alarm: String,
+}
+
+/// Handles to every family; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct EtcdClusterMetrics {
+    desired: Family<ClusterLabels, Gauge>,
+    ready: Family<ClusterLabels, Gauge>,
+    voting: Family<ClusterLabels, Gauge>,
+    learners: Family<ClusterLabels, Gauge>,
+    leader_changes: Family<ClusterLabels, Counter>,
+    db_size: Family<MemberLabels, Gauge<f64, AtomicU64>>,
+    since_healthy: Family<MemberLabels, Gauge<f64, AtomicU64>>,
+    alarms: Family<AlarmLabels, Gauge>,
+    health_latency: Family<ClusterLabels, Histogram, fn() -> Histogram>,
+    operations: Family<OperationLabels, Counter>,
+    remediations: Family<ClusterLabels, Counter>,
+    /// Last leader seen per cluster, to count changes.
+    leaders: Arc<Mutex<HashMap<ClusterLabels, String>>>,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 12))
+}
+
+impl EtcdClusterMetrics {
+    /// Register every family with the runtime's registry.
+    pub fn register(metrics: &Metrics) -> Self {
+        let this = EtcdClusterMetrics {
+            desired: Family::default(),
+            ready: Family::default(),
+            voting: Family::default(),
+            learners: Family::default(),
+            leader_changes: Family::default(),
+            db_size: Family::default(),
+            since_healthy: Family::default(),
+            alarms: Family::default(),
+            health_latency: Family::new_with_constructor(latency_histogram),
+            operations: Family::default(),
+            remediations: Family::default(),
+            leaders: Arc::default(),
+        };
+        metrics.register(
+            "etcdadm_cluster_desired_members",
+            "Desired members (spec.replicas)",
+            this.desired.clone(),
+        );
+        metrics.register(
+            "etcdadm_cluster_ready_members",
+            "Healthy voting members",
+            this.ready.clone(),
+        );
+        metrics.register(
+            "etcdadm_cluster_voting_members",
+            "Voting members in etcd's member list",
+            this.voting.clone(),
+        );
+        metrics.register(
+            "etcdadm_cluster_learner_members",
+            "Learner members in etcd's member list",
+            this.learners.clone(),
+        );
+        metrics.register(
+            "etcdadm_cluster_leader_changes",
+            "Leader changes seen by the health checks",
+            this.leader_changes.clone(),
+        );
+        metrics.register(
+            "etcdadm_member_db_size_bytes",
+            "Backend database size reported by each member",
+            this.db_size.clone(),
+        );
+        metrics.register(
+            "etcdadm_member_seconds_since_healthy",
+            "Seconds since each member last passed a health check",
+            this.since_healthy.clone(),
+        );
+        metrics.register(
+            "etcdadm_cluster_alarms",
+            "Active etcd alarms (NOSPACE, CORRUPT) by kind",
+            this.alarms.clone(),
+        );
+        metrics.register(
+            "etcdadm_health_check_duration_seconds",
+            "Time to health-check every member of a cluster once",
+            this.health_latency.clone(),
+        );
+        metrics.register(
+            "etcdadm_membership_operations",
+            "Membership operations by kind and outcome",
+            this.operations.clone(),
+        );
+        metrics.register(
+            "etcdadm_remediations",
+            "Dead members removed for replacement",
+            this.remediations.clone(),
+        );
+        this
+    }
+
+    fn cluster(namespace: &str, name: &str) -> ClusterLabels {
+        ClusterLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// Gauges derived from the status just written (members, leader, time since healthy).
+    pub fn observe_status(&self, namespace: &str, name: &str, desired: i32, status: &EtcdadmClusterStatus) {
+        let labels = Self::cluster(namespace, name);
+        let voting: Vec<_> = status.members.iter().filter(|m| !m.is_learner).collect();
+        self.desired.get_or_create(&labels).set(i64::from(desired));
+        self.voting.get_or_create(&labels).set(voting.len() as i64);
+        self.learners
+            .get_or_create(&labels)
+            .set((status.members.len() - voting.len()) as i64);
+        self.ready
+            .get_or_create(&labels)
+            .set(voting.iter().filter(|m| m.healthy).count() as i64);
+        if let Some(leader) = status.members.iter().find(|m| m.is_leader) {
+            let mut leaders = self.leaders.lock().unwrap_or_else(PoisonError::into_inner);
+            let previous = leaders.insert(labels.clone(), leader.name.clone());
+            if previous.is_some_and(|p| p != leader.name) {
+                self.leader_changes.get_or_create(&labels).inc();
+            }
+        }
+        for member in &status.members {
+            let member_labels = MemberLabels {
+                namespace: namespace.into(),
+                name: name.into(),
+                member: member.name.clone(),
+            };
+            let since = member
+                .last_healthy_time
+                .as_ref()
+                .and_then(|t| SystemTime::from(t.0).elapsed().ok())
+                .or_else(|| member.healthy.then_some(Duration::ZERO));
+            let seconds = match (member.healthy, since) {
+                (true, _) => 0.0,
+                (false, Some(since)) => since.as_secs_f64(),
+                (false, None) => f64::NAN,
+            };
+            self.since_healthy.get_or_create(&member_labels).set(seconds);
+        }
+    }
+
+    /// A member's DB size from its Status call.
+    pub fn observe_db_size(&self, namespace: &str, name: &str, member: &str, bytes: u64) {
+        let labels = MemberLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+            member: member.into(),
+        };
+        self.db_size.get_or_create(&labels).set(bytes as f64);
+    }
+
+    /// Active alarms of a cluster, by kind (every known kind is set, so a cleared alarm reads 0).
+    pub fn observe_alarms(&self, namespace: &str, name: &str, active: &[String]) {
+        for alarm in ["NOSPACE", "CORRUPT"] {
+            let labels = AlarmLabels {
+                namespace: namespace.into(),
+                name: name.into(),
+                alarm: alarm.into(),
+            };
+            let count = active.iter().filter(|a| a.as_str() == alarm).count();
+            self.alarms.get_or_create(&labels).set(count as i64);
+        }
+    }
+
+    /// How long one health pass over every member took.
+    pub fn observe_health_check(&self, namespace: &str, name: &str, took: Duration) {
+        self.health_latency
+            .get_or_create(&Self::cluster(namespace, name))
+            .observe(took.as_secs_f64());
+    }
+
+    /// A membership operation and how it ended (`done`, `refused`, `failed`).
+    pub fn membership_operation(&self, namespace: &str, name: &str, kind: &str, outcome: &str) {
+        let labels = OperationLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+            kind: kind.into(),
+            outcome: outcome.into(),
+        };
+        self.operations.get_or_create(&labels).inc();
+    }
+
+    /// A dead member removed so that it can be replaced.
+    pub fn remediation(&self, namespace: &str, name: &str) {
+        self.remediations
+            .get_or_create(&Self::cluster(namespace, name))
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcdadm_shared::api::MemberStatus;
+
+    fn member(name: &str, healthy: bool, leader: bool) -> MemberStatus {
+        MemberStatus {
+            name: name.into(),
+            healthy,
+            is_leader: leader,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn status_gauges_and_leader_changes_are_exported() {
+        let runtime = Metrics::new();
+        let metrics = EtcdClusterMetrics::register(&runtime);
+        let mut status = EtcdadmClusterStatus {
+            members: vec![
+                member("a", true, true),
+                member("b", true, false),
+                member("c", false, false),
+            ],
+            ..Default::default()
+        };
+        metrics.observe_status("default", "c1", 3, &status);
+        status.members[0].is_leader = false;
+        status.members[1].is_leader = true;
+        metrics.observe_status("default", "c1", 3, &status);
+        metrics.observe_db_size("default", "c1", "a", 20480);
+        metrics.observe_alarms("default", "c1", &["NOSPACE".into()]);
+        metrics.observe_health_check("default", "c1", Duration::from_millis(12));
+        metrics.membership_operation("default", "c1", "remove", "done");
+        metrics.remediation("default", "c1");
+        let text = runtime.encode().unwrap();
+        for line in [
+            r#"etcdadm_cluster_desired_members{namespace="default",name="c1"} 3"#,
+            r#"etcdadm_cluster_ready_members{namespace="default",name="c1"} 2"#,
+            r#"etcdadm_cluster_voting_members{namespace="default",name="c1"} 3"#,
+            r#"etcdadm_cluster_learner_members{namespace="default",name="c1"} 0"#,
+            r#"etcdadm_cluster_leader_changes_total{namespace="default",name="c1"} 1"#,
+            r#"etcdadm_member_db_size_bytes{namespace="default",name="c1",member="a"} 20480.0"#,
+            r#"etcdadm_member_seconds_since_healthy{namespace="default",name="c1",member="a"} 0.0"#,
+            r#"etcdadm_cluster_alarms{namespace="default",name="c1",alarm="NOSPACE"} 1"#,
+            r#"etcdadm_cluster_alarms{namespace="default",name="c1",alarm="CORRUPT"} 0"#,
+            r#"etcdadm_health_check_duration_seconds_count{namespace="default",name="c1"} 1"#,
+            r#"etcdadm_membership_operations_total{namespace="default",name="c1",kind="remove",outcome="done"} 1"#,
+            r#"etcdadm_remediations_total{namespace="default",name="c1"} 1"#,
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! Admission for EtcdadmCluster: fill the defaults a user would otherwise have to know, and
+//! reject, with the field path, every spec the controller could not act on safely.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use etcdadm_shared::api::cluster::{
+    DEFAULT_HEALTH_INTERVAL, DEFAULT_HEALTH_TIMEOUT, DEFAULT_REPLICAS, DEFAULT_UNHEALTHY_AFTER,
+};
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterSpec, Format};
+use etcdadm_shared::duration;
+use etcdadm_shared::manager::WebhookRoutes;
+use etcdadm_shared::manager::admission::{self, AdmissionRequest, AdmissionResponse, DynamicObject};
+use etcdadm_shared::validation::{FieldError, validate_config_spec};
+
+/// Defaulting webhook path (controller-runtime's naming).
+pub const MUTATE_PATH: &str = "/mutate-etcdcluster-cluster-x-k8s-io-v1beta1-etcdadmcluster";
+/// Validating webhook path.
+pub const VALIDATE_PATH: &str = "/validate-etcdcluster-cluster-x-k8s-io-v1beta1-etcdadmcluster";
+
+/// Shortest health-check interval accepted: every check opens TLS connections to every member.
+const MIN_INTERVAL: Duration = Duration::from_secs(1);
+
+pub fn routes() -> WebhookRoutes {
+    WebhookRoutes::new()
+        .route(MUTATE_PATH, default_cluster)
+        .route(VALIDATE_PATH, validate_cluster)
+}
+
+/// Defaults: replicas 1, the template in our namespace, health-check settings, cloud-config.
+pub fn default_cluster(req: AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    let mut defaults: Vec<(&[&str], Value)> = vec![
+        (&["spec", "replicas"], json!(DEFAULT_REPLICAS)),
+        (
+            &["spec", "healthCheck", "interval"],
+            json!(duration::format(DEFAULT_HEALTH_INTERVAL)),
+        ),
+        (
+            &["spec", "healthCheck", "timeout"],
+            json!(duration::format(DEFAULT_HEALTH_TIMEOUT)),
+        ),
+        (
+            &["spec", "healthCheck", "unhealthyAfter"],
+            json!(duration::format(DEFAULT_UNHEALTHY_AFTER)),
+        ),
+        (&["spec", "healthCheck", "remediation"], json!("Enabled")),
+        (
+            &["spec", "etcdadmConfigSpec", "format"],
+            json!(Format::CloudConfig.as_str()),
+        ),
+    ];
+    if let Some(namespace) = &req.namespace {
+        defaults.push((&["spec", "infrastructureTemplate", "namespace"], json!(namespace)));
+    }
+    admission::with_defaults(&req, &defaults)
+}
+
+pub fn validate_cluster(req: AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    let new = match admission::object::<EtcdadmCluster>(&req) {
+        Ok(Some(new)) => new,
+        Ok(None) => return AdmissionResponse::from(&req),
+        Err(message) => return admission::rejected(&req, message),
+    };
+    let old: Option<EtcdadmCluster> = req
+        .old_object
+        .as_ref()
+        .and_then(|o| serde_json::to_value(o).ok())
+        .and_then(|v| serde_json::from_value(v).ok());
+    let namespace = req.namespace.clone().or_else(|| new.metadata.namespace.clone());
+    let mut errors = validate_spec(&new.spec, namespace.as_deref());
+    if let Some(old) = old {
+        errors.extend(validate_update(&old.spec, &new.spec));
+    }
+    admission::validated(&req, &errors)
+}
+
+/// Every rule on a spec on its own.
+pub fn validate_spec(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<FieldError> {
+    let mut errors = vec![];
+    if let Some(replicas) = spec.replicas
+        && (replicas < 1 || replicas % 2 == 0)
+    {
+        errors.push(FieldError::new(
+            "spec.replicas",
+            format!("{replicas}: must be odd and at least 1 (an even member count adds no fault tolerance)"),
+        ));
+    }
+    let template = &spec.infrastructure_template;
+    if template.kind.as_deref().unwrap_or_default().is_empty() {
+        errors.push(FieldError::new("spec.infrastructureTemplate.kind", "required"));
+    }
+    if template.name.as_deref().unwrap_or_default().is_empty() {
+        errors.push(FieldError::new("spec.infrastructureTemplate.name", "required"));
+    }
+    if let (Some(template_ns), Some(ns)) = (template.namespace.as_deref(), namespace)
+        && template_ns != ns
+    {
+        errors.push(FieldError::new(
+            "spec.infrastructureTemplate.namespace",
+            format!("{template_ns:?}: must be the EtcdadmCluster's own namespace {ns:?}"),
+        ));
+    }
+    for (i, domain) in spec.failure_domains.iter().enumerate() {
+        if domain.is_empty() {
+            errors.push(FieldError::new(
+                format!("spec.failureDomains[{i}]"),
+                "must not be empty",
+            ));
+        } else if spec.failure_domains[..i].contains(domain) {
+            errors.push(FieldError::new(
+                format!("spec.failureDomains[{i}]"),
+                format!("{domain:?} is listed twice"),
+            ));
+        }
+    }
+    if let Some(surge) = spec
+        .rollout_strategy
+        .as_ref()
+        .and_then(|s| s.rolling_update.as_ref())
+        .and_then(|r| r.max_surge)
+        && !(0..=1).contains(&surge)
+    {
+        errors.push(FieldError::new(
+            "spec.rolloutStrategy.rollingUpdate.maxSurge",
+            format!("{surge}: must be 0 or 1 (members are replaced one at a time)"),
+        ));
+    }
+    errors.extend(health_check(spec));
+    errors.extend(validate_config_spec(
+        &spec.etcdadm_config_spec,
+        "spec.etcdadmConfigSpec",
+    ));
+    errors
+}
+
+/// The health-check durations parse and make sense together.
+fn health_check(spec: &EtcdadmClusterSpec) -> Vec<FieldError> {
+    let Some(hc) = &spec.health_check else {
+        return vec![];
+    };
+    let mut errors = vec![];
+    let mut parsed = |field: &str, value: &Option<String>| -> Option<Duration> {
+        let value = value.as_deref()?;
+        match duration::parse(value) {
+            Ok(d) if !d.is_zero() => Some(d),
+            Ok(_) => {
+                errors.push(FieldError::new(
+                    format!("spec.healthCheck.{field}"),
+                    "must be greater than zero",
+                ));
+                None
+            }
+            Err(e) => {
+                errors.push(FieldError::new(
+                    format!("spec.healthCheck.{field}"),
+                    format!("{value:?}: {e}"),
+                ));
+                None
+            }
+        }
+    };
+    let interval = parsed("interval", &hc.interval);
+    let timeout = parsed("timeout", &hc.timeout);
+    let unhealthy_after = parsed("unhealthyAfter", &hc.unhealthy_after);
+    let interval_or_default = interval.unwrap_or(DEFAULT_HEALTH_INTERVAL);
+    if interval.is_some_and(|i| i < MIN_INTERVAL) {
+        errors.push(FieldError::new(
+            "spec.healthCheck.interval",
+            "must be at least 1s",
+        ));
+    }
+    if let Some(timeout) = timeout
+        && timeout > interval_or_default
+    {
+        errors.push(FieldError::new(
+            "spec.healthCheck.timeout",
+            format!(
+                "{}: must not exceed the interval {}",
+                duration::format(timeout),
+                duration::format(interval_or_default)
+            ),
+        ));
+    }
+    if let Some(after) = unhealthy_after
+        && after < interval_or_default
+    {
+        errors.push(FieldError::new(
+            "spec.healthCheck.unhealthyAfter",
+            format!(
+                "{}: must be at least the interval {} (one failed check must never be enough)",
+                duration::format(after),
+                duration::format(interval_or_default)
+            ),
+        ));
+    }
+    errors
+}
+
+/// Changes that would strand the running members.
+pub fn validate_update(old: &EtcdadmClusterSpec, new: &EtcdadmClusterSpec) -> Vec<FieldError> {
+    let mut errors = vec![];
+    let version = |spec: &EtcdadmClusterSpec| {
+        spec.etcdadm_config_spec
+            .cloud_init_config
+            .as_ref()
+            .and_then(|c| c.version.clone())
+    };
+    if let (Some(old_version), Some(new_version)) = (version(old), version(new))
+        && let (Some(from), Some(to)) = (minor(&old_version), minor(&new_version))
+        && to < from
+    {
+        errors.push(FieldError::new(
+            "spec.etcdadmConfigSpec.cloudInitConfig.version",
+            format!(
+                "{new_version}: downgrading from {old_version} to an older minor version is not possible: \
+                 new members could not join the running ones, which already use the newer data format"
+            ),
+        ));
+    }
+    if old.infrastructure_template.namespace.is_some()
+        && old.infrastructure_template.namespace != new.infrastructure_template.namespace
+    {
+        errors.push(FieldError::new(
+            "spec.infrastructureTemplate.namespace",
+            "is immutable",
+        ));
+    }
+    errors
+}
+
+/// `(major, minor)` of an etcd version such as `3.5.9`.
+fn minor(version: &str) -> Option<(u64, u64)> {
+    let mut parts = version.split(['.', '-', '+']);
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(value: Value) -> EtcdadmClusterSpec {
+        let mut base = json!({"infrastructureTemplate": {"kind": "SimMachineTemplate", "name": "t"}});
+        if let (Some(base), Some(extra)) = (base.as_object_mut(), value.as_object()) {
+            base.extend(extra.clone());
+        }
+        serde_json::from_value(base).unwrap()
+    }
+
+    fn paths(errors: &[FieldError]) -> Vec<&str> {
+        errors.iter().map(|e| e.path.as_str()).collect()
+    }
+
+    #[test]
+    fn a_plain_spec_is_valid() {
+        let valid = spec(json!({"replicas": 3, "failureDomains": ["a", "b", "c"],
+            "healthCheck": {"interval": "10s", "timeout": "5s", "unhealthyAfter": "5m"},
+            "rolloutStrategy": {"rollingUpdate": {"maxSurge": 0}}}));
+        assert_eq!(validate_spec(&valid, Some("default")), vec![]);
+    }
+
+    #[test]
+    fn replicas_must_be_odd_and_positive() {
+        for bad in [0, 2, 4, -1] {
+            let errors = validate_spec(&spec(json!({"replicas": bad})), None);
+            assert_eq!(paths(&errors), ["spec.replicas"], "{bad}");
+        }
+        assert!(validate_spec(&spec(json!({"replicas": 5})), None).is_empty());
+    }
+
+    #[test]
+    fn the_template_must_be_named_and_in_our_namespace() {
+        let errors = validate_spec(
+            &spec(json!({"infrastructureTemplate": {"namespace": "other"}})),
+            Some("default"),
+        );
+        assert_eq!(
+            paths(&errors),
+            [
+                "spec.infrastructureTemplate.kind",
+                "spec.infrastructureTemplate.name",
+                "spec.infrastructureTemplate.namespace"
+            ]
+        );
+        assert!(errors[2].message.contains("\"default\""));
+        let same =
+            spec(json!({"infrastructureTemplate": {"kind": "K", "name": "n", "namespace": "default"}}));
+        assert!(validate_spec(&same, Some("default")).is_empty());
+    }
+
+    #[test]
+    fn failure_domains_are_non_empty_and_unique() {
+        let errors = validate_spec(&spec(json!({"failureDomains": ["a", "", "a"]})), None);
+        assert_eq!(
+            paths(&errors),
+            ["spec.failureDomains[1]", "spec.failureDomains[2]"]
+        );
+        assert!(errors[1].message.contains("twice"));
+    }
+
+    #[test]
+    fn max_surge_is_zero_or_one() {
+        let errors = validate_spec(
+            &spec(json!({"rolloutStrategy": {"rollingUpdate": {"maxSurge": 2}}})),
+            None,
+        );
+        assert_eq!(paths(&errors), ["spec.rolloutStrategy.rollingUpdate.maxSurge"]);
+        assert!(
+            validate_spec(
+                &spec(json!({"rolloutStrategy": {"rollingUpdate": {"maxSurge": 1}}})),
+                None
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn health_check_durations_must_parse_and_fit_together() {
+        let errors = validate_spec(&spec(json!({"healthCheck": {"interval": "soon"}})), None);
+        assert_eq!(paths(&errors), ["spec.healthCheck.interval"]);
+        let errors = validate_spec(&spec(json!({"healthCheck": {"interval": "500ms"}})), None);
+        assert_eq!(paths(&errors), ["spec.healthCheck.interval"]);
+        let errors = validate_spec(
+            &spec(json!({"healthCheck": {"interval": "5s", "timeout": "10s"}})),
+            None,
+        );
+        assert_eq!(paths(&errors), ["spec.healthCheck.timeout"]);
+        let errors = validate_spec(
+            &spec(json!({"healthCheck": {"interval": "10s", "unhealthyAfter": "5s"}})),
+            None,
+        );
+        assert_eq!(paths(&errors), ["spec.healthCheck.unhealthyAfter"]);
+        let errors = validate_spec(&spec(json!({"healthCheck": {"timeout": "0s"}})), None);
+        assert_eq!(paths(&errors), ["spec.healthCheck.timeout"]);
+    }
+
+    #[test]
+    fn the_member_config_is_validated_under_its_own_path() {
+        let errors = validate_spec(
+            &spec(json!({"etcdadmConfigSpec": {"files": [{"path": "relative"}]}})),
+            None,
+        );
+        assert_eq!(paths(&errors), ["spec.etcdadmConfigSpec.files[0].path"]);
+    }
+
+    #[test]
+    fn downgrading_etcd_is_refused_upgrading_is_not() {
+        let at = |v: &str| spec(json!({"etcdadmConfigSpec": {"cloudInitConfig": {"version": v}}}));
+        let errors = validate_update(&at("3.5.9"), &at("3.4.27"));
+        assert_eq!(paths(&errors), ["spec.etcdadmConfigSpec.cloudInitConfig.version"]);
+        assert!(errors[0].message.contains("downgrading"));
+        assert!(validate_update(&at("3.4.27"), &at("3.5.9")).is_empty());
+        assert!(
+            validate_update(&at("3.5.9"), &at("3.5.1")).is_empty(),
+            "patch releases may go back"
+        );
+    }
+
+    #[test]
+    fn the_template_namespace_is_immutable() {
+        let in_ns =
+            |ns: &str| spec(json!({"infrastructureTemplate": {"kind": "K", "name": "n", "namespace": ns}}));
+        assert_eq!(
+            paths(&validate_update(&in_ns("a"), &in_ns("b"))),
+            ["spec.infrastructureTemplate.namespace"]
+        );
+        assert!(validate_update(&in_ns("a"), &in_ns("a")).is_empty());
+    }
+}

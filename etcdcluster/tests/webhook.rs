@@ -1,0 +1,185 @@
+//! The EtcdadmCluster admission webhooks as the API server calls them: AdmissionReviews POSTed
+//! over TLS to the real webhook server; answers checked for allowed/denied, the field paths in
+//! the message, and the defaulting patch.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use etcdadm_etcdcluster::webhook::{MUTATE_PATH, VALIDATE_PATH, routes};
+use etcdadm_shared::manager::testing::{SelfSignedCert, fresh_dir, https_client_trusting};
+use etcdadm_shared::manager::{Metrics, Shutdown, WebhookServer};
+use serde_json::{Value, json};
+
+struct Webhooks {
+    base: String,
+    client: reqwest::Client,
+    shutdown: Shutdown,
+}
+
+impl Drop for Webhooks {
+    fn drop(&mut self) {
+        self.shutdown.trigger();
+    }
+}
+
+impl Webhooks {
+    async fn start() -> Self {
+        let dir = fresh_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), "etcdcluster-webhooks");
+        let cert = SelfSignedCert::generate();
+        cert.write_to(&dir);
+        let server = WebhookServer::new("127.0.0.1:0".parse().unwrap(), &dir, &routes(), &Metrics::new())
+            .bind()
+            .await
+            .unwrap();
+        let base = format!("https://localhost:{}", server.local_addr().port());
+        let shutdown = Shutdown::new();
+        tokio::spawn(server.serve(shutdown.signal()));
+        Webhooks {
+            base,
+            client: https_client_trusting(&cert.cert_pem),
+            shutdown,
+        }
+    }
+
+    async fn call(&self, path: &str, review: &Value) -> Value {
+        let send = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(review.to_string())
+            .send();
+        let answer: Value = tokio::time::timeout(Duration::from_secs(10), send)
+            .await
+            .unwrap()
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer["response"]["uid"], review["request"]["uid"]);
+        answer["response"].clone()
+    }
+}
+
+fn cluster(spec: Value) -> Value {
+    json!({
+        "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmCluster",
+        "metadata": {"name": "c1-etcd", "namespace": "default"},
+        "spec": spec,
+    })
+}
+
+fn review(operation: &str, object: Value, old: Option<Value>) -> Value {
+    let gvk =
+        json!({"group": "etcdcluster.cluster.x-k8s.io", "version": "v1beta1", "kind": "EtcdadmCluster"});
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "0f1c5a7e-1d6b-4f0e-9c55-6c2f3f1f0a11",
+            "kind": gvk, "requestKind": gvk,
+            "resource": {"group": "etcdcluster.cluster.x-k8s.io", "version": "v1beta1", "resource": "etcdadmclusters"},
+            "name": "c1-etcd", "namespace": "default", "operation": operation,
+            "userInfo": {"username": "admin"},
+            "object": object, "oldObject": old, "dryRun": false,
+        }
+    })
+}
+
+fn template() -> Value {
+    json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "SimMachineTemplate", "name": "t"})
+}
+
+fn patch_of(response: &Value) -> Value {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(response["patch"].as_str().unwrap())
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[tokio::test]
+async fn defaults_fill_only_what_is_absent() {
+    let webhooks = Webhooks::start().await;
+    let response = webhooks
+        .call(
+            MUTATE_PATH,
+            &review(
+                "CREATE",
+                cluster(json!({"infrastructureTemplate": template()})),
+                None,
+            ),
+        )
+        .await;
+    assert_eq!(response["allowed"], true);
+    let mut object = cluster(json!({"infrastructureTemplate": template()}));
+    let patch: json_patch::Patch = serde_json::from_value(patch_of(&response)).unwrap();
+    json_patch::patch(&mut object, &patch).unwrap();
+    let spec = &object["spec"];
+    assert_eq!(spec["replicas"], 1);
+    assert_eq!(spec["infrastructureTemplate"]["namespace"], "default");
+    assert_eq!(
+        spec["healthCheck"],
+        json!({"interval": "10s", "timeout": "5s", "unhealthyAfter": "5m0s", "remediation": "Enabled"})
+    );
+    assert_eq!(spec["etcdadmConfigSpec"]["format"], "cloud-config");
+
+    let set = json!({"replicas": 3, "infrastructureTemplate": {"kind": "K", "name": "n", "namespace": "default"},
+        "healthCheck": {"interval": "2s", "timeout": "1s", "unhealthyAfter": "1m", "remediation": "Disabled"},
+        "etcdadmConfigSpec": {"format": "cloud-config"}});
+    let response = webhooks
+        .call(MUTATE_PATH, &review("CREATE", cluster(set), None))
+        .await;
+    assert_eq!(response["allowed"], true);
+    assert!(response["patch"].is_null(), "nothing to default: {response}");
+}
+
+#[tokio::test]
+async fn invalid_clusters_are_denied_with_every_field_path() {
+    let webhooks = Webhooks::start().await;
+    let bad = json!({"replicas": 2, "infrastructureTemplate": {"kind": "K", "name": "n", "namespace": "other"},
+        "failureDomains": ["a", "a"], "healthCheck": {"interval": "5s", "timeout": "30s"},
+        "etcdadmConfigSpec": {"cipherSuites": "TLS_NOT_A_SUITE"}});
+    let response = webhooks
+        .call(VALIDATE_PATH, &review("CREATE", cluster(bad), None))
+        .await;
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 422);
+    let message = response["status"]["message"].as_str().unwrap();
+    for path in [
+        "spec.replicas",
+        "spec.infrastructureTemplate.namespace",
+        "spec.failureDomains[1]",
+        "spec.healthCheck.timeout",
+        "spec.etcdadmConfigSpec.cipherSuites",
+    ] {
+        assert!(message.contains(path), "{path} missing from {message}");
+    }
+    let good =
+        json!({"replicas": 3, "infrastructureTemplate": template(), "failureDomains": ["a", "b", "c"]});
+    let response = webhooks
+        .call(VALIDATE_PATH, &review("CREATE", cluster(good), None))
+        .await;
+    assert_eq!(response["allowed"], true, "{response}");
+}
+
+#[tokio::test]
+async fn an_etcd_downgrade_is_denied_on_update() {
+    let webhooks = Webhooks::start().await;
+    let at = |v: &str| {
+        cluster(json!({"replicas": 3, "infrastructureTemplate": template(),
+        "etcdadmConfigSpec": {"cloudInitConfig": {"version": v}}}))
+    };
+    let response = webhooks
+        .call(VALIDATE_PATH, &review("UPDATE", at("3.4.27"), Some(at("3.5.9"))))
+        .await;
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.etcdadmConfigSpec.cloudInitConfig.version"),
+        "{message}"
+    );
+    let response = webhooks
+        .call(VALIDATE_PATH, &review("UPDATE", at("3.5.9"), Some(at("3.4.27"))))
+        .await;
+    assert_eq!(response["allowed"], true, "{response}");
+}

@@ -1,0 +1,66 @@
+//! Objects a controller cannot read (watched through `DeserializeGuard`) are reported on the
+//! object itself, a `Ready=False, InvalidObject` condition and a Warning Event, instead of
+//! stopping the watch for every other object.
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::error_boundary::InvalidObject;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use tracing::warn;
+
+/// Condition reason (and Event reason) for an object that cannot be read.
+pub const INVALID_OBJECT: &str = "InvalidObject";
+
+/// Write the condition (merge patch on `/status`, as `field_manager`) and publish the Event.
+pub async fn report_invalid_object<K>(
+    client: &Client,
+    recorder: &Recorder,
+    field_manager: &str,
+    invalid: &InvalidObject,
+) -> Result<(), kube::Error>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let name = invalid.metadata.name.clone().unwrap_or_default();
+    let namespace = invalid.metadata.namespace.clone().unwrap_or_default();
+    let kind = K::kind(&()).into_owned();
+    let message = format!("{kind} {namespace}/{name} cannot be read: {}", invalid.error);
+    warn!(%kind, %namespace, %name, error = %invalid.error, "object cannot be read");
+    let condition = serde_json::json!({
+        "type": "Ready", "status": "False", "severity": "Error", "reason": INVALID_OBJECT,
+        "message": message, "lastTransitionTime": Time(k8s_openapi::jiff::Timestamp::now()),
+    });
+    let api: Api<K> = Api::namespaced(client.clone(), &namespace);
+    let params = PatchParams {
+        field_manager: Some(field_manager.into()),
+        ..Default::default()
+    };
+    let patch = serde_json::json!({"status": {"conditions": [condition]}});
+    api.patch_status(&name, &params, &Patch::Merge(&patch)).await?;
+    let reference = ObjectReference {
+        api_version: Some(K::api_version(&()).into_owned()),
+        kind: Some(kind),
+        name: Some(name),
+        namespace: Some(namespace),
+        uid: invalid.metadata.uid.clone(),
+        ..Default::default()
+    };
+    let event = Event {
+        type_: EventType::Warning,
+        reason: INVALID_OBJECT.into(),
+        note: Some(message),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &reference).await {
+        warn!(error = %e, "publishing event failed");
+    }
+    Ok(())
+}

@@ -1,0 +1,665 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
+//! What the lifecycle scenarios share: a plane with both controller binaries, watchers that
+//! record membership (from etcd) and Machines (from the API) on one clock, a client writing and
+//! reading through the etcd endpoints every 50 ms, seeded randomness, and waits that explain
+//! themselves when they time out.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::api::capi::{ControlPlaneEtcd, KubeadmControlPlane, Machine};
+use etcdadm_shared::names;
+use etcdadm_shared::pki::IssuedCertificate;
+use etcdadm_shared::testing::{TempDir, mtls_http_client};
+use etcdadm_sim::demo;
+use etcdadm_sim::history::{History, MachineLog, MachineRecorder, Recorder};
+use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
+use etcdadm_sim::plane::{NAMESPACE, Plane, PlaneOptions};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+pub const CONTROLLER: &str = "etcdadm-controller";
+
+/// Health checks fast enough for tests: a member is remediated 5 s after it went bad.
+pub fn fast_health() -> Value {
+    json!({"interval": "1s", "timeout": "1s", "unhealthyAfter": "5s"})
+}
+
+pub async fn start_plane(prefix: u8, work: &TempDir, kcp_rollout_step: Duration) -> Plane {
+    Plane::start(PlaneOptions {
+        work_dir: work.path().to_path_buf(),
+        ip_prefix: [127, 0, prefix],
+        kubeconfig: std::env::var_os("SIM_KUBECONFIG").map(Into::into),
+        machine_runtime: None,
+        controllers: vec!["etcdadm-bootstrap", CONTROLLER],
+        kcp_rollout_step,
+    })
+    .await
+    .unwrap()
+}
+
+/// The last lines of both controllers' logs, for failure messages.
+pub fn logs(work: &TempDir) -> String {
+    ["etcdadm-controller.log", "etcdadm-bootstrap.log"]
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(work.path().join(f)).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(60).collect();
+            format!("--- {f} (last 60 lines, newest first)\n{}\n", tail.join("\n"))
+        })
+        .collect()
+}
+
+pub fn etcd_api(client: &Client) -> Api<EtcdadmCluster> {
+    Api::namespaced(client.clone(), NAMESPACE)
+}
+
+pub async fn create(
+    client: &Client,
+    name: &str,
+    replicas: i32,
+    with_kcp: bool,
+    config_spec: Value,
+    extra_spec: Value,
+) {
+    create_managed_cluster(
+        client,
+        NAMESPACE,
+        &ManagedCluster {
+            name,
+            replicas,
+            zones: &["zone-a", "zone-b", "zone-c"],
+            config_spec,
+            health_check: fast_health(),
+            with_kcp,
+            extra_spec,
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// Merge-patch the EtcdadmCluster `<cluster>-etcd`'s spec.
+pub async fn patch_spec(client: &Client, cluster: &str, spec: Value) {
+    etcd_api(client)
+        .patch(
+            &format!("{cluster}-etcd"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": spec })),
+        )
+        .await
+        .unwrap();
+}
+
+pub async fn machines(client: &Client, cluster: &str) -> Vec<Machine> {
+    let selector = format!("{}={cluster}-etcd", names::ETCD_CLUSTER_LABEL);
+    Api::<Machine>::namespaced(client.clone(), NAMESPACE)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items
+}
+
+/// `(status, reason, message)` of condition `type_`.
+pub fn condition(etcd: &EtcdadmCluster, type_: &str) -> (String, String, String) {
+    let status = serde_json::to_value(etcd.status.clone().unwrap_or_default()).unwrap();
+    let found = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .cloned()
+        .unwrap_or(Value::Null);
+    let text = |k: &str| found[k].as_str().unwrap_or_default().to_string();
+    (text("status"), text("reason"), text("message"))
+}
+
+/// The cluster settled at `replicas`: Ready for the current generation, every Machine an up to
+/// date healthy member, none being deleted, no leftovers, and (with a KCP) the control plane on
+/// the current endpoints with its rollout finished.
+pub async fn settled(client: &Client, cluster: &str, replicas: usize) -> Result<EtcdadmCluster, String> {
+    let etcd = etcd_api(client)
+        .get(&format!("{cluster}-etcd"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = etcd.status.clone().unwrap_or_default();
+    let machines = machines(client, cluster).await;
+    let member_names: Vec<&str> = status
+        .members
+        .iter()
+        .filter(|m| m.healthy && m.machine_ref.is_some())
+        .map(|m| m.name.as_str())
+        .collect();
+    let (ready, ..) = condition(&etcd, "Ready");
+    let (_, _, ready_message) = condition(&etcd, "Ready");
+    let state = format!(
+        "ready={} generation={:?}/{:?} updated={:?} members={:?} machines={:?} Ready: {ready_message}",
+        status.ready,
+        status.observed_generation,
+        etcd.metadata.generation,
+        status.updated_replicas,
+        member_names,
+        machines
+            .iter()
+            .map(|m| format!(
+                "{}{}",
+                m.name_any(),
+                if m.is_deleting() { "(deleting)" } else { "" }
+            ))
+            .collect::<Vec<_>>()
+    );
+    let done = status.ready
+        && ready == "True"
+        && status.observed_generation == etcd.metadata.generation
+        && status.updated_replicas == Some(replicas as i32)
+        && status.members.len() == replicas
+        && member_names.len() == replicas
+        && machines.len() == replicas
+        && machines.iter().all(|m| !m.is_deleting())
+        && condition(&etcd, "MachinesSpecUpToDate").0 == "True";
+    if !done {
+        return Err(state);
+    }
+    let leftovers = leftover_count(client, cluster, &machines).await;
+    if leftovers > 0 {
+        return Err(format!("{leftovers} leftover configs or infra machines; {state}"));
+    }
+    if let Some(kcp) = kcp(client, cluster).await {
+        let ControlPlaneEtcd::External(mut endpoints) = kcp.etcd() else {
+            return Err("KCP lost etcd.external".into());
+        };
+        endpoints.sort();
+        if endpoints.join(",") != status.endpoints || !kcp.rollout_complete() {
+            return Err(format!(
+                "KCP endpoints {endpoints:?} (rollout complete: {}) vs {}; {state}",
+                kcp.rollout_complete(),
+                status.endpoints
+            ));
+        }
+    }
+    Ok(etcd)
+}
+
+/// EtcdadmConfigs and SimMachines of the cluster that belong to no Machine.
+async fn leftover_count(client: &Client, cluster: &str, machines: &[Machine]) -> usize {
+    let selector = format!("{}={cluster}-etcd", names::ETCD_CLUSTER_LABEL);
+    let params = ListParams::default().labels(&selector);
+    let configs = Api::<etcdadm_shared::api::EtcdadmConfig>::namespaced(client.clone(), NAMESPACE)
+        .list(&params)
+        .await
+        .unwrap()
+        .items;
+    let sims = Api::<kube::api::DynamicObject>::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &etcdadm_sim::capi::sim_machine_resource(),
+    )
+    .list(&params)
+    .await
+    .unwrap()
+    .items;
+    let names: Vec<String> = machines.iter().map(|m| m.name_any()).collect();
+    configs
+        .iter()
+        .map(|c| c.name_any())
+        .chain(sims.iter().map(|s| s.name_any()))
+        .filter(|n| !names.contains(n))
+        .count()
+}
+
+pub async fn kcp(client: &Client, cluster: &str) -> Option<KubeadmControlPlane> {
+    Api::<KubeadmControlPlane>::namespaced(client.clone(), NAMESPACE)
+        .get_opt(&format!("{cluster}-control-plane"))
+        .await
+        .unwrap()
+}
+
+/// Wait until [`settled`]; panics with the last state and the logs.
+pub async fn wait_settled(
+    client: &Client,
+    cluster: &str,
+    replicas: usize,
+    timeout: Duration,
+    work: &TempDir,
+) -> EtcdadmCluster {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match settled(client, cluster, replicas).await {
+            Ok(etcd) => return etcd,
+            Err(state) if Instant::now() > deadline => {
+                panic!(
+                    "{cluster} not settled at {replicas} after {timeout:?}: {state}\n{}",
+                    logs(work)
+                )
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Membership (from etcd) and Machines (from the API), recorded on one clock.
+pub struct Watchers {
+    pub started: Instant,
+    recorder: Recorder,
+    machines: MachineRecorder,
+    refresher: tokio::task::JoinHandle<()>,
+}
+
+impl Watchers {
+    pub async fn start(client: &Client, cluster: &str) -> Watchers {
+        let tls = demo::eventually("etcd CA", Duration::from_secs(60), || async {
+            Ok(demo::etcd_tls(client, NAMESPACE, cluster)
+                .await?
+                .ok_or_else(|| "no CA yet".to_string()))
+        })
+        .await
+        .unwrap();
+        let urls = Arc::new(Mutex::new(Vec::<String>::new()));
+        let polled = urls.clone();
+        let started = Instant::now();
+        let recorder = Recorder::start_at(
+            started,
+            tls,
+            move || polled.lock().unwrap().clone(),
+            Duration::from_millis(100),
+        );
+        let selector = format!("{}={cluster}-etcd", names::ETCD_CLUSTER_LABEL);
+        let machines = MachineRecorder::start(
+            client.clone(),
+            NAMESPACE,
+            &selector,
+            started,
+            Duration::from_millis(100),
+        );
+        let (client, cluster) = (client.clone(), cluster.to_string());
+        let refresher = tokio::spawn(async move {
+            loop {
+                if let Ok(found) = demo::machine_urls(&client, NAMESPACE, &cluster).await {
+                    // Rotate so one stopped member does not make every poll wait for it.
+                    let mut found = found;
+                    let shift = (started.elapsed().as_millis() / 200) as usize;
+                    if !found.is_empty() {
+                        let n = shift % found.len();
+                        found.rotate_left(n);
+                    }
+                    *urls.lock().unwrap() = found;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Watchers {
+            started,
+            recorder,
+            machines,
+            refresher,
+        }
+    }
+
+    pub fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub fn history(&self) -> History {
+        self.recorder.snapshot()
+    }
+
+    pub fn machines(&self) -> MachineLog {
+        self.machines.snapshot()
+    }
+
+    pub fn finish(self) -> (History, MachineLog) {
+        self.refresher.abort();
+        (self.recorder.finish(), self.machines.finish())
+    }
+}
+
+/// The membership safety rules on what etcd and the API recorded.
+pub fn assert_safe(history: &History, machines: &MachineLog) {
+    assert!(
+        history.max_pending_joins() <= 1,
+        "two joins in flight: {history:#?}"
+    );
+    assert!(
+        history.max_changes_per_step() <= 1,
+        "two membership changes at once: {history:#?}"
+    );
+    let twice = history.names_with_several_ids();
+    assert!(twice.is_empty(), "a Machine's member was added twice: {twice:?}");
+    let outliving = history.machines_outliving_members(machines);
+    assert!(
+        outliving.is_empty(),
+        "Machines gone before their members: {outliving:?}\n{history:#?}\n{machines:#?}"
+    );
+}
+
+/// A tiny seeded generator (splitmix64): runs are reproducible from their seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, max]`.
+    pub fn millis(&mut self, max: u64) -> Duration {
+        Duration::from_millis(self.next_u64() % (max + 1))
+    }
+}
+
+/// What the client saw.
+#[derive(Clone, Debug, Default)]
+pub struct WorkloadReport {
+    pub acked: usize,
+    /// Longest time between two acknowledged writes, and when it ended.
+    pub max_gap: Duration,
+    pub max_gap_at: Duration,
+    pub failed_attempts: usize,
+    pub endpoint_switches: usize,
+    /// Acknowledged writes missing or different when read back.
+    pub lost: Vec<String>,
+}
+
+/// A client writing a new key and reading it back every 50 ms through whichever endpoint of
+/// `endpoints` works (pinned until it fails, as etcd's own client does), like an apiserver.
+pub struct Workload {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<WorkloadReport>,
+}
+
+const PREFIX: &str = "/lifecycle/";
+const OP_TIMEOUT: Duration = Duration::from_secs(1);
+
+fn b64(text: &str) -> Value {
+    serde_json::to_value(ByteString(text.as_bytes().to_vec())).unwrap()
+}
+
+fn unb64(value: &Value) -> Option<String> {
+    let bytes: ByteString = serde_json::from_value(value.clone()).ok()?;
+    String::from_utf8(bytes.0).ok()
+}
+
+impl Workload {
+    /// TLS from the KCP's Secrets (`<cluster>-etcd`, `<cluster>-apiserver-etcd-client`), else a
+    /// client certificate minted from the etcd CA.
+    pub async fn start(
+        client: &Client,
+        cluster: &str,
+        endpoints: Arc<Mutex<Vec<String>>>,
+        started: Instant,
+    ) -> Workload {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+        let text = |s: &Secret, k: &str| String::from_utf8(s.data.as_ref().unwrap()[k].0.clone()).unwrap();
+        let (ca_pem, cert) = match (
+            secrets
+                .get_opt(&names::kcp_etcd_ca_secret_name(cluster))
+                .await
+                .unwrap(),
+            secrets
+                .get_opt(&names::apiserver_client_secret_name(cluster))
+                .await
+                .unwrap(),
+        ) {
+            (Some(ca), Some(leaf)) => (
+                text(&ca, names::TLS_CERT_KEY),
+                IssuedCertificate {
+                    cert_pem: text(&leaf, names::TLS_CERT_KEY),
+                    key_pem: text(&leaf, names::TLS_KEY_KEY),
+                    not_after: std::time::SystemTime::now() + Duration::from_secs(3600),
+                },
+            ),
+            _ => {
+                let tls = demo::etcd_tls(client, NAMESPACE, cluster).await.unwrap().unwrap();
+                (
+                    tls.ca_pem.clone(),
+                    IssuedCertificate {
+                        cert_pem: tls.cert_pem,
+                        key_pem: tls.key_pem,
+                        not_after: std::time::SystemTime::now() + Duration::from_secs(3600),
+                    },
+                )
+            }
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let task = tokio::spawn(async move {
+            let http = mtls_http_client(&ca_pem, &cert);
+            let post = |url: String, body: Value| {
+                let http = http.clone();
+                async move {
+                    let send = http.post(url).json(&body).send();
+                    let response = tokio::time::timeout(OP_TIMEOUT, send)
+                        .await
+                        .map_err(|_| "timed out".to_string())?
+                        .map_err(|e| e.to_string())?;
+                    let status = response.status();
+                    let text = tokio::time::timeout(OP_TIMEOUT, response.text())
+                        .await
+                        .map_err(|_| "timed out".to_string())?
+                        .map_err(|e| e.to_string())?;
+                    if !status.is_success() {
+                        return Err(format!("{status}: {text}"));
+                    }
+                    serde_json::from_str::<Value>(&text).map_err(|e| e.to_string())
+                }
+            };
+            let mut report = WorkloadReport::default();
+            let mut acked: Vec<(String, String)> = Vec::new();
+            let mut pinned: Option<String> = None;
+            let mut last_ack = Instant::now();
+            let mut i = 0u64;
+            let pick =
+                |pinned: &mut Option<String>, skip: bool, report: &mut WorkloadReport| -> Option<String> {
+                    let list = endpoints.lock().unwrap().clone();
+                    if list.is_empty() {
+                        return None;
+                    }
+                    let current = pinned.as_ref().and_then(|p| list.iter().position(|e| e == p));
+                    let next = match (current, skip) {
+                        (Some(at), false) => at,
+                        (Some(at), true) => (at + 1) % list.len(),
+                        (None, _) => 0,
+                    };
+                    if current != Some(next) {
+                        report.endpoint_switches += 1;
+                    }
+                    *pinned = Some(list[next].clone());
+                    pinned.clone()
+                };
+            while !stopping.load(Ordering::Relaxed) {
+                i += 1;
+                let key = format!("{PREFIX}{i:08}");
+                let value = format!("value-{i}");
+                // Write until acknowledged, failing over between endpoints.
+                let mut skip = false;
+                loop {
+                    if stopping.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let Some(url) = pick(&mut pinned, skip, &mut report) else {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    };
+                    match post(
+                        format!("{url}/v3/kv/put"),
+                        json!({"key": b64(&key), "value": b64(&value)}),
+                    )
+                    .await
+                    {
+                        Ok(_) => {
+                            let gap = last_ack.elapsed();
+                            if !acked.is_empty() && gap > report.max_gap {
+                                report.max_gap = gap;
+                                report.max_gap_at = started.elapsed();
+                            }
+                            last_ack = Instant::now();
+                            acked.push((key.clone(), value.clone()));
+                            break;
+                        }
+                        Err(_) => {
+                            report.failed_attempts += 1;
+                            skip = true;
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    }
+                }
+                // Read it back (linearizable) through the same endpoint, or the next.
+                for _ in 0..3 {
+                    let Some(url) = pick(&mut pinned, false, &mut report) else {
+                        break;
+                    };
+                    match post(format!("{url}/v3/kv/range"), json!({"key": b64(&key)})).await {
+                        Ok(answer) => {
+                            let got = answer["kvs"][0]["value"].clone();
+                            if acked.last().map(|(k, _)| k) == Some(&key)
+                                && unb64(&got).as_deref() != Some(value.as_str())
+                            {
+                                report
+                                    .lost
+                                    .push(format!("{key}: read {got} right after writing {value}"));
+                            }
+                            break;
+                        }
+                        Err(_) => {
+                            report.failed_attempts += 1;
+                            let _ = pick(&mut pinned, true, &mut report);
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            // Every acknowledged write must still be there.
+            let prefix_end = format!("{}0", PREFIX.trim_end_matches('/'));
+            let body = json!({"key": b64(PREFIX), "range_end": b64(&prefix_end)});
+            let mut stored = None;
+            for _ in 0..20 {
+                let list = endpoints.lock().unwrap().clone();
+                for url in list {
+                    if let Ok(answer) = post(format!("{url}/v3/kv/range"), body.clone()).await {
+                        stored = Some(answer);
+                        break;
+                    }
+                }
+                if stored.is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            let Some(stored) = stored else {
+                report.lost.push("no endpoint answered the final read".into());
+                return report;
+            };
+            let found: std::collections::BTreeMap<String, String> = stored["kvs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|kv| Some((unb64(&kv["key"])?, unb64(&kv["value"])?)))
+                .collect();
+            for (key, value) in &acked {
+                if found.get(key) != Some(value) {
+                    report
+                        .lost
+                        .push(format!("{key}: {:?} instead of {value}", found.get(key)));
+                }
+            }
+            report.acked = acked.len();
+            report
+        });
+        Workload { stop, task }
+    }
+
+    pub async fn finish(self) -> WorkloadReport {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}
+
+/// Keep `endpoints` on what the KubeadmControlPlane `<cluster>-control-plane` lists (as a
+/// control plane Machine created now would be given).
+pub fn follow_kcp_endpoints(
+    client: &Client,
+    cluster: &str,
+) -> (Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>) {
+    let endpoints = Arc::new(Mutex::new(Vec::new()));
+    let shared = endpoints.clone();
+    let (client, cluster) = (client.clone(), cluster.to_string());
+    let task = tokio::spawn(async move {
+        loop {
+            if let Some(kcp) = kcp(&client, &cluster).await
+                && let ControlPlaneEtcd::External(list) = kcp.etcd()
+            {
+                *shared.lock().unwrap() = list;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    (endpoints, task)
+}
+
+/// Keep `endpoints` on the EtcdadmCluster's `status.endpoints` (a client without a KCP).
+pub fn follow_status_endpoints(
+    client: &Client,
+    cluster: &str,
+) -> (Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>) {
+    let endpoints = Arc::new(Mutex::new(Vec::new()));
+    let shared = endpoints.clone();
+    let (client, cluster) = (client.clone(), cluster.to_string());
+    let task = tokio::spawn(async move {
+        loop {
+            if let Ok(etcd) = etcd_api(&client).get(&format!("{cluster}-etcd")).await {
+                let list: Vec<String> = etcd
+                    .status
+                    .unwrap_or_default()
+                    .endpoints
+                    .split(',')
+                    .filter(|e| !e.is_empty())
+                    .map(String::from)
+                    .collect();
+                if !list.is_empty() {
+                    *shared.lock().unwrap() = list;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    (endpoints, task)
+}
+
+/// Names of the Events of the EtcdadmCluster `<cluster>-etcd` with their notes.
+pub async fn events(client: &Client, cluster: &str) -> Vec<(String, String)> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), NAMESPACE);
+    let name = format!("{cluster}-etcd");
+    api.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str()))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+/// With `SIM_LOG_DIR` set, copy the controllers' logs there (as `<scenario>-<file>`): the work
+/// directory goes with the test.
+pub fn save_logs(work: &TempDir, scenario: &str) {
+    let Some(dir) = std::env::var_os("SIM_LOG_DIR") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let _ = std::fs::create_dir_all(&dir);
+    for file in ["etcdadm-controller.log", "etcdadm-bootstrap.log"] {
+        let _ = std::fs::copy(work.path().join(file), dir.join(format!("{scenario}-{file}")));
+    }
+}
