@@ -52,6 +52,8 @@ pub struct Plane {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Running controller processes by binary name.
     controllers: Vec<(String, Child)>,
+    /// Where each controller started by [`Plane::start`] serves `/metrics`.
+    metrics_addrs: std::collections::BTreeMap<String, std::net::SocketAddr>,
     work_dir: PathBuf,
 }
 
@@ -98,8 +100,15 @@ impl Plane {
             }
         };
         let mut controllers = vec![];
+        let mut metrics_addrs = std::collections::BTreeMap::new();
         for name in &options.controllers {
-            let child = spawn_controller(name, &kubeconfig, &work_dir.join(format!("{name}.log")))?;
+            // A free port of our choosing, so scenarios can scrape the controller's metrics.
+            let diagnostics = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map_err(|e| SimError::Setup(format!("choosing a metrics port: {e}")))?;
+            let log = work_dir.join(format!("{name}.log"));
+            let child = spawn_controller_with_metrics(name, &kubeconfig, &log, Some(diagnostics))?;
+            metrics_addrs.insert(name.to_string(), diagnostics);
             controllers.push((name.to_string(), child));
         }
         let runtime: Arc<dyn MachineRuntime> = match &options.machine_runtime {
@@ -126,8 +135,33 @@ impl Plane {
             kcp_record,
             tasks,
             controllers,
+            metrics_addrs,
             work_dir: options.work_dir,
         })
+    }
+
+    /// The `/metrics` text of controller `name` (started by [`Plane::start`]).
+    pub async fn scrape_metrics(&self, name: &str) -> Result<String, SimError> {
+        let addr = self
+            .metrics_addrs
+            .get(name)
+            .ok_or_else(|| SimError::Setup(format!("{name} was not started by this plane")))?;
+        let mut stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| SimError::Setup(format!("connecting to {name}'s metrics at {addr}: {e}")))?;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        let mut response = String::new();
+        let io = async {
+            stream.write_all(request.as_bytes()).await?;
+            stream.read_to_string(&mut response).await
+        };
+        io.await
+            .map_err(|e| SimError::Setup(format!("reading {name}'s metrics: {e}")))?;
+        Ok(response
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_string())
+            .unwrap_or(response))
     }
 
     /// SIGKILL the controller `name` (a crash: no shutdown path runs) and reap it.
@@ -185,7 +219,21 @@ pub fn sibling_binary(name: &str) -> Result<PathBuf, SimError> {
 
 /// Start a controller binary's `run` against the plane at `kubeconfig`, appending to `log`.
 pub fn spawn_controller(name: &str, kubeconfig: &Path, log: &Path) -> Result<Child, SimError> {
+    spawn_controller_with_metrics(name, kubeconfig, log, None)
+}
+
+/// [`spawn_controller`], serving `/metrics` on `diagnostics` when given.
+pub fn spawn_controller_with_metrics(
+    name: &str,
+    kubeconfig: &Path,
+    log: &Path,
+    diagnostics: Option<std::net::SocketAddr>,
+) -> Result<Child, SimError> {
     let binary = sibling_binary(name)?;
+    let diagnostics = match diagnostics {
+        Some(addr) => format!("--diagnostics-address={addr}"),
+        None => "--diagnostics-address=127.0.0.1:0".into(),
+    };
     let log = std::fs::File::options()
         .create(true)
         .append(true)
@@ -198,7 +246,7 @@ pub fn spawn_controller(name: &str, kubeconfig: &Path, log: &Path) -> Result<Chi
         // server does not call admission webhooks).
         .args([
             "--health-addr=127.0.0.1:0",
-            "--diagnostics-address=127.0.0.1:0",
+            diagnostics.as_str(),
             "--webhook-port=0",
         ])
         .env("KUBECONFIG", kubeconfig)

@@ -209,6 +209,30 @@ async fn three_members_over_three_zones_gate_the_control_plane_and_replace_a_del
     assert!(replaced.members.iter().all(|m| m.healthy));
     assert_eq!(machines(&client).await.len(), 3);
 
+    // What an operator's Prometheus sees from the real binary after all this.
+    let metrics = plane.scrape_metrics("etcdadm-controller").await.unwrap();
+    let labels = r#"namespace="default",name="c1-etcd""#;
+    for series in [
+        format!("etcdadm_cluster_desired_members{{{labels}}} 3"),
+        format!("etcdadm_cluster_ready_members{{{labels}}} 3"),
+        format!("etcdadm_cluster_voting_members{{{labels}}} 3"),
+        format!(r#"etcdadm_membership_operations_total{{{labels},kind="remove",outcome="done"}}"#),
+        format!(r#"etcdadm_membership_operations_total{{{labels},kind="move-leader",outcome="done"}}"#),
+        format!("etcdadm_health_check_duration_seconds_count{{{labels}}}"),
+        r#"etcdadm_reconcile_total{controller="etcdadmcluster""#.to_string(),
+    ] {
+        assert!(
+            metrics.contains(&series),
+            "no {series} in the controller's metrics:\n{metrics}"
+        );
+    }
+    let bootstrap_metrics = plane.scrape_metrics("etcdadm-bootstrap").await.unwrap();
+    assert!(
+        bootstrap_metrics
+            .contains(r#"etcdadm_bootstrap_data_secrets_total{format="cloud-config",outcome="created"} 4"#),
+        "four data Secrets (three members and the replacement):\n{bootstrap_metrics}"
+    );
+
     // The safety rules, on what etcd itself recorded.
     assert!(
         history.max_pending_joins() <= 1,
