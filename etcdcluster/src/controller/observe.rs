@@ -108,6 +108,17 @@ fn unhealthy_for(entry: Option<&MemberStatus>, serving_since: Option<Timestamp>,
     since(now, start)
 }
 
+/// Since when the cluster has served clients without a break, for the unhealthy clock: when
+/// `EndpointsAvailable` last turned True, or `now` while it is stored False (quorum was lost at
+/// the last look, so it is at best being regained in this very pass: nobody has been unhealthy
+/// while it served). `None` before the condition was ever written.
+fn serving_since(conditions: &[conditions::Condition], now: Timestamp) -> Option<Timestamp> {
+    conditions::find(conditions, ENDPOINTS_AVAILABLE).map(|c| match c.status {
+        ConditionStatus::True => c.last_transition_time.0,
+        _ => now,
+    })
+}
+
 /// `healthCheck` settings plus the reference's `healthcheck-retries` annotation: 0 turns
 /// remediation off; N > 0 means N failed checks (N × interval) unless `unhealthyAfter` is set;
 /// anything else is ignored (never "remove after one failure").
@@ -176,9 +187,7 @@ impl Observation {
     pub fn observed(&self, etcd: EtcdView, now: Timestamp) -> Observed {
         let e = &self.etcd_cluster;
         let status = e.status.clone().unwrap_or_default();
-        let serving_since = conditions::find(&status.conditions, ENDPOINTS_AVAILABLE)
-            .filter(|c| c.status == ConditionStatus::True)
-            .map(|c| c.last_transition_time.0);
+        let serving_since = serving_since(&status.conditions, now);
         let record: Option<RemediationRecord> = e
             .annotations()
             .get(REMEDIATION_ANNOTATION)
@@ -692,5 +701,51 @@ mod tests {
         };
         assert_eq!(unhealthy_for(Some(&healthy), None, at(130)), Duration::ZERO);
         assert_eq!(unhealthy_for(None, None, at(130)), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_member_unhealthy_through_a_quorum_loss_is_not_overdue_the_moment_quorum_returns() {
+        // Found by the sim: in the first pass after quorum came back, the stored condition still
+        // said False, the clock ran from the member's flip (before the loss), and a member that
+        // was only slow to recover was replaced.
+        let at = |s: i64| Timestamp::from_second(s).unwrap();
+        let endpoints = |status: ConditionStatus, since: i64| {
+            let mut list = vec![];
+            conditions::set(
+                &mut list,
+                match status {
+                    ConditionStatus::True => {
+                        conditions::NewCondition::true_(ENDPOINTS_AVAILABLE, "EndpointsAvailable")
+                    }
+                    _ => conditions::NewCondition::false_(
+                        ENDPOINTS_AVAILABLE,
+                        conditions::Severity::Info,
+                        "NoHealthyMembers",
+                        "none",
+                    ),
+                },
+                None,
+                &Time(at(since)),
+            );
+            list
+        };
+        let entry = MemberStatus {
+            name: "m1".into(),
+            healthy: false,
+            last_transition_time: Some(Time(at(100))),
+            ..Default::default()
+        };
+        let lost = endpoints(ConditionStatus::False, 100);
+        let now = at(130);
+        assert_eq!(
+            unhealthy_for(Some(&entry), serving_since(&lost, now), now),
+            Duration::ZERO
+        );
+        let back = endpoints(ConditionStatus::True, 131);
+        assert_eq!(
+            unhealthy_for(Some(&entry), serving_since(&back, at(137)), at(137)),
+            Duration::from_secs(6)
+        );
+        assert_eq!(serving_since(&[], now), None);
     }
 }
