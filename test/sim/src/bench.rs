@@ -217,8 +217,18 @@ pub async fn run_create(work_dir: &Path, sizes: &[i32], runs: usize) -> Result<(
     Ok(())
 }
 
-/// Resident memory (kB) and CPU seconds of our child process whose name starts with `prefix`.
-pub fn child_usage(prefix: &str) -> Option<(u64, f64)> {
+/// What one of our child processes uses.
+#[derive(Clone, Copy, Debug)]
+pub struct ChildUsage {
+    pub rss_kib: u64,
+    /// The most it was ever resident (`VmHWM`).
+    pub peak_rss_kib: u64,
+    /// User plus system CPU since it started.
+    pub cpu_seconds: f64,
+}
+
+/// Usage of our child process whose name starts with `prefix`.
+pub fn child_usage(prefix: &str) -> Option<ChildUsage> {
     let me = std::process::id().to_string();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
@@ -239,16 +249,21 @@ pub fn child_usage(prefix: &str) -> Option<(u64, f64)> {
                 .and_then(|v| v.parse::<u64>().ok())
                 .unwrap_or_default()
         };
-        // utime and stime are fields 14 and 15 of stat; `fields` starts at field 3.
-        let cpu = (ticks(11) + ticks(12)) as f64 / 100.0;
         let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
-        let rss = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_default();
-        return Some((rss, cpu));
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_default()
+        };
+        return Some(ChildUsage {
+            rss_kib: kib("VmRSS:"),
+            peak_rss_kib: kib("VmHWM:"),
+            // utime and stime are fields 14 and 15 of stat; `fields` starts at field 3.
+            cpu_seconds: (ticks(11) + ticks(12)) as f64 / 100.0,
+        });
     }
     None
 }
@@ -277,7 +292,7 @@ pub async fn run_idle(work_dir: &Path, clusters: usize, settle: Duration) -> Res
         api.create(&Default::default(), &etcd).await?;
     }
     tokio::time::sleep(settle).await;
-    let before: Vec<Option<(u64, f64)>> = ["etcdadm-bootstrap", "etcdadm-controller"]
+    let before: Vec<Option<ChildUsage>> = ["etcdadm-bootstrap", "etcdadm-controller"]
         .iter()
         .map(|n| child_usage(n))
         .collect();
@@ -296,10 +311,11 @@ pub async fn run_idle(work_dir: &Path, clusters: usize, settle: Duration) -> Res
         - requests_before;
     for (i, name) in ["etcdadm-bootstrap", "etcdadm-controller"].iter().enumerate() {
         match (before[i], child_usage(name)) {
-            (Some((_, cpu0)), Some((rss, cpu1))) => println!(
-                "{name}: {clusters} clusters, RSS {:.1} MiB, CPU {:.2} s per minute",
-                rss as f64 / 1024.0,
-                (cpu1 - cpu0) * 60.0 / window.as_secs_f64()
+            (Some(b), Some(a)) => println!(
+                "{name}: {clusters} clusters, RSS {:.1} MiB (peak {:.1} MiB), CPU {:.2} s per minute",
+                a.rss_kib as f64 / 1024.0,
+                a.peak_rss_kib as f64 / 1024.0,
+                (a.cpu_seconds - b.cpu_seconds) * 60.0 / window.as_secs_f64()
             ),
             _ => println!("{name}: not running"),
         }

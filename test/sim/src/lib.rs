@@ -2,9 +2,11 @@
 //! for the demo, the end-to-end scenarios and the benchmarks.
 
 pub mod bench;
+pub mod bench_scale;
 pub mod capi;
 pub mod demo;
 pub mod error;
+pub mod fake_etcd;
 pub mod history;
 pub mod kcp;
 pub mod manifests;

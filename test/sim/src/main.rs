@@ -69,6 +69,14 @@ enum Bench {
         #[arg(long, default_value_t = 3)]
         runs: usize,
     },
+    /// One etcdadm-controller keeping N established 3-member clusters (fake etcd members on
+    /// loopback, real TLS) healthy: achieved interval, CPU, RSS and API requests.
+    Scale {
+        #[arg(long, default_value_t = 100)]
+        clusters: usize,
+        #[arg(long, default_value_t = 60)]
+        window_seconds: u64,
+    },
     /// RSS and CPU of both managers over one minute with N idle EtcdadmClusters.
     Idle {
         #[arg(long, default_value_t = 0)]
@@ -87,6 +95,17 @@ async fn main() -> ExitCode {
             match bench {
                 Bench::Create { sizes, runs } => {
                     etcdadm_sim::bench::run_create(&work_dir, &sizes, runs).await
+                }
+                Bench::Scale {
+                    clusters,
+                    window_seconds,
+                } => {
+                    etcdadm_sim::bench_scale::run_scale(
+                        &work_dir.join("scale"),
+                        clusters,
+                        Duration::from_secs(window_seconds),
+                    )
+                    .await
                 }
                 Bench::Idle { clusters } => {
                     etcdadm_sim::bench::run_idle(&work_dir.join("idle"), clusters, Duration::from_secs(20))

@@ -1,0 +1,287 @@
+//! Cheap stand-ins for etcd members, for the scale benchmark: real mutual TLS on the member's
+//! client URL, answering `/health` and the three RPCs the health check makes (Status,
+//! MemberList, Alarm) from a fixed membership, and counting when each member was probed.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Response, StatusCode};
+use axum::routing::{get, post};
+use axum_server::tls_rustls::RustlsConfig;
+use http_body_util::{BodyExt, Full};
+use prost::Message;
+
+use etcdadm_shared::names;
+use etcdadm_shared::pki::{CertificateAuthority, KeyType, LeafRequest};
+
+use crate::error::SimError;
+
+/// One fake etcd cluster: its members' names and addresses, in ID order (the first leads).
+#[derive(Clone, Debug)]
+pub struct FakeCluster {
+    pub members: Vec<(String, IpAddr)>,
+}
+
+impl FakeCluster {
+    fn member_id(&self, index: usize) -> u64 {
+        // Stable, distinct and never 0 (0 means "no leader" in Status).
+        let ip = match self.members[index].1 {
+            IpAddr::V4(v4) => u64::from(u32::from(v4)),
+            IpAddr::V6(v6) => u128::from(v6) as u64,
+        };
+        0x1000_0000_0000 | ip
+    }
+}
+
+/// When each member (by address) was last asked for its Status, and the gaps seen in between.
+#[derive(Default)]
+pub struct ProbeLog {
+    last: HashMap<IpAddr, Instant>,
+    gaps: Vec<f64>,
+    /// Members asked for their Status since the last reset.
+    pub probed: HashSet<IpAddr>,
+    pub health_calls: u64,
+    pub member_list_calls: u64,
+}
+
+impl ProbeLog {
+    /// Forget the gaps recorded so far (the warm-up), keeping when each member was last seen.
+    pub fn reset(&mut self) {
+        self.gaps.clear();
+        self.probed.clear();
+        self.health_calls = 0;
+        self.member_list_calls = 0;
+    }
+
+    /// Seconds between consecutive Status probes of the same member since the last reset.
+    pub fn gaps(&self) -> &[f64] {
+        &self.gaps
+    }
+}
+
+#[derive(Clone)]
+struct Member {
+    cluster: Arc<FakeCluster>,
+    index: usize,
+    log: Arc<Mutex<ProbeLog>>,
+}
+
+/// Start responders for every member of `clusters` on `<address>:2379`, each cluster with a
+/// server certificate from `ca` naming its members' addresses. They run until the runtime ends.
+pub async fn serve(
+    ca: &CertificateAuthority,
+    clusters: &[FakeCluster],
+    log: Arc<Mutex<ProbeLog>>,
+) -> Result<(), SimError> {
+    let setup = |e: &dyn std::fmt::Display| SimError::Setup(format!("fake etcd: {e}"));
+    for cluster in clusters {
+        let cluster = Arc::new(cluster.clone());
+        let ips = cluster.members.iter().map(|(_, ip)| *ip).collect();
+        let mut request = LeafRequest::member("fake-etcd", vec![], ips);
+        request.key_type = KeyType::EcdsaP256;
+        let leaf = ca.issue(&request).map_err(|e| setup(&e))?;
+        let tls = RustlsConfig::from_config(Arc::new(
+            server_tls(ca.cert_pem(), &leaf.cert_pem, &leaf.key_pem).map_err(|e| setup(&e))?,
+        ));
+        for index in 0..cluster.members.len() {
+            let member = Member {
+                cluster: cluster.clone(),
+                index,
+                log: log.clone(),
+            };
+            let app = Router::new()
+                .route("/health", get(health))
+                .route("/etcdserverpb.Maintenance/Status", post(status))
+                .route("/etcdserverpb.Cluster/MemberList", post(member_list))
+                .route("/etcdserverpb.Maintenance/Alarm", post(alarms))
+                .with_state(member);
+            let addr = SocketAddr::new(cluster.members[index].1, names::ETCD_CLIENT_PORT);
+            let listener = std::net::TcpListener::bind(addr).map_err(|e| setup(&format!("{addr}: {e}")))?;
+            listener.set_nonblocking(true).map_err(|e| setup(&e))?;
+            let server =
+                axum_server::tls_rustls::from_tcp_rustls(listener, tls.clone()).map_err(|e| setup(&e))?;
+            tokio::spawn(async move {
+                if let Err(e) = server.serve(app.into_make_service()).await {
+                    tracing::warn!(%addr, error = %e, "fake etcd member stopped");
+                }
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Mutual TLS as etcd does it with `--client-cert-auth`: only clients with a certificate from
+/// the cluster's CA; HTTP/2 for gRPC, HTTP/1.1 for `/health`.
+fn server_tls(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<rustls::ServerConfig, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .map_err(|e| e.to_string())?;
+    let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| e.to_string())?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .map_err(|e| e.to_string())?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+// The etcdserverpb messages the health check reads, with etcd's field numbers.
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ResponseHeader {
+    #[prost(uint64, tag = "1")]
+    cluster_id: u64,
+    #[prost(uint64, tag = "2")]
+    member_id: u64,
+    #[prost(int64, tag = "3")]
+    revision: i64,
+    #[prost(uint64, tag = "4")]
+    raft_term: u64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct StatusResponse {
+    #[prost(message, optional, tag = "1")]
+    header: Option<ResponseHeader>,
+    #[prost(string, tag = "2")]
+    version: String,
+    #[prost(int64, tag = "3")]
+    db_size: i64,
+    #[prost(uint64, tag = "4")]
+    leader: u64,
+    #[prost(uint64, tag = "5")]
+    raft_index: u64,
+    #[prost(uint64, tag = "6")]
+    raft_term: u64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct PbMember {
+    #[prost(uint64, tag = "1")]
+    id: u64,
+    #[prost(string, tag = "2")]
+    name: String,
+    #[prost(string, repeated, tag = "3")]
+    peer_urls: Vec<String>,
+    #[prost(string, repeated, tag = "4")]
+    client_urls: Vec<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct MemberListResponse {
+    #[prost(message, optional, tag = "1")]
+    header: Option<ResponseHeader>,
+    #[prost(message, repeated, tag = "2")]
+    members: Vec<PbMember>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct AlarmResponse {
+    #[prost(message, optional, tag = "1")]
+    header: Option<ResponseHeader>,
+}
+
+impl Member {
+    fn header(&self) -> ResponseHeader {
+        ResponseHeader {
+            cluster_id: self.cluster.member_id(0) ^ 0xc1,
+            member_id: self.cluster.member_id(self.index),
+            revision: 1,
+            raft_term: 2,
+        }
+    }
+
+    fn record(&self, what: impl FnOnce(&mut ProbeLog)) {
+        if let Ok(mut log) = self.log.lock() {
+            what(&mut log);
+        }
+    }
+}
+
+async fn health(State(member): State<Member>) -> &'static str {
+    member.record(|log| log.health_calls += 1);
+    r#"{"health":"true","reason":""}"#
+}
+
+async fn status(State(member): State<Member>) -> Response<Body> {
+    let ip = member.cluster.members[member.index].1;
+    member.record(|log| {
+        let now = Instant::now();
+        if let Some(previous) = log.last.insert(ip, now) {
+            log.gaps.push(now.duration_since(previous).as_secs_f64());
+        }
+        log.probed.insert(ip);
+    });
+    grpc(StatusResponse {
+        header: Some(member.header()),
+        version: "3.5.21".into(),
+        db_size: 20 << 20,
+        leader: member.cluster.member_id(0),
+        raft_index: 1000,
+        raft_term: 2,
+    })
+}
+
+async fn member_list(State(member): State<Member>) -> Response<Body> {
+    member.record(|log| log.member_list_calls += 1);
+    let members = member
+        .cluster
+        .members
+        .iter()
+        .enumerate()
+        .map(|(i, (name, ip))| PbMember {
+            id: member.cluster.member_id(i),
+            name: name.clone(),
+            peer_urls: vec![names::peer_url(&ip.to_string())],
+            client_urls: vec![names::client_url(&ip.to_string())],
+        })
+        .collect();
+    grpc(MemberListResponse {
+        header: Some(member.header()),
+        members,
+    })
+}
+
+async fn alarms(State(member): State<Member>) -> Response<Body> {
+    grpc(AlarmResponse {
+        header: Some(member.header()),
+    })
+}
+
+/// A unary gRPC answer: one length-prefixed message, then `grpc-status: 0` in the trailers.
+fn grpc(message: impl Message) -> Response<Body> {
+    let encoded = message.encode_to_vec();
+    let mut framed = Vec::with_capacity(encoded.len() + 5);
+    framed.push(0);
+    framed.extend_from_slice(&(encoded.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&encoded);
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    let body = Full::new(Bytes::from(framed)).with_trailers(async move { Some(Ok(trailers)) });
+    let mut response = Response::new(Body::new(body));
+    *response.status_mut() = StatusCode::OK;
+    response
+        .headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/grpc"));
+    response
+}
