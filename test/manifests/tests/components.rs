@@ -513,6 +513,10 @@ fn webhooks_reach_existing_services_with_ca_injection() {
             "etcdadm-bootstrap-manager",
         ),
         (
+            "/mutate-bootstrap-cluster-x-k8s-io-v1beta1-etcdadmconfigtemplate",
+            "etcdadm-bootstrap-manager",
+        ),
+        (
             "/validate-bootstrap-cluster-x-k8s-io-v1beta1-etcdadmconfigtemplate",
             "etcdadm-bootstrap-manager",
         ),
