@@ -108,6 +108,46 @@ async fn without_leader_election_ready_follows_cache_sync() {
 }
 
 #[tokio::test]
+async fn a_real_controller_on_its_own_watch_makes_the_manager_ready() {
+    // Both controllers used to wait for their store in a task of their own, beside the
+    // controller waiting on the same store; only one waiter is woken, and /readyz stayed 503.
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::controller::{Action, Controller};
+    use std::sync::Arc;
+
+    let (_server, client) = etcdadm_sim_apiserver::fake_client().unwrap();
+    let shutdown = Shutdown::new();
+    let (addr_tx, addr_rx) = oneshot::channel();
+    let task = tokio::spawn(
+        manager(
+            &["--health-addr=127.0.0.1:0", "--webhook-port=0"],
+            &client,
+            &shutdown,
+        )
+        .run(move |ctx| async move {
+            let _ = addr_tx.send(ctx.health_addr);
+            let (store, changes) = ctx
+                .settings
+                .watch_own_kind::<ConfigMap>(&ctx.client, ctx.readiness.clone());
+            Controller::for_stream(changes, store)
+                .graceful_shutdown_on(ctx.shutdown.wait())
+                .run(
+                    |_: Arc<ConfigMap>, _: Arc<()>| async { Ok::<_, kube::Error>(Action::await_change()) },
+                    |_, _, _| Action::await_change(),
+                    Arc::new(()),
+                )
+                .for_each(|_| async {})
+                .await;
+        }),
+    );
+    let addr = addr_rx.await.unwrap().unwrap();
+    assert_eq!(wait_for_status(addr, 200).await, "caches: ok (synced)\n");
+    shutdown.trigger();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
 async fn with_leader_election_the_leader_needs_synced_caches_and_a_standby_a_known_leader() {
     let (_server, client) = etcdadm_sim_apiserver::fake_client().unwrap();
     let flags = [

@@ -415,19 +415,10 @@ pub async fn run(manager: ManagerContext, metrics: BootstrapMetrics) {
         ..
     } = manager;
     // Guarded: one object this version cannot read must not stop the watch for all the others.
-    let configs: Api<DeserializeGuard<EtcdadmConfig>> = settings.api(&client);
-    let controller =
-        Controller::new(configs, settings.watcher_config()).with_config(settings.controller_config());
-    let store = controller.store();
+    let (store, changes) = settings.watch_own_kind::<DeserializeGuard<EtcdadmConfig>>(&client, readiness);
+    let controller = Controller::for_stream(changes, store.clone()).with_config(settings.controller_config());
     let cluster_store = store.clone();
-    let etcd_store = store.clone();
-    let synced_store = store.clone();
-    tokio::spawn(async move {
-        if synced_store.wait_until_ready().await.is_ok() {
-            info!("EtcdadmConfig cache synced");
-            readiness.set_synced();
-        }
-    });
+    let etcd_store = store;
     let ctx = Arc::new(Context::with_metrics(client.clone(), metrics));
     controller
         .watches(

@@ -44,9 +44,11 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use futures::Stream;
-use kube::runtime::{controller, watcher};
+use futures::{Stream, StreamExt};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, controller, watcher};
 use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
@@ -127,6 +129,43 @@ impl ControllerSettings {
             Some(selector) => config.labels(selector),
             None => config,
         }
+    }
+
+    /// The watch of a controller's own kind (honouring the flags), reflected into the returned
+    /// store, for `Controller::for_stream`. The caches count as synced at the first complete
+    /// list, seen in the stream itself: a second task waiting on the store would never wake,
+    /// because kube-runtime's store readiness wakes only the last waiter (the controller's).
+    pub fn watch_own_kind<K>(
+        &self,
+        client: &Client,
+        readiness: Readiness,
+    ) -> (
+        Store<K>,
+        impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    )
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        let (store, writer) = reflector::store();
+        let kind = K::kind(&K::DynamicType::default()).to_string();
+        let changes = watcher(self.api::<K>(client), self.watcher_config())
+            .default_backoff()
+            .inspect(move |event| {
+                if matches!(event, Ok(watcher::Event::InitDone)) {
+                    info!(%kind, "cache synced");
+                    readiness.set_synced();
+                }
+            })
+            .reflect(writer)
+            .applied_objects();
+        (store, changes)
     }
 
     /// A controller configuration honouring `--concurrency`.

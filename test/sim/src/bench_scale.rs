@@ -21,7 +21,7 @@ use etcdadm_sim_apiserver::ApiServer;
 use crate::bench::child_usage;
 use crate::error::SimError;
 use crate::fake_etcd::{self, FakeCluster, ProbeLog};
-use crate::plane::{NAMESPACE, spawn_controller_with_metrics};
+use crate::plane::{NAMESPACE, spawn_controller_with_ports};
 
 const MEMBERS: usize = 3;
 const CONTROLLER: &str = "etcdadm-controller";
@@ -39,7 +39,13 @@ fn member_ip(cluster: usize, member: usize) -> IpAddr {
 }
 
 /// Measure one controller with `clusters` clusters for `window` once all are Ready.
-pub async fn run_scale(work_dir: &Path, clusters: usize, window: Duration) -> Result<(), SimError> {
+/// `concurrency`, when given, is passed to the controller as `--concurrency`.
+pub async fn run_scale(
+    work_dir: &Path,
+    clusters: usize,
+    window: Duration,
+    concurrency: Option<u16>,
+) -> Result<(), SimError> {
     let setup = |e: &dyn std::fmt::Display| SimError::Setup(e.to_string());
     let _ = std::fs::remove_dir_all(work_dir);
     std::fs::create_dir_all(work_dir).map_err(|e| setup(&e))?;
@@ -69,14 +75,15 @@ pub async fn run_scale(work_dir: &Path, clusters: usize, window: Duration) -> Re
     }
 
     let started = Instant::now();
-    let diagnostics = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| setup(&e))?;
-    let mut controller = spawn_controller_with_metrics(
+    let mut controller = spawn_controller_with_ports(
         CONTROLLER,
         &kubeconfig,
         &work_dir.join(format!("{CONTROLLER}.log")),
-        Some(diagnostics),
+        None,
+        &concurrency
+            .map(|n| format!("--concurrency={n}"))
+            .into_iter()
+            .collect::<Vec<_>>(),
     )?;
     let api: Api<EtcdadmCluster> = Api::namespaced(client.clone(), NAMESPACE);
     loop {

@@ -76,6 +76,9 @@ enum Bench {
         clusters: usize,
         #[arg(long, default_value_t = 60)]
         window_seconds: u64,
+        /// The controller's `--concurrency` (its own default when absent).
+        #[arg(long)]
+        concurrency: Option<u16>,
     },
     /// RSS and CPU of both managers over one minute with N idle EtcdadmClusters.
     Idle {
@@ -99,11 +102,13 @@ async fn main() -> ExitCode {
                 Bench::Scale {
                     clusters,
                     window_seconds,
+                    concurrency,
                 } => {
                     etcdadm_sim::bench_scale::run_scale(
                         &work_dir.join("scale"),
                         clusters,
                         Duration::from_secs(window_seconds),
+                        concurrency,
                     )
                     .await
                 }

@@ -2,6 +2,7 @@
 //! through a kubeconfig), controller binaries, CAPI and KCP stand-ins, machines. Dropping it stops
 //! everything.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -52,8 +53,8 @@ pub struct Plane {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Running controller processes by binary name.
     controllers: Vec<(String, Child)>,
-    /// Where each controller started by [`Plane::start`] serves `/metrics`.
-    metrics_addrs: std::collections::BTreeMap<String, std::net::SocketAddr>,
+    /// Where each controller started by [`Plane::start`] serves its probes and `/metrics`.
+    ports: std::collections::BTreeMap<String, ControllerPorts>,
     work_dir: PathBuf,
 }
 
@@ -100,15 +101,12 @@ impl Plane {
             }
         };
         let mut controllers = vec![];
-        let mut metrics_addrs = std::collections::BTreeMap::new();
+        let mut ports = std::collections::BTreeMap::new();
         for name in &options.controllers {
-            // A free port of our choosing, so scenarios can scrape the controller's metrics.
-            let diagnostics = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map_err(|e| SimError::Setup(format!("choosing a metrics port: {e}")))?;
+            let chosen = ControllerPorts::choose()?;
             let log = work_dir.join(format!("{name}.log"));
-            let child = spawn_controller_with_metrics(name, &kubeconfig, &log, Some(diagnostics))?;
-            metrics_addrs.insert(name.to_string(), diagnostics);
+            let child = spawn_controller_with_ports(name, &kubeconfig, &log, Some(chosen), &[])?;
+            ports.insert(name.to_string(), chosen);
             controllers.push((name.to_string(), child));
         }
         let runtime: Arc<dyn MachineRuntime> = match &options.machine_runtime {
@@ -135,33 +133,26 @@ impl Plane {
             kcp_record,
             tasks,
             controllers,
-            metrics_addrs,
+            ports,
             work_dir: options.work_dir,
         })
     }
 
     /// The `/metrics` text of controller `name` (started by [`Plane::start`]).
     pub async fn scrape_metrics(&self, name: &str) -> Result<String, SimError> {
-        let addr = self
-            .metrics_addrs
+        Ok(http_get(self.ports_of(name)?.diagnostics, "/metrics").await?.1)
+    }
+
+    /// Status code and body of controller `name`'s `/readyz`.
+    pub async fn readyz(&self, name: &str) -> Result<(u16, String), SimError> {
+        http_get(self.ports_of(name)?.health, "/readyz").await
+    }
+
+    fn ports_of(&self, name: &str) -> Result<ControllerPorts, SimError> {
+        self.ports
             .get(name)
-            .ok_or_else(|| SimError::Setup(format!("{name} was not started by this plane")))?;
-        let mut stream = tokio::net::TcpStream::connect(addr)
-            .await
-            .map_err(|e| SimError::Setup(format!("connecting to {name}'s metrics at {addr}: {e}")))?;
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        let mut response = String::new();
-        let io = async {
-            stream.write_all(request.as_bytes()).await?;
-            stream.read_to_string(&mut response).await
-        };
-        io.await
-            .map_err(|e| SimError::Setup(format!("reading {name}'s metrics: {e}")))?;
-        Ok(response
-            .split_once("\r\n\r\n")
-            .map(|(_, body)| body.to_string())
-            .unwrap_or(response))
+            .copied()
+            .ok_or_else(|| SimError::Setup(format!("{name} was not started by this plane")))
     }
 
     /// SIGKILL the controller `name` (a crash: no shutdown path runs) and reap it.
@@ -219,20 +210,45 @@ pub fn sibling_binary(name: &str) -> Result<PathBuf, SimError> {
 
 /// Start a controller binary's `run` against the plane at `kubeconfig`, appending to `log`.
 pub fn spawn_controller(name: &str, kubeconfig: &Path, log: &Path) -> Result<Child, SimError> {
-    spawn_controller_with_metrics(name, kubeconfig, log, None)
+    spawn_controller_with_ports(name, kubeconfig, log, None, &[])
 }
 
-/// [`spawn_controller`], serving `/metrics` on `diagnostics` when given.
-pub fn spawn_controller_with_metrics(
+/// Where a controller serves its probes and its metrics.
+#[derive(Clone, Copy, Debug)]
+pub struct ControllerPorts {
+    pub health: SocketAddr,
+    pub diagnostics: SocketAddr,
+}
+
+impl ControllerPorts {
+    /// Two free loopback ports.
+    pub fn choose() -> Result<ControllerPorts, SimError> {
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map_err(|e| SimError::Setup(format!("choosing a port: {e}")))
+        };
+        let health = free()?;
+        let mut diagnostics = free()?;
+        while diagnostics == health {
+            diagnostics = free()?;
+        }
+        Ok(ControllerPorts { health, diagnostics })
+    }
+}
+
+/// [`spawn_controller`] on the given ports (any free ones when `None`), with `extra` flags.
+pub fn spawn_controller_with_ports(
     name: &str,
     kubeconfig: &Path,
     log: &Path,
-    diagnostics: Option<std::net::SocketAddr>,
+    ports: Option<ControllerPorts>,
+    extra: &[String],
 ) -> Result<Child, SimError> {
     let binary = sibling_binary(name)?;
-    let diagnostics = match diagnostics {
-        Some(addr) => format!("--diagnostics-address={addr}"),
-        None => "--diagnostics-address=127.0.0.1:0".into(),
+    let (health, diagnostics) = match ports {
+        Some(p) => (p.health.to_string(), p.diagnostics.to_string()),
+        None => ("127.0.0.1:0".to_string(), "127.0.0.1:0".to_string()),
     };
     let log = std::fs::File::options()
         .create(true)
@@ -245,10 +261,11 @@ pub fn spawn_controller_with_metrics(
         // Several managers share the loopback: no fixed ports, and no webhooks (the sim API
         // server does not call admission webhooks).
         .args([
-            "--health-addr=127.0.0.1:0",
-            diagnostics.as_str(),
-            "--webhook-port=0",
+            format!("--health-addr={health}"),
+            format!("--diagnostics-address={diagnostics}"),
+            "--webhook-port=0".to_string(),
         ])
+        .args(extra)
         .env("KUBECONFIG", kubeconfig)
         // `SIM_CONTROLLER_LOG` overrides the controllers' log filter (e.g. `info,etcdadm_etcdcluster=debug`).
         .env(
@@ -261,4 +278,22 @@ pub fn spawn_controller_with_metrics(
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| SimError::Setup(format!("starting {}: {e}", binary.display())))
+}
+
+/// A plain HTTP GET on loopback: status code and body.
+async fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), SimError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let failed = |e: std::io::Error| SimError::Setup(format!("GET http://{addr}{path}: {e}"));
+    let mut stream = tokio::net::TcpStream::connect(addr).await.map_err(failed)?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.map_err(failed)?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.map_err(failed)?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((response.as_str(), ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| SimError::Setup(format!("GET http://{addr}{path}: no status in {head:?}")))?;
+    Ok((code, body.to_string()))
 }

@@ -209,6 +209,12 @@ async fn three_members_over_three_zones_gate_the_control_plane_and_replace_a_del
     assert!(replaced.members.iter().all(|m| m.healthy));
     assert_eq!(machines(&client).await.len(), 3);
 
+    // What the kubelet's readiness probe sees from both binaries.
+    for name in ["etcdadm-controller", "etcdadm-bootstrap"] {
+        let (code, body) = plane.readyz(name).await.unwrap();
+        assert_eq!(code, 200, "{name} /readyz: {body}");
+    }
+
     // What an operator's Prometheus sees from the real binary after all this.
     let metrics = plane.scrape_metrics("etcdadm-controller").await.unwrap();
     let labels = r#"namespace="default",name="c1-etcd""#;
