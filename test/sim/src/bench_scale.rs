@@ -25,6 +25,8 @@ use crate::plane::{NAMESPACE, spawn_controller_with_ports};
 
 const MEMBERS: usize = 3;
 const CONTROLLER: &str = "etcdadm-controller";
+/// How long the bench waits for every cluster to be Ready before measuring anyway.
+const READY_WAIT: Duration = Duration::from_secs(300);
 
 /// The address of member `member` of cluster `cluster`: `127.<20 + c/250>.<c%250>.<member+1>`,
 /// clear of the prefixes the tests use.
@@ -85,25 +87,19 @@ pub async fn run_scale(
             .into_iter()
             .collect::<Vec<_>>(),
     )?;
+    // Wait for every cluster to be Ready, but not forever: an overloaded controller is measured
+    // too, and the report says how many it got to.
     let api: Api<EtcdadmCluster> = Api::namespaced(client.clone(), NAMESPACE);
-    loop {
-        let ready = api
+    let mut ready = 0;
+    while ready < clusters && started.elapsed() < READY_WAIT {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        ready = api
             .list(&Default::default())
             .await?
             .items
             .iter()
             .filter(|e| e.status.as_ref().is_some_and(|s| s.ready))
             .count();
-        if ready == clusters {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(900) {
-            return Err(SimError::Timeout(format!(
-                "{ready} of {clusters} EtcdadmClusters Ready after 15 min; see {}",
-                work_dir.display()
-            )));
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let all_ready = started.elapsed();
 
@@ -134,7 +130,7 @@ pub async fn run_scale(
         window.as_secs()
     );
     println!(
-        "{clusters} clusters × {MEMBERS} fake members, health interval 10 s; all Ready {:.1} s after start",
+        "{clusters} clusters × {MEMBERS} fake members, health interval 10 s; {ready} Ready {:.1} s after start",
         all_ready.as_secs_f64()
     );
     println!(

@@ -51,7 +51,15 @@ async fn a_dead_member_is_replaced_and_a_lost_quorum_is_waited_out() {
     plane.runtime.fault(&dead, Fault::PowerOff).unwrap();
     let killed = Instant::now();
     let deadline = killed + UNHEALTHY_AFTER + MARGIN;
+    let mut seen_unhealthy = None;
     loop {
+        if seen_unhealthy.is_none() {
+            let etcd = etcd_api(&client).get("h1-etcd").await.unwrap();
+            let members = etcd.status.map(|s| s.members).unwrap_or_default();
+            if members.iter().any(|m| m.name == dead && !m.healthy) {
+                seen_unhealthy = Some(killed.elapsed());
+            }
+        }
         if settled(&client, "h1", 3).await.is_ok() && !machine_names(&client).await.contains(&dead) {
             break;
         }
@@ -65,9 +73,15 @@ async fn a_dead_member_is_replaced_and_a_lost_quorum_is_waited_out() {
     }
     let remediation = killed.elapsed();
     println!(
-        "member {dead} killed → removed and replaced, Ready in {:.1}s (unhealthyAfter {:?})",
+        "member {dead} killed → unhealthy in status after {:.2}s (interval 1s, timeout 1s); removed and \
+         replaced, Ready in {:.1}s (unhealthyAfter {:?})",
+        seen_unhealthy.unwrap_or_default().as_secs_f64(),
         remediation.as_secs_f64(),
         UNHEALTHY_AFTER
+    );
+    assert!(
+        seen_unhealthy.is_some(),
+        "{dead} was never reported unhealthy before its replacement"
     );
     assert!(remediation > UNHEALTHY_AFTER, "remediated before unhealthyAfter");
     let events = events(&client, "h1").await;
