@@ -702,7 +702,10 @@ mod tests {
         for (what, changed) in [
             ("spec", etcd(2, false, "2026-11-23T10:00:00Z", 100, true)),
             ("annotations", etcd(1, true, "2026-11-23T10:00:00Z", 100, true)),
-            ("member health", etcd(1, false, "2026-11-23T10:00:00Z", 100, false)),
+            (
+                "member health",
+                etcd(1, false, "2026-11-23T10:00:00Z", 100, false),
+            ),
         ] {
             assert_ne!(base, worth_reconciling(&changed), "{what}");
         }
