@@ -16,12 +16,11 @@ use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::capi::{Cluster, Machine};
 use etcdadm_shared::names;
 use etcdadm_shared::pki::CertificateAuthority;
-use etcdadm_sim_apiserver::ApiServer;
 
 use crate::bench::child_usage;
 use crate::error::SimError;
 use crate::fake_etcd::{self, FakeCluster, ProbeLog};
-use crate::plane::{NAMESPACE, spawn_controller_with_ports};
+use crate::plane::{InMemoryServer, NAMESPACE, serve_in_memory, spawn_controller_with_ports};
 
 const MEMBERS: usize = 3;
 const CONTROLLER: &str = "etcdadm-controller";
@@ -51,14 +50,11 @@ pub async fn run_scale(
     let setup = |e: &dyn std::fmt::Display| SimError::Setup(e.to_string());
     let _ = std::fs::remove_dir_all(work_dir);
     std::fs::create_dir_all(work_dir).map_err(|e| setup(&e))?;
-    let server = ApiServer::new();
-    server.load_crds_dir(&crate::crd_dir()).map_err(|e| setup(&e))?;
-    let served = server
-        .serve(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
-        .await
-        .map_err(|e| setup(&e))?;
-    let kubeconfig = work_dir.join("kubeconfig");
-    ApiServer::write_kubeconfig(&served.url, &kubeconfig).map_err(|e| setup(&e))?;
+    let InMemoryServer {
+        server,
+        served: _serving,
+        kubeconfig,
+    } = serve_in_memory(work_dir).await?;
     let client = server.client(NAMESPACE);
 
     // One CA for all clusters: the bench measures health checking, not CA generation.

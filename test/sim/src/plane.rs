@@ -87,14 +87,11 @@ impl Plane {
                 (None, None, url, path.clone(), client)
             }
             None => {
-                let server = ApiServer::new();
-                server.load_crds_dir(&crate::crd_dir()).map_err(|e| setup(&e))?;
-                let served = server
-                    .serve(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
-                    .await
-                    .map_err(|e| setup(&e))?;
-                let kubeconfig = work_dir.join("kubeconfig");
-                ApiServer::write_kubeconfig(&served.url, &kubeconfig).map_err(|e| setup(&e))?;
+                let InMemoryServer {
+                    server,
+                    served,
+                    kubeconfig,
+                } = serve_in_memory(work_dir).await?;
                 let client = server.client(NAMESPACE);
                 let url = served.url.clone();
                 (Some(server), Some(served), url, kubeconfig, client)
@@ -211,6 +208,34 @@ pub fn sibling_binary(name: &str) -> Result<PathBuf, SimError> {
 /// Start a controller binary's `run` against the plane at `kubeconfig`, appending to `log`.
 pub fn spawn_controller(name: &str, kubeconfig: &Path, log: &Path) -> Result<Child, SimError> {
     spawn_controller_with_ports(name, kubeconfig, log, None, &[])
+}
+
+/// The in-memory API server with our CRDs, served on loopback.
+pub struct InMemoryServer {
+    pub server: ApiServer,
+    /// Serving stops when this is dropped.
+    pub served: Served,
+    /// A kubeconfig for it, in the work directory.
+    pub kubeconfig: PathBuf,
+}
+
+/// Start the in-memory API server with the CRDs of `config/crd/bases` and the sim's own, on a
+/// free loopback port, and write its kubeconfig into `work_dir`.
+pub async fn serve_in_memory(work_dir: &Path) -> Result<InMemoryServer, SimError> {
+    let setup = |e: &dyn std::fmt::Display| SimError::Setup(e.to_string());
+    let server = ApiServer::new();
+    server.load_crds_dir(&crate::crd_dir()).map_err(|e| setup(&e))?;
+    let served = server
+        .serve(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .map_err(|e| setup(&e))?;
+    let kubeconfig = work_dir.join("kubeconfig");
+    ApiServer::write_kubeconfig(&served.url, &kubeconfig).map_err(|e| setup(&e))?;
+    Ok(InMemoryServer {
+        server,
+        served,
+        kubeconfig,
+    })
 }
 
 /// Where a controller serves its probes and its metrics.
