@@ -945,17 +945,7 @@ async fn deleting_the_leaders_machine_moves_leadership_removes_the_member_then_r
     assert!(reasons.contains(&"MemberRemoved".to_string()), "{reasons:?}");
 
     // etcd itself no longer lists the member.
-    let leaf = ca
-        .issue(&etcdadm_shared::pki::LeafRequest::in_memory_client(
-            "test",
-            Duration::from_secs(600),
-        ))
-        .unwrap();
-    let tls = etcdadm_shared::etcd::EtcdTls {
-        ca_pem: ca.cert_pem().to_string(),
-        cert_pem: leaf.cert_pem,
-        key_pem: leaf.key_pem,
-    };
+    let tls = etcdadm_shared::etcd::EtcdTls::issued_by(ca, "test", Duration::from_secs(600)).unwrap();
     let survivor = cluster.members.iter().find(|m| m.name != leader_name).unwrap();
     let client =
         etcdadm_shared::etcd::MemberClient::new(&survivor.client_url, &tls, Duration::from_secs(5)).unwrap();
@@ -1075,17 +1065,7 @@ async fn an_orphan_machine_is_adopted_and_scale_down_removes_members_before_mach
         )
         .await
         .unwrap();
-    let leaf = ca
-        .issue(&etcdadm_shared::pki::LeafRequest::in_memory_client(
-            "test",
-            Duration::from_secs(600),
-        ))
-        .unwrap();
-    let tls = etcdadm_shared::etcd::EtcdTls {
-        ca_pem: ca.cert_pem().to_string(),
-        cert_pem: leaf.cert_pem,
-        key_pem: leaf.key_pem,
-    };
+    let tls = etcdadm_shared::etcd::EtcdTls::issued_by(ca, "test", Duration::from_secs(600)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut saw_resizing = false;
     loop {

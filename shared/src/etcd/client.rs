@@ -10,6 +10,7 @@ use tokio::sync::OnceCell;
 use super::error::{EtcdError, from_client_error, from_transport};
 use super::health::{Health, health_from_response};
 use super::member::{Alarm, AlarmKind, Member, MemberStatus};
+use crate::pki::{CertificateAuthority, LeafRequest, PkiError};
 
 /// PEM material for mutual TLS with etcd: the CA that signed the members' serving certificates,
 /// and the client certificate and key to present.
@@ -18,6 +19,23 @@ pub struct EtcdTls {
     pub ca_pem: String,
     pub cert_pem: String,
     pub key_pem: String,
+}
+
+impl EtcdTls {
+    /// A short-lived in-memory client identity issued by `ca`, trusting only `ca`: how a
+    /// controller, test or tool talks to members whose CA it holds.
+    pub fn issued_by(
+        ca: &CertificateAuthority,
+        common_name: &str,
+        validity: Duration,
+    ) -> Result<Self, PkiError> {
+        let leaf = ca.issue(&LeafRequest::in_memory_client(common_name, validity))?;
+        Ok(EtcdTls {
+            ca_pem: ca.cert_pem().to_string(),
+            cert_pem: leaf.cert_pem,
+            key_pem: leaf.key_pem,
+        })
+    }
 }
 
 impl std::fmt::Debug for EtcdTls {
@@ -285,21 +303,13 @@ impl MemberClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pki::{CertificateAuthority, LeafRequest};
 
     fn tls() -> EtcdTls {
         // An ECDSA "CA" would do for parsing, but the PKI only issues from RSA CAs; one is enough.
         static TLS: std::sync::OnceLock<EtcdTls> = std::sync::OnceLock::new();
         TLS.get_or_init(|| {
             let ca = CertificateAuthority::generate("etcd-ca").unwrap();
-            let leaf = ca
-                .issue(&LeafRequest::in_memory_client("probe", Duration::from_secs(600)))
-                .unwrap();
-            EtcdTls {
-                ca_pem: ca.cert_pem().to_string(),
-                cert_pem: leaf.cert_pem,
-                key_pem: leaf.key_pem,
-            }
+            EtcdTls::issued_by(&ca, "probe", Duration::from_secs(600)).unwrap()
         })
         .clone()
     }

@@ -14,7 +14,7 @@ use etcdadm_shared::api::capi::{Cluster, ControlPlaneEtcd, KubeadmControlPlane, 
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
 use etcdadm_shared::etcd::{EtcdTls, MemberClient, member_id_hex};
 use etcdadm_shared::names;
-use etcdadm_shared::pki::{CertificateAuthority, LeafRequest};
+use etcdadm_shared::pki::CertificateAuthority;
 
 use crate::capi::sim_machine_resource;
 use crate::error::SimError;
@@ -117,17 +117,9 @@ pub async fn etcd_tls(client: &Client, ns: &str, cluster: &str) -> Result<Option
     };
     let ca = CertificateAuthority::from_pem(&get(names::TLS_CERT_KEY), &get(names::TLS_KEY_KEY))
         .map_err(|e| SimError::Setup(format!("etcd CA: {e}")))?;
-    let leaf = ca
-        .issue(&LeafRequest::in_memory_client(
-            "etcdadm-sim",
-            Duration::from_secs(3600),
-        ))
-        .map_err(|e| SimError::Setup(format!("client certificate: {e}")))?;
-    Ok(Some(EtcdTls {
-        ca_pem: ca.cert_pem().to_string(),
-        cert_pem: leaf.cert_pem,
-        key_pem: leaf.key_pem,
-    }))
+    EtcdTls::issued_by(&ca, "etcdadm-sim", Duration::from_secs(3600))
+        .map(Some)
+        .map_err(|e| SimError::Setup(format!("client certificate: {e}")))
 }
 
 /// Members of the etcd cluster as seen through `url`, by name; `None` if unreachable.

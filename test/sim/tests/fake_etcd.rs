@@ -9,18 +9,11 @@ use std::time::Duration;
 
 use etcdadm_shared::etcd::{EtcdTls, MemberClient};
 use etcdadm_shared::names;
-use etcdadm_shared::pki::{CertificateAuthority, LeafRequest};
+use etcdadm_shared::pki::CertificateAuthority;
 use etcdadm_sim::fake_etcd::{self, FakeCluster, ProbeLog};
 
 fn client_tls(ca: &CertificateAuthority) -> EtcdTls {
-    let leaf = ca
-        .issue(&LeafRequest::in_memory_client("bench", Duration::from_secs(600)))
-        .unwrap();
-    EtcdTls {
-        ca_pem: ca.cert_pem().to_string(),
-        cert_pem: leaf.cert_pem,
-        key_pem: leaf.key_pem,
-    }
+    EtcdTls::issued_by(ca, "bench", Duration::from_secs(600)).unwrap()
 }
 
 #[tokio::test]
