@@ -28,19 +28,19 @@ pub const CLIENT_CERT_COMMON_NAME: &str = "etcdadm-controller";
 /// A member client for one URL, or why there is none.
 pub type UrlClient = (String, Result<Arc<MemberClient>, EtcdError>);
 
-/// Client certificates and member clients, per etcd cluster, kept across reconciles so
-/// connections are reused and certificates minted only when needed.
+/// The controller's client identity per etcd cluster (certificate minted from the CA, TLS
+/// settings with its session cache), kept across reconciles so it is minted and parsed once.
+/// Member clients, and so their connections, last one reconcile: a steady controller holds no
+/// connection between health checks, and reconnecting resumes the TLS session.
 #[derive(Default)]
 pub struct EtcdClients {
-    clusters: Mutex<HashMap<String, ClusterClients>>,
+    clusters: Mutex<HashMap<String, ClusterIdentity>>,
 }
 
-struct ClusterClients {
+struct ClusterIdentity {
     ca_pem: String,
-    tls: EtcdTls,
+    tls: Arc<rustls::ClientConfig>,
     not_after: SystemTime,
-    timeout: Duration,
-    members: HashMap<String, Arc<MemberClient>>,
 }
 
 impl EtcdClients {
@@ -49,7 +49,7 @@ impl EtcdClients {
     }
 
     /// Clients for `urls` of the cluster `key` (`<namespace>/<cluster>`), minting or renewing the
-    /// client certificate from `ca` as needed. Clients for URLs not asked for are dropped.
+    /// client certificate from `ca` as needed.
     pub fn clients(
         &self,
         key: &str,
@@ -57,52 +57,48 @@ impl EtcdClients {
         urls: &[String],
         timeout: Duration,
     ) -> Result<Vec<UrlClient>, Error> {
+        let tls = self.identity(key, ca)?;
+        Ok(urls
+            .iter()
+            .map(|url| {
+                let client = MemberClient::with_config(url, tls.clone(), timeout).map(Arc::new);
+                (url.clone(), client)
+            })
+            .collect())
+    }
+
+    fn identity(&self, key: &str, ca: &CertificateAuthority) -> Result<Arc<rustls::ClientConfig>, Error> {
         let mut clusters = self
             .clusters
             .lock()
             .map_err(|_| Error::InvalidObject("etcd client cache poisoned".into()))?;
         let now = SystemTime::now();
-        let fresh = clusters.get(key).is_some_and(|c| {
-            c.ca_pem == ca.cert_pem() && c.timeout == timeout && c.not_after > now + CLIENT_CERT_RENEW_BEFORE
-        });
-        if !fresh {
-            let leaf = ca.issue(&LeafRequest::in_memory_client(
-                CLIENT_CERT_COMMON_NAME,
-                CLIENT_CERT_VALIDITY,
-            ))?;
-            debug!(cluster = key, "minted the controller's etcd client certificate");
-            clusters.insert(
-                key.to_string(),
-                ClusterClients {
-                    ca_pem: ca.cert_pem().to_string(),
-                    tls: EtcdTls {
-                        ca_pem: ca.cert_pem().to_string(),
-                        cert_pem: leaf.cert_pem,
-                        key_pem: leaf.key_pem,
-                    },
-                    not_after: leaf.not_after,
-                    timeout,
-                    members: HashMap::new(),
-                },
-            );
+        if let Some(known) = clusters.get(key)
+            && known.ca_pem == ca.cert_pem()
+            && known.not_after > now + CLIENT_CERT_RENEW_BEFORE
+        {
+            return Ok(known.tls.clone());
         }
-        let Some(cluster) = clusters.get_mut(key) else {
-            return Err(Error::InvalidObject("etcd client cache lost an entry".into()));
-        };
-        cluster.members.retain(|url, _| urls.contains(url));
-        let mut out = Vec::with_capacity(urls.len());
-        for url in urls {
-            let client = match cluster.members.get(url) {
-                Some(client) => Ok(client.clone()),
-                None => MemberClient::new(url, &cluster.tls, cluster.timeout).map(|client| {
-                    let client = Arc::new(client);
-                    cluster.members.insert(url.clone(), client.clone());
-                    client
-                }),
-            };
-            out.push((url.clone(), client));
+        let leaf = ca.issue(&LeafRequest::in_memory_client(
+            CLIENT_CERT_COMMON_NAME,
+            CLIENT_CERT_VALIDITY,
+        ))?;
+        let tls = EtcdTls {
+            ca_pem: ca.cert_pem().to_string(),
+            cert_pem: leaf.cert_pem,
+            key_pem: leaf.key_pem,
         }
-        Ok(out)
+        .client_config()?;
+        debug!(cluster = key, "minted the controller's etcd client certificate");
+        clusters.insert(
+            key.to_string(),
+            ClusterIdentity {
+                ca_pem: ca.cert_pem().to_string(),
+                tls: tls.clone(),
+                not_after: leaf.not_after,
+            },
+        );
+        Ok(tls)
     }
 
     /// Drop everything kept for `key` (the cluster is gone).

@@ -2,10 +2,20 @@
 //! blur whose status or health we are looking at.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use etcd_client::{AlarmAction, AlarmType, ConnectOptions, MemberAddOptions, TlsOptions};
+use etcd_client::{AlarmAction, AlarmType, MemberAddOptions};
+use http_body_util::BodyExt;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 use tokio::sync::OnceCell;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tower::Service;
 
 use super::error::{EtcdError, from_client_error, from_transport};
 use super::health::{Health, health_from_response};
@@ -44,16 +54,23 @@ impl std::fmt::Debug for EtcdTls {
     }
 }
 
-/// One member, addressed by its client URL. Cheap to keep; connects on first use and reuses the
-/// connection (reconnecting as needed) afterwards. Use it from one tokio runtime: the gRPC
-/// connection's background task lives on the runtime of the first call.
+/// One member, addressed by its client URL. Nothing is dialled until the first call; then one
+/// HTTP/2 connection carries every call (gRPC and `GET /health`) until the client is dropped,
+/// which closes it. Use it from one tokio runtime: the connection's tasks live on the runtime of
+/// the first call.
 pub struct MemberClient {
     endpoint: String,
-    health_url: reqwest::Url,
+    host: String,
+    port: u16,
     timeout: Duration,
-    connect_options: ConnectOptions,
-    grpc: OnceCell<etcd_client::Client>,
-    http: reqwest::Client,
+    tls: Arc<rustls::ClientConfig>,
+    connection: OnceCell<Connection>,
+}
+
+/// The channel to one member and the etcd client speaking gRPC over it.
+struct Connection {
+    channel: Channel,
+    grpc: etcd_client::Client,
 }
 
 impl std::fmt::Debug for MemberClient {
@@ -65,55 +82,68 @@ impl std::fmt::Debug for MemberClient {
     }
 }
 
+impl EtcdTls {
+    /// The TLS settings for talking to members with this identity (HTTP/2 only). Build them once
+    /// per cluster and share them through [`MemberClient::with_config`]: each holds the parsed
+    /// key and a session cache that lets reconnections skip the full handshake.
+    pub fn client_config(&self) -> Result<Arc<rustls::ClientConfig>, PkiError> {
+        let mut config = crate::pki::client_tls_config(&self.ca_pem, &self.cert_pem, &self.key_pem)?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        config.resumption = rustls::client::Resumption::in_memory_sessions(SESSION_CACHE_TICKETS);
+        Ok(Arc::new(config))
+    }
+}
+
+/// TLS 1.3 tickets remembered per client configuration (rustls keeps up to 8 per server): room
+/// for the members of one cluster.
+const SESSION_CACHE_TICKETS: usize = 64;
+
 impl MemberClient {
     /// A client for the member at `client_url` (`https://<host>:<port>`, as etcd advertises it).
     /// Every call made through it gives up after `timeout`. Nothing is dialled yet.
     pub fn new(client_url: &str, tls: &EtcdTls, timeout: Duration) -> Result<Self, EtcdError> {
-        let url = reqwest::Url::parse(client_url.trim())
-            .map_err(|e| EtcdError::InvalidInput(format!("client URL {client_url:?}: {e}")))?;
+        let config = tls.client_config().map_err(|e| EtcdError::Tls {
+            endpoint: client_url.trim().to_string(),
+            operation: "load client certificates",
+            message: e.to_string(),
+        })?;
+        Self::with_config(client_url, config, timeout)
+    }
+
+    /// Like [`MemberClient::new`], with TLS settings from [`EtcdTls::client_config`].
+    pub fn with_config(
+        client_url: &str,
+        tls: Arc<rustls::ClientConfig>,
+        timeout: Duration,
+    ) -> Result<Self, EtcdError> {
+        let invalid = |why: String| EtcdError::InvalidInput(format!("client URL {client_url:?}: {why}"));
+        let url = reqwest::Url::parse(client_url.trim()).map_err(|e| invalid(e.to_string()))?;
         let plain_origin = url.username().is_empty()
             && url.password().is_none()
             && url.query().is_none()
             && url.fragment().is_none()
             && matches!(url.path(), "" | "/");
-        if url.scheme() != "https" || url.host().is_none() || !plain_origin {
+        // IPv6 literals come bracketed; the dialer and the certificate check want them bare.
+        let host = url
+            .host_str()
+            .unwrap_or_default()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        if url.scheme() != "https" || host.is_empty() || !plain_origin {
             return Err(EtcdError::InvalidInput(format!(
                 "client URL {client_url:?} must look like https://<address>:2379 (mutual TLS, no \
                  path)"
             )));
         }
-        let endpoint = format!("https://{}", url.authority());
-        let health_url = url
-            .join("/health")
-            .map_err(|e| EtcdError::InvalidInput(format!("client URL {client_url:?}: {e}")))?;
-        let tls_error = |message: String| EtcdError::Tls {
-            endpoint: endpoint.clone(),
-            operation: "load client certificates",
-            message,
-        };
-        let rustls_config = crate::pki::client_tls_config(&tls.ca_pem, &tls.cert_pem, &tls.key_pem)
-            .map_err(|e| tls_error(e.to_string()))?;
-        let http = reqwest::Client::builder()
-            .use_preconfigured_tls(rustls_config)
-            .no_proxy()
-            .connect_timeout(timeout)
-            .timeout(timeout)
-            .build()
-            .map_err(|e| tls_error(format!("building the HTTPS client: {e}")))?;
-        let grpc_tls = TlsOptions::new()
-            .ca_certificate(etcd_client::Certificate::from_pem(&tls.ca_pem))
-            .identity(etcd_client::Identity::from_pem(&tls.cert_pem, &tls.key_pem));
-        let connect_options = ConnectOptions::new()
-            .with_tls(grpc_tls)
-            .with_connect_timeout(timeout)
-            .with_timeout(timeout);
+        let port = url.port_or_known_default().unwrap_or(443);
         Ok(MemberClient {
-            endpoint,
-            health_url,
+            endpoint: format!("https://{}", url.authority()),
+            host,
+            port,
             timeout,
-            connect_options,
-            grpc: OnceCell::new(),
-            http,
+            tls,
+            connection: OnceCell::new(),
         })
     }
 
@@ -128,20 +158,33 @@ impl MemberClient {
     pub async fn health(&self) -> Result<Health, EtcdError> {
         const OPERATION: &str = "GET /health";
         let probe = async {
-            let response = self
-                .http
-                .get(self.health_url.clone())
-                .send()
+            let failed = |e: &(dyn std::error::Error + 'static)| from_transport(&self.endpoint, OPERATION, e);
+            let mut channel = self.connection(OPERATION).await?.channel.clone();
+            let request = http::Request::get(HEALTH_PATH)
+                .body(tonic::body::Body::empty())
+                .map_err(|e| failed(&e))?;
+            std::future::poll_fn(|cx| Service::poll_ready(&mut channel, cx))
                 .await
-                .map_err(|e| self.http_error(OPERATION, e))?;
+                .map_err(|e| failed(&e))?;
+            let response = channel.call(request).await.map_err(|e| failed(&e))?;
             let status = response.status().as_u16();
             let body = response
-                .bytes()
+                .into_body()
+                .collect()
                 .await
-                .map_err(|e| self.http_error(OPERATION, e))?;
+                .map_err(|e| failed(&e))?
+                .to_bytes();
             Ok(health_from_response(status, &body))
         };
         self.with_deadline(OPERATION, probe).await
+    }
+
+    /// The etcd client on this member's connection, for the parts of the etcd API not wrapped
+    /// here (tools and stand-ins); it keeps the connection open while it lives.
+    pub async fn etcd_client(&self) -> Result<etcd_client::Client, EtcdError> {
+        const OPERATION: &str = "connect";
+        let connect = async { Ok(self.connection(OPERATION).await?.grpc.clone()) };
+        self.with_deadline(OPERATION, connect).await
     }
 
     /// The member's own status: its ID, the leader it follows, raft progress, DB size.
@@ -245,19 +288,35 @@ impl MemberClient {
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let attempt = async {
-            let client = self
-                .grpc
-                .get_or_try_init(|| {
-                    etcd_client::Client::connect([self.endpoint.as_str()], Some(self.connect_options.clone()))
-                })
-                .await
-                .map_err(|e| from_client_error(&self.endpoint, operation, self.timeout, e))?
-                .clone();
+            let client = self.connection(operation).await?.grpc.clone();
             request(client)
                 .await
                 .map_err(|e| from_client_error(&self.endpoint, operation, self.timeout, e))
         };
         self.with_deadline(operation, attempt).await
+    }
+
+    /// The connection, set up on first use (the channel dials lazily, on the first request).
+    async fn connection(&self, operation: &'static str) -> Result<&Connection, EtcdError> {
+        self.connection
+            .get_or_try_init(|| async {
+                let failed =
+                    |e: &(dyn std::error::Error + 'static)| from_transport(&self.endpoint, operation, e);
+                // No timeouts of tonic's own: every call is bounded by `with_deadline`, so a
+                // member that never answers reads as a timeout, whichever step it hangs in.
+                let endpoint = Endpoint::from_shared(self.endpoint.clone()).map_err(|e| failed(&e))?;
+                let channel = endpoint.connect_with_connector_lazy(TlsDialer {
+                    host: self.host.clone(),
+                    port: self.port,
+                    tls: self.tls.clone(),
+                });
+                let grpc =
+                    etcd_client::Client::from_channel(etcd_client::Channel::Tonic(channel.clone()), None)
+                        .await
+                        .map_err(|e| from_client_error(&self.endpoint, operation, self.timeout, e))?;
+                Ok(Connection { channel, grpc })
+            })
+            .await
     }
 
     async fn with_deadline<T>(
@@ -276,27 +335,46 @@ impl MemberClient {
             })
     }
 
-    fn http_error(&self, operation: &'static str, err: reqwest::Error) -> EtcdError {
-        // The endpoint is named once by the error itself; a URL in the cause text could also
-        // mislead the TLS detection (a host called "tls-..." is not a TLS failure).
-        let err = err.without_url();
-        if err.is_timeout() {
-            EtcdError::Timeout {
-                endpoint: self.endpoint.clone(),
-                operation,
-                timeout: self.timeout,
-            }
-        } else {
-            from_transport(&self.endpoint, operation, &err)
-        }
-    }
-
     fn protocol(&self, operation: &'static str, message: &str) -> EtcdError {
         EtcdError::Protocol {
             endpoint: self.endpoint.clone(),
             operation,
             message: message.to_string(),
         }
+    }
+}
+
+/// Where `/health` is served: on the client port, beside gRPC.
+const HEALTH_PATH: &str = "/health";
+
+/// Dials one member: TCP, then TLS with the shared client configuration, naming the host for
+/// certificate verification. tonic speaks HTTP/2 over the result.
+#[derive(Clone)]
+struct TlsDialer {
+    host: String,
+    port: u16,
+    tls: Arc<rustls::ClientConfig>,
+}
+
+impl Service<Uri> for TlsDialer {
+    type Response = TokioIo<TlsStream<TcpStream>>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Uri) -> Self::Future {
+        let dialer = self.clone();
+        Box::pin(async move {
+            let name = rustls::pki_types::ServerName::try_from(dialer.host.clone())
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+            let tcp = TcpStream::connect((dialer.host.as_str(), dialer.port)).await?;
+            tcp.set_nodelay(true)?;
+            let tls = TlsConnector::from(dialer.tls).connect(name, tcp).await?;
+            Ok(TokioIo::new(tls))
+        })
     }
 }
 
@@ -319,7 +397,12 @@ mod tests {
         let t = Duration::from_secs(1);
         let c = MemberClient::new("https://10.0.0.1:2379", &tls(), t).unwrap();
         assert_eq!(c.endpoint(), "https://10.0.0.1:2379");
-        assert_eq!(c.health_url.as_str(), "https://10.0.0.1:2379/health");
+        assert_eq!((c.host.as_str(), c.port), ("10.0.0.1", 2379));
+        let c = MemberClient::new("https://[fd00::1]:2379", &tls(), t).unwrap();
+        assert_eq!(
+            (c.endpoint(), c.host.as_str()),
+            ("https://[fd00::1]:2379", "fd00::1")
+        );
         let c = MemberClient::new("https://etcd-a.example:2379/", &tls(), t).unwrap();
         assert_eq!(c.endpoint(), "https://etcd-a.example:2379");
     }

@@ -2,8 +2,8 @@
 //! that member and the controller can judge each one on its own.
 //!
 //! `MemberClient` wraps the etcd v3 gRPC API (status, alarms, membership, leadership) and the
-//! HTTP `/health` endpoint; every call carries a deadline and failures land in [`EtcdError`],
-//! sorted by what the caller should do next.
+//! HTTP `/health` endpoint, all over one HTTP/2 connection per member; every call carries a
+//! deadline and failures land in [`EtcdError`], sorted by what the caller should do next.
 
 mod client;
 mod error;

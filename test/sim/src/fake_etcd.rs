@@ -116,7 +116,8 @@ pub async fn serve(
 }
 
 /// Mutual TLS as etcd does it with `--client-cert-auth`: only clients with a certificate from
-/// the cluster's CA; HTTP/2 for gRPC, HTTP/1.1 for `/health`.
+/// the cluster's CA; HTTP/2 for gRPC and `/health` (the controller asks both on one connection),
+/// HTTP/1.1 for `/health` too.
 fn server_tls(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<rustls::ServerConfig, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};

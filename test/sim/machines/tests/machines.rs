@@ -159,26 +159,20 @@ impl Sim {
 
     /// (name, is_learner) of every member, as the member at `ip` reports them.
     fn members(&self, ip: IpAddr) -> Vec<(String, bool)> {
-        let tls = etcd_client::TlsOptions::new()
-            .ca_certificate(etcd_client::Certificate::from_pem(self.ca.cert_pem()))
-            .identity(etcd_client::Identity::from_pem(
-                &self.client.cert_pem,
-                &self.client.key_pem,
-            ));
-        let options = etcd_client::ConnectOptions::new()
-            .with_tls(tls)
-            .with_connect_timeout(Duration::from_secs(5))
-            .with_timeout(Duration::from_secs(5));
+        let tls = etcdadm_shared::etcd::EtcdTls {
+            ca_pem: self.ca.cert_pem().to_string(),
+            cert_pem: self.client.cert_pem.clone(),
+            key_pem: self.client.key_pem.clone(),
+        };
+        let member = etcdadm_shared::etcd::MemberClient::new(
+            &format!("https://{ip}:2379"),
+            &tls,
+            Duration::from_secs(5),
+        )
+        .unwrap();
         self.async_runtime.block_on(async {
-            let mut client = etcd_client::Client::connect([format!("https://{ip}:2379")], Some(options))
-                .await
-                .unwrap();
-            let list = client.member_list().await.unwrap();
-            let mut members: Vec<_> = list
-                .members()
-                .iter()
-                .map(|m| (m.name().to_string(), m.is_learner()))
-                .collect();
+            let list = member.member_list().await.unwrap();
+            let mut members: Vec<_> = list.iter().map(|m| (m.name.clone(), m.is_learner)).collect();
             members.sort();
             members
         })

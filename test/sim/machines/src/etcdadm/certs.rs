@@ -4,6 +4,7 @@ use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use etcdadm_shared::etcd::EtcdTls;
 use etcdadm_shared::pki::{CertificateAuthority, KeyType, LEAF_VALIDITY, LeafRequest, PkiError, Usage};
 
 /// File base names, as upstream etcdadm names them.
@@ -106,15 +107,14 @@ fn write_pair(certs_dir: &Path, base: &str, cert: &str, key: &str) -> Result<(),
 }
 
 /// The PEM material to talk to etcd as etcdctl does.
-pub fn etcdctl_tls(certs_dir: &Path) -> Result<etcd_client::TlsOptions, String> {
+pub fn etcdctl_tls(certs_dir: &Path) -> Result<EtcdTls, String> {
     let read = |name: &str| {
         let path = certs_dir.join(name);
         std::fs::read_to_string(&path).map_err(|e| format!("[membership] Error: {}: {e}", path.display()))
     };
-    let ca = read("ca.crt")?;
-    let cert = read(&format!("{ETCDCTL_CLIENT}.crt"))?;
-    let key = read(&format!("{ETCDCTL_CLIENT}.key"))?;
-    Ok(etcd_client::TlsOptions::new()
-        .ca_certificate(etcd_client::Certificate::from_pem(ca))
-        .identity(etcd_client::Identity::from_pem(cert, key)))
+    Ok(EtcdTls {
+        ca_pem: read("ca.crt")?,
+        cert_pem: read(&format!("{ETCDCTL_CLIENT}.crt"))?,
+        key_pem: read(&format!("{ETCDCTL_CLIENT}.key"))?,
+    })
 }

@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions, TlsOptions};
+use etcd_client::Client;
+use etcdadm_shared::etcd::{EtcdTls, MemberClient};
 
 /// etcdadm's per-request timeout.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -38,28 +39,27 @@ pub fn member_for_peer_url<'a>(members: &'a [MemberInfo], peer_url: &str) -> Opt
     members.iter().find(|m| m.peer_urls.iter().any(|u| u == peer_url))
 }
 
-async fn connect(endpoint: &str, tls: &TlsOptions) -> Result<Client, etcd_client::Error> {
-    let options = ConnectOptions::new()
-        .with_tls(tls.clone())
-        .with_connect_timeout(REQUEST_TIMEOUT)
-        .with_timeout(REQUEST_TIMEOUT);
-    Client::connect([endpoint], Some(options)).await
+/// An etcd client on one connection to `endpoint`; errors come back as their text, which is
+/// what etcdadm prints and what [`is_transient_refusal`] reads.
+async fn connect(endpoint: &str, tls: &EtcdTls) -> Result<Client, String> {
+    let member = MemberClient::new(endpoint, tls, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
+    member.etcd_client().await.map_err(|e| e.to_string())
 }
 
 /// MemberList through `endpoint`. Like the Go client, an endpoint that cannot be reached (or a
 /// string that is not one URL, such as a comma list) is retried until the request deadline,
 /// then reported as `context deadline exceeded`.
-pub async fn list_members(endpoint: &str, tls: &TlsOptions) -> Result<Vec<MemberInfo>, String> {
+pub async fn list_members(endpoint: &str, tls: &EtcdTls) -> Result<Vec<MemberInfo>, String> {
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     let mut last_error = String::new();
     while Instant::now() < deadline {
         let attempt = async {
             let mut client = connect(endpoint, tls).await?;
-            client.member_list().await
+            client.member_list().await.map_err(|e| e.to_string())
         };
         match tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), attempt).await {
             Ok(Ok(response)) => return Ok(response.members().iter().map(MemberInfo::from_client).collect()),
-            Ok(Err(e)) => last_error = e.to_string(),
+            Ok(Err(e)) => last_error = e,
             Err(_) => break,
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -94,7 +94,7 @@ pub fn is_transient_refusal(message: &str) -> bool {
 /// transiently and `retry` is set. Returns the added member and the membership after the add.
 pub async fn add_member(
     endpoint: &str,
-    tls: &TlsOptions,
+    tls: &EtcdTls,
     peer_url: &str,
     retry: bool,
 ) -> Result<(MemberInfo, Vec<MemberInfo>), String> {
@@ -103,7 +103,10 @@ pub async fn add_member(
     loop {
         let attempt = async {
             let mut client = connect(endpoint, tls).await?;
-            client.member_add([peer_url], None).await
+            client
+                .member_add([peer_url], None)
+                .await
+                .map_err(|e| e.to_string())
         };
         let error = match tokio::time::timeout(REQUEST_TIMEOUT, attempt).await {
             Ok(Ok(response)) => {
@@ -117,7 +120,7 @@ pub async fn add_member(
                 })?;
                 return Ok((added, members));
             }
-            Ok(Err(e)) => e.to_string(),
+            Ok(Err(e)) => e,
             Err(_) => "context deadline exceeded".to_string(),
         };
         if !retry || !is_transient_refusal(&error) || Instant::now() + backoff > give_up {
@@ -135,10 +138,10 @@ pub async fn add_member(
 }
 
 /// MemberRemove through `endpoint`, once.
-pub async fn remove_member(endpoint: &str, tls: &TlsOptions, id: u64) -> Result<(), String> {
+pub async fn remove_member(endpoint: &str, tls: &EtcdTls, id: u64) -> Result<(), String> {
     let attempt = async {
         let mut client = connect(endpoint, tls).await?;
-        client.member_remove(id).await
+        client.member_remove(id).await.map_err(|e| e.to_string())
     };
     match tokio::time::timeout(REQUEST_TIMEOUT, attempt).await {
         Ok(Ok(_)) => Ok(()),
@@ -148,14 +151,14 @@ pub async fn remove_member(endpoint: &str, tls: &TlsOptions, id: u64) -> Result<
 }
 
 /// A linearizable read through `endpoint`: healthy when the cluster reaches consensus on it.
-pub async fn check_health(endpoint: &str, tls: &TlsOptions) -> Result<(), String> {
+pub async fn check_health(endpoint: &str, tls: &EtcdTls) -> Result<(), String> {
     let attempt = async {
         let mut client = connect(endpoint, tls).await?;
-        client.get("health", None).await
+        client.get("health", None).await.map_err(|e| e.to_string())
     };
     match tokio::time::timeout(REQUEST_TIMEOUT, attempt).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Err(e)) => Err(e),
         Err(_) => Err("context deadline exceeded".into()),
     }
 }
