@@ -42,7 +42,7 @@ fn sim_resource(kind: &str) -> ApiResource {
 }
 
 struct Env {
-    _server: ApiServer,
+    server: ApiServer,
     client: Client,
     ctx: Arc<Context>,
 }
@@ -51,11 +51,7 @@ impl Env {
     fn new() -> Env {
         let (server, client) = fake_client().unwrap();
         let ctx = Arc::new(Context::new(client.clone()));
-        Env {
-            _server: server,
-            client,
-            ctx,
-        }
+        Env { server, client, ctx }
     }
 
     fn api<K>(&self) -> Api<K>
@@ -187,10 +183,20 @@ impl Env {
             .await
     }
 
+    /// One reconcile after the tests' changes to Machines, Clusters and KCPs, each of which the
+    /// controller's watches would report, ending the reuse of the kept observation.
     async fn reconcile(&self) -> EtcdadmCluster {
+        self.ctx.observations.invalidate(&format!("{NS}/{ETCD}"));
+        self.reconcile_reusing().await.0
+    }
+
+    /// One reconcile with whatever observation is kept, and the API requests it made.
+    async fn reconcile_reusing(&self) -> (EtcdadmCluster, u64) {
         let etcd = self.api::<EtcdadmCluster>().get(ETCD).await.unwrap();
+        let before = self.server.request_count();
         reconcile(Arc::new(etcd), self.ctx.clone()).await.unwrap();
-        self.api::<EtcdadmCluster>().get(ETCD).await.unwrap()
+        let requests = self.server.request_count() - before;
+        (self.api::<EtcdadmCluster>().get(ETCD).await.unwrap(), requests)
     }
 
     async fn machines(&self) -> Vec<Machine> {
@@ -797,6 +803,18 @@ async fn a_ready_member_unpauses_kcp_after_endpoints_and_secrets() {
         .await
         .unwrap();
     assert_eq!(before.resource_version(), after.resource_version());
+
+    // The next health round of a steady cluster reuses what was read around it: the
+    // EtcdadmCluster is read again (a status write may follow), nothing else.
+    env.ctx.observations.invalidate(&format!("{NS}/{ETCD}"));
+    let (_, fresh) = env.reconcile_reusing().await;
+    let (etcd, reusing) = env.reconcile_reusing().await;
+    assert!(
+        fresh >= 9,
+        "a fresh observation with a KCP reads ten objects, saw {fresh} requests"
+    );
+    assert!(reusing <= 2, "a kept observation took {reusing} requests");
+    assert_eq!(condition(&etcd, "Ready").0, "True");
     drop(etcd_process);
 }
 

@@ -6,6 +6,7 @@
 
 pub mod apply;
 pub mod health;
+pub mod memo;
 pub mod observe;
 pub mod plan;
 pub mod rollout;
@@ -34,6 +35,7 @@ use etcdadm_shared::names;
 use kube::core::DeserializeGuard;
 
 use self::health::{CheckInput, EtcdClients};
+use self::memo::Observations;
 use self::observe::Observation;
 use self::plan::{EtcdView, Growth, Removal, Step};
 use crate::error::Error;
@@ -58,6 +60,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Controller client certificates and member clients, per etcd cluster.
     pub etcd_clients: EtcdClients,
+    /// Observations reused by health rounds while nothing they were made from changed.
+    pub observations: Observations,
     /// Per-cluster metrics, when run by the manager (tests go without).
     pub metrics: Option<EtcdClusterMetrics>,
 }
@@ -72,6 +76,7 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             etcd_clients: EtcdClients::new(),
+            observations: Observations::default(),
             metrics: None,
         }
     }
@@ -82,6 +87,16 @@ impl Context {
             metrics: Some(metrics),
             ..Context::new(client)
         }
+    }
+
+    /// Something the observations of `clusters` were made from changed; passes them on.
+    fn changed(&self, clusters: Vec<ObjectRef<Guarded>>) -> Vec<ObjectRef<Guarded>> {
+        for cluster in &clusters {
+            let namespace = cluster.namespace.as_deref().unwrap_or_default();
+            self.observations
+                .invalidate(&format!("{namespace}/{}", cluster.name));
+        }
+        clusters
     }
 
     fn metrics(&self, etcd: &EtcdadmCluster, record: impl FnOnce(&EtcdClusterMetrics, &str, &str)) {
@@ -114,11 +129,15 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
         Error::InvalidObject(format!("EtcdadmCluster {} has no namespace", etcd.name_any()))
     })?;
     let name = etcd.name_any();
+    let key = format!("{namespace}/{name}");
     // The etcd side is checked once per reconcile: the steps taken in between do not change it.
     let mut etcd_view: Option<EtcdView> = None;
+    // A kept observation may be used to find that nothing needs doing, never to do something.
+    let mut read_afresh = false;
     for _ in 0..MAX_STEPS {
-        let Some(mut obs) = observe::observe(&ctx.client, &namespace, &name).await? else {
-            ctx.etcd_clients.forget(&format!("{namespace}/{name}"));
+        let Some((mut obs, fresh)) = observe(&ctx, &namespace, &name, &key, read_afresh).await? else {
+            ctx.etcd_clients.forget(&key);
+            ctx.observations.forget(&key);
             return Ok(Action::await_change());
         };
         let view = match &etcd_view {
@@ -131,6 +150,10 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
         };
         let observed = obs.observed(view, k8s_openapi::jiff::Timestamp::now());
         let step = plan::plan(&observed);
+        if step.writes() && !fresh {
+            read_afresh = true;
+            continue;
+        }
         if let Some(updated) = write_status(&ctx, &obs, &observed, &step).await? {
             // Metadata patches are guarded by the resourceVersion the status write produced.
             obs.etcd_cluster = updated;
@@ -138,6 +161,8 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
         if step.writes() {
             let (why, message) = step.reason();
             debug!(etcdcluster = %name, reason = why, %message, "applying step");
+            ctx.observations.invalidate(&key);
+            read_afresh = true;
         }
         match apply_step(&ctx, &obs, step).await? {
             Next::Again => continue,
@@ -145,6 +170,31 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
         }
     }
     Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+/// The EtcdadmCluster as just read and everything around it, read too or (unless `afresh`) as
+/// kept from an earlier reconcile; whether it was all read now. `None` once the cluster is gone.
+async fn observe(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    key: &str,
+    afresh: bool,
+) -> Result<Option<(Observation, bool)>, Error> {
+    let Some(etcd) = Api::<EtcdadmCluster>::namespaced(ctx.client.clone(), namespace)
+        .get_opt(name)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let now = std::time::Instant::now();
+    if !afresh && let Some(kept) = ctx.observations.reuse(key, &etcd, now) {
+        return Ok(Some((kept, false)));
+    }
+    let epoch = ctx.observations.epoch(key);
+    let obs = observe::observe_around(&ctx.client, namespace, etcd).await?;
+    ctx.observations.keep(key, epoch, &obs, now);
+    Ok(Some((obs, true)))
 }
 
 async fn check_health(ctx: &Context, obs: &Observation) -> Result<EtcdView, Error> {
@@ -557,6 +607,17 @@ fn worth_reconciling(etcd: &Guarded) -> Option<u64> {
     Some(hasher.finish())
 }
 
+/// The EtcdadmCluster a member Machine belongs to, by its label (orphans included).
+fn member_of(machine: &DeserializeGuard<Machine>) -> Vec<ObjectRef<Guarded>> {
+    match (
+        machine.namespace(),
+        machine.labels().get(names::ETCD_CLUSTER_LABEL),
+    ) {
+        (Some(namespace), Some(name)) => vec![ObjectRef::new(name).within(&namespace)],
+        _ => vec![],
+    }
+}
+
 /// EtcdadmClusters of the Cluster `cluster` (by label or by the fork's reference).
 fn etcd_clusters_of(store: &Store<Guarded>, cluster: &Cluster) -> Vec<ObjectRef<Guarded>> {
     let ns = cluster.namespace();
@@ -637,23 +698,26 @@ pub async fn run(manager: ManagerContext) {
             result
         }
     };
+    // Every event that triggers a reconcile also ends the reuse of that cluster's observation.
+    let (machines_ctx, clusters_ctx, kcps_ctx) = (ctx.clone(), ctx.clone(), ctx.clone());
     controller
-        .owns(
+        .watches(
             settings.api::<DeserializeGuard<Machine>>(&client),
             member_machines,
+            move |machine| machines_ctx.changed(member_of(&machine)),
         )
         .watches(
             settings.api::<DeserializeGuard<Cluster>>(&client),
             settings.watcher_config(),
             move |cluster| match &cluster.0 {
-                Ok(cluster) => etcd_clusters_of(&cluster_store, cluster),
+                Ok(cluster) => clusters_ctx.changed(etcd_clusters_of(&cluster_store, cluster)),
                 Err(_) => vec![],
             },
         )
         .watches(
             settings.api::<DeserializeGuard<KubeadmControlPlane>>(&client),
             settings.watcher_config(),
-            move |kcp| etcd_clusters_in(&kcp_store, kcp.namespace()),
+            move |kcp| kcps_ctx.changed(etcd_clusters_in(&kcp_store, kcp.namespace())),
         )
         .reconcile_all_on(settings.resync_ticks())
         .graceful_shutdown_on(shutdown.wait())

@@ -2,6 +2,7 @@
 //! side comes from `health`), plus the objects `apply` acts on.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -39,12 +40,13 @@ const KCP_KIND: &str = "KubeadmControlPlane";
 const KCP_GROUP: &str = "controlplane.cluster.x-k8s.io";
 
 /// What was read, for the plan and for `apply`.
+#[derive(Clone)]
 pub struct Observation {
     /// The EtcdadmCluster as just read.
     pub etcd_cluster: EtcdadmCluster,
     pub namespace: String,
     pub cluster: Option<Cluster>,
-    pub ca: Option<CertificateAuthority>,
+    pub ca: Option<Arc<CertificateAuthority>>,
     pub ca_view: CaView,
     pub machines: Vec<MachineView>,
     pub leftovers: Vec<String>,
@@ -148,6 +150,15 @@ pub fn remediation_policy(etcd: &EtcdadmCluster) -> RemediationPolicy {
 }
 
 impl Observation {
+    /// The EtcdadmCluster or its Cluster is being deleted.
+    pub fn deleting(&self) -> bool {
+        self.etcd_cluster.meta().deletion_timestamp.is_some()
+            || self
+                .cluster
+                .as_ref()
+                .is_some_and(|c| c.meta().deletion_timestamp.is_some())
+    }
+
     /// `<namespace>/<cluster>`, the key of per-cluster caches.
     pub fn cache_key(&self) -> String {
         format!("{}/{}", self.namespace, self.etcd_cluster.name_any())
@@ -284,12 +295,21 @@ impl Observation {
 
 /// Read everything for the EtcdadmCluster `name` in `namespace`; `None` once it is gone.
 pub async fn observe(client: &Client, namespace: &str, name: &str) -> Result<Option<Observation>, Error> {
-    let Some(etcd_cluster) = Api::<EtcdadmCluster>::namespaced(client.clone(), namespace)
+    match Api::<EtcdadmCluster>::namespaced(client.clone(), namespace)
         .get_opt(name)
         .await?
-    else {
-        return Ok(None);
-    };
+    {
+        Some(etcd_cluster) => Ok(Some(observe_around(client, namespace, etcd_cluster).await?)),
+        None => Ok(None),
+    }
+}
+
+/// Read everything around `etcd_cluster` (as just read).
+pub async fn observe_around(
+    client: &Client,
+    namespace: &str,
+    etcd_cluster: EtcdadmCluster,
+) -> Result<Observation, Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let machines_api: Api<Machine> = Api::namespaced(client.clone(), namespace);
 
@@ -390,7 +410,7 @@ pub async fn observe(client: &Client, namespace: &str, name: &str) -> Result<Opt
             let (ca, view) = match secrets.get_opt(&ca_name).await? {
                 None => (None, CaView::Missing),
                 Some(secret) => match ca_from_secret(&secret, namespace, &ca_name) {
-                    Ok(ca) => (Some(ca), CaView::Valid),
+                    Ok(ca) => (Some(Arc::new(ca)), CaView::Valid),
                     Err(problem) => (None, CaView::Corrupt(problem)),
                 },
             };
@@ -423,7 +443,7 @@ pub async fn observe(client: &Client, namespace: &str, name: &str) -> Result<Opt
         _ => 0,
     };
 
-    Ok(Some(Observation {
+    Ok(Observation {
         etcd_cluster: etcd_cluster.clone(),
         namespace: namespace.to_string(),
         cluster,
@@ -438,7 +458,7 @@ pub async fn observe(client: &Client, namespace: &str, name: &str) -> Result<Opt
         spec_problem,
         infra_machine,
         machine_facts,
-    }))
+    })
 }
 
 /// The Cluster named by our `cluster.x-k8s.io/cluster-name` label, else one whose

@@ -1,0 +1,204 @@
+//! Observations reused between reconciles, so a steady cluster's periodic health round costs one
+//! API read (the EtcdadmCluster) instead of seven. A watch event on a Machine, Cluster or KCP of
+//! the cluster, a change to the EtcdadmCluster's spec or metadata, a write of our own, or age
+//! ends a reuse; and a step that writes is only ever planned on a fresh read (see `reconcile`).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kube::api::ObjectMeta;
+
+use etcdadm_shared::api::EtcdadmCluster;
+
+use super::observe::Observation;
+
+/// The longest an observation is reused: the bound on noticing a change to what is not watched
+/// (Secrets, EtcdadmConfigs, infrastructure machines), which only people editing by hand make.
+pub const OBSERVATION_TTL: Duration = Duration::from_secs(60);
+
+/// Observations per cluster key (`<namespace>/<name>`).
+#[derive(Default)]
+pub struct Observations {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    kept: HashMap<String, Kept>,
+    /// Bumped by every invalidation: an observation started before one is not kept.
+    epochs: HashMap<String, u64>,
+}
+
+struct Kept {
+    observation: Observation,
+    at: Instant,
+}
+
+impl Observations {
+    /// Something the observation of `key` was made from has changed.
+    pub fn invalidate(&self, key: &str) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.kept.remove(key);
+            *inner.epochs.entry(key.to_string()).or_default() += 1;
+        }
+    }
+
+    /// The epoch to hand to [`Observations::keep`] for an observation starting now.
+    pub fn epoch(&self, key: &str) -> u64 {
+        self.inner
+            .lock()
+            .map(|inner| inner.epochs.get(key).copied().unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    /// Keep `observation`, begun at `epoch`, unless `key` was invalidated since or the cluster is
+    /// being deleted (deletion reads what it waits on every time).
+    pub fn keep(&self, key: &str, epoch: u64, observation: &Observation, now: Instant) {
+        if observation.deleting() {
+            return;
+        }
+        if let Ok(mut inner) = self.inner.lock()
+            && inner.epochs.get(key).copied().unwrap_or_default() == epoch
+        {
+            inner.kept.insert(
+                key.to_string(),
+                Kept {
+                    observation: observation.clone(),
+                    at: now,
+                },
+            );
+        }
+    }
+
+    /// The kept observation of `key`, if it is younger than [`OBSERVATION_TTL`] and was made of
+    /// the same EtcdadmCluster spec and metadata as `etcd` (just read); it then carries `etcd`.
+    pub fn reuse(&self, key: &str, etcd: &EtcdadmCluster, now: Instant) -> Option<Observation> {
+        let inner = self.inner.lock().ok()?;
+        let kept = inner.kept.get(key)?;
+        let young = now.saturating_duration_since(kept.at) < OBSERVATION_TTL;
+        if !young || !same_object(&kept.observation.etcd_cluster.metadata, &etcd.metadata) {
+            return None;
+        }
+        let mut observation = kept.observation.clone();
+        observation.etcd_cluster = etcd.clone();
+        Some(observation)
+    }
+
+    /// Drop everything about `key` (the cluster is gone).
+    pub fn forget(&self, key: &str) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.kept.remove(key);
+            inner.epochs.remove(key);
+        }
+    }
+}
+
+/// The same spec (generation) and the same metadata an observation depends on; status and
+/// resourceVersion may differ.
+fn same_object(a: &ObjectMeta, b: &ObjectMeta) -> bool {
+    a.uid == b.uid
+        && a.generation == b.generation
+        && a.labels == b.labels
+        && a.annotations == b.annotations
+        && a.finalizers == b.finalizers
+        && a.owner_references == b.owner_references
+        && a.deletion_timestamp == b.deletion_timestamp
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::controller::plan::{CaView, KcpView};
+
+    const KEY: &str = "ns/etcd";
+
+    fn etcd(generation: i64, ready: bool) -> EtcdadmCluster {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmCluster",
+            "metadata": {"name": "etcd", "namespace": "ns", "uid": "u1", "generation": generation},
+            "spec": {"replicas": 3, "infrastructureTemplate": {"kind": "T", "name": "t"}},
+            "status": {"ready": ready},
+        }))
+        .unwrap()
+    }
+
+    fn observation(etcd: EtcdadmCluster) -> Observation {
+        Observation {
+            etcd_cluster: etcd,
+            namespace: "ns".into(),
+            cluster: None,
+            ca: None,
+            ca_view: CaView::Missing,
+            machines: vec![],
+            leftovers: vec!["left-behind".into()],
+            init_secret: None,
+            kcp: None,
+            kcp_view: KcpView::None,
+            control_plane_machines: 0,
+            spec_problem: None,
+            infra_machine: None,
+            machine_facts: vec![],
+        }
+    }
+
+    #[test]
+    fn a_kept_observation_is_reused_with_the_object_as_just_read() {
+        let memo = Observations::default();
+        let now = Instant::now();
+        memo.keep(KEY, memo.epoch(KEY), &observation(etcd(1, false)), now);
+        // Only the status moved (our own write): reused, carrying the new status.
+        let reused = memo.reuse(KEY, &etcd(1, true), now).expect("reused");
+        assert!(reused.etcd_cluster.status.unwrap().ready);
+        assert_eq!(reused.leftovers, vec!["left-behind".to_string()]);
+        assert!(memo.reuse("ns/other", &etcd(1, true), now).is_none());
+    }
+
+    #[test]
+    fn spec_metadata_age_and_events_end_the_reuse() {
+        let memo = Observations::default();
+        let now = Instant::now();
+        memo.keep(KEY, memo.epoch(KEY), &observation(etcd(1, false)), now);
+        assert!(memo.reuse(KEY, &etcd(2, false), now).is_none(), "spec changed");
+        let mut annotated = etcd(1, false);
+        annotated.metadata.annotations.get_or_insert_default().insert(
+            "etcdcluster.cluster.x-k8s.io/healthcheck-retries".into(),
+            "0".into(),
+        );
+        assert!(memo.reuse(KEY, &annotated, now).is_none(), "annotations changed");
+        assert!(
+            memo.reuse(KEY, &etcd(1, false), now + OBSERVATION_TTL).is_none(),
+            "too old"
+        );
+        assert!(memo.reuse(KEY, &etcd(1, false), now).is_some());
+        memo.invalidate(KEY);
+        assert!(memo.reuse(KEY, &etcd(1, false), now).is_none(), "a watch event");
+    }
+
+    #[test]
+    fn an_observation_begun_before_an_event_is_not_kept() {
+        let memo = Observations::default();
+        let now = Instant::now();
+        let epoch = memo.epoch(KEY);
+        memo.invalidate(KEY); // a Machine changed while the observation was being read
+        memo.keep(KEY, epoch, &observation(etcd(1, false)), now);
+        assert!(memo.reuse(KEY, &etcd(1, false), now).is_none());
+        memo.keep(KEY, memo.epoch(KEY), &observation(etcd(1, false)), now);
+        assert!(memo.reuse(KEY, &etcd(1, false), now).is_some());
+        memo.forget(KEY);
+        assert!(memo.reuse(KEY, &etcd(1, false), now).is_none());
+    }
+
+    #[test]
+    fn a_deleting_cluster_is_always_read_afresh() {
+        let memo = Observations::default();
+        let now = Instant::now();
+        let mut deleting = etcd(1, false);
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        ));
+        memo.keep(KEY, memo.epoch(KEY), &observation(deleting.clone()), now);
+        assert!(memo.reuse(KEY, &deleting, now).is_none());
+    }
+}
