@@ -116,6 +116,7 @@ pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observat
             cluster_name: cluster_name.clone(),
             etcd_cluster: etcd_cluster_name.clone(),
             address: m.etcd_address().map(str::to_string),
+            deleting: m.is_deleting(),
         }),
         cluster: match &cluster {
             None => ClusterView::Missing,

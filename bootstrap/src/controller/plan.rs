@@ -13,6 +13,8 @@ pub struct MachineView {
     pub etcd_cluster: Option<String>,
     /// Address chosen by `Machine::etcd_address`.
     pub address: Option<String>,
+    /// The Machine has a deletion timestamp.
+    pub deleting: bool,
 }
 
 /// The Cluster from the Machine's label.
@@ -125,6 +127,7 @@ pub mod reason {
     pub const DATA_SECRET_CONFLICT: &str = "DataSecretConflict";
     pub const PAUSED: &str = "Paused";
     pub const DATA_SECRET_CREATED: &str = "DataSecretCreated";
+    pub const MACHINE_DELETING: &str = "MachineDeleting";
 }
 
 impl Observed {
@@ -179,6 +182,17 @@ pub fn plan(observed: &Observed) -> Decision {
             };
         }
         DataSecretView::Missing => {}
+    }
+    // Nothing will boot it; and its config may already be gone with its Secret (CAPI deletes
+    // both with the Machine), so a Secret written now would belong to nobody.
+    if machine.deleting {
+        return Decision::Wait {
+            reason: reason::MACHINE_DELETING,
+            message: format!(
+                "Machine {} is being deleted; no bootstrap data is rendered for it",
+                machine.name
+            ),
+        };
     }
     if let Some(problem) = &observed.spec_problem {
         return Decision::Fail {
@@ -286,6 +300,7 @@ mod tests {
             cluster_name: Some("c1".into()),
             etcd_cluster: None,
             address: None,
+            deleting: false,
         }
     }
 
@@ -357,6 +372,26 @@ mod tests {
         let mut o = base();
         o.paused_annotation = true;
         assert_eq!(plan(&o), Decision::Paused);
+    }
+
+    #[test]
+    fn a_machine_being_deleted_gets_no_data_but_keeps_what_it_has() {
+        let mut o = base();
+        o.machine = Some(MachineView {
+            deleting: true,
+            ..machine("m1")
+        });
+        o.lock = held("m1", true);
+        o.ca = CaView::Valid;
+        assert!(matches!(
+            plan(&o),
+            Decision::Wait {
+                reason: reason::MACHINE_DELETING,
+                ..
+            }
+        ));
+        o.data_secret = DataSecretView::Ours;
+        assert_eq!(plan(&o), Decision::Done);
     }
 
     #[test]

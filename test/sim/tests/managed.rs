@@ -33,6 +33,32 @@ fn logs(work: &TempDir) -> String {
         .collect()
 }
 
+/// Every Event the controllers published, oldest first: who did what to which object.
+async fn events(client: &Client) -> String {
+    let mut events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), NAMESPACE)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    events.sort_by(|a, b| a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp));
+    events
+        .iter()
+        .map(|e| {
+            let regarding = e
+                .regarding
+                .as_ref()
+                .and_then(|r| r.name.clone())
+                .unwrap_or_default();
+            format!(
+                "{} {regarding}: {}",
+                e.reason.as_deref().unwrap_or_default(),
+                e.note.as_deref().unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 async fn machines(client: &Client) -> Vec<Machine> {
     Api::<Machine>::namespaced(client.clone(), NAMESPACE)
         .list(&Default::default())
@@ -236,7 +262,9 @@ async fn three_members_over_three_zones_gate_the_control_plane_and_replace_a_del
     assert!(
         bootstrap_metrics
             .contains(r#"etcdadm_bootstrap_data_secrets_total{format="cloud-config",outcome="created"} 4"#),
-        "four data Secrets (three members and the replacement):\n{bootstrap_metrics}"
+        "four data Secrets (three members and the replacement):\n{bootstrap_metrics}\n{}\n{}",
+        events(&client).await,
+        logs(&work)
     );
 
     // The safety rules, on what etcd itself recorded.
