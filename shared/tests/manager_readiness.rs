@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use etcdadm_shared::manager::testing::{SelfSignedCert, fresh_dir, http_client, https_client_trusting};
-use etcdadm_shared::manager::{Manager, ManagerArgs, ManagerError, Shutdown, WebhookRoutes};
+use etcdadm_shared::manager::{Manager, ManagerArgs, ManagerContext, ManagerError, Shutdown, WebhookRoutes};
 use kube::core::admission::AdmissionResponse;
 use tokio::sync::{mpsc, oneshot};
 
@@ -67,26 +67,42 @@ fn manager(flags: &[&str], client: &kube::Client, shutdown: &Shutdown) -> Manage
     .shutdown(shutdown.clone())
 }
 
+/// A manager without leader election, probes on a free port, running `controllers`: its task
+/// and the address its probes are served on.
+async fn spawn_unelected<F>(
+    client: &kube::Client,
+    shutdown: &Shutdown,
+    controllers: impl FnOnce(ManagerContext) -> F + Send + 'static,
+) -> (tokio::task::JoinHandle<Result<(), ManagerError>>, SocketAddr)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (addr_tx, addr_rx) = oneshot::channel();
+    let task = tokio::spawn(
+        manager(
+            &["--health-addr=127.0.0.1:0", "--webhook-port=0"],
+            client,
+            shutdown,
+        )
+        .run(move |ctx| {
+            let _ = addr_tx.send(ctx.health_addr);
+            controllers(ctx)
+        }),
+    );
+    (task, addr_rx.await.unwrap().unwrap())
+}
+
 #[tokio::test]
 async fn without_leader_election_ready_follows_cache_sync() {
     let (_server, client) = etcdadm_sim_apiserver::fake_client().unwrap();
     let shutdown = Shutdown::new();
-    let (addr_tx, addr_rx) = oneshot::channel();
     let (sync_tx, sync_rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(
-        manager(
-            &["--health-addr=127.0.0.1:0", "--webhook-port=0"],
-            &client,
-            &shutdown,
-        )
-        .run(move |ctx| async move {
-            let _ = addr_tx.send(ctx.health_addr);
-            let _ = sync_rx.await;
-            ctx.readiness.set_synced();
-            ctx.shutdown.wait().await;
-        }),
-    );
-    let addr = addr_rx.await.unwrap().unwrap();
+    let (task, addr) = spawn_unelected(&client, &shutdown, move |ctx| async move {
+        let _ = sync_rx.await;
+        ctx.readiness.set_synced();
+        ctx.shutdown.wait().await;
+    })
+    .await;
     assert_eq!(probe(addr, "/healthz").await, (200, "ok\n".to_string()));
     assert_eq!(
         probe(addr, "/readyz").await,
@@ -118,30 +134,21 @@ async fn a_real_controller_on_its_own_watch_makes_the_manager_ready() {
 
     let (_server, client) = etcdadm_sim_apiserver::fake_client().unwrap();
     let shutdown = Shutdown::new();
-    let (addr_tx, addr_rx) = oneshot::channel();
-    let task = tokio::spawn(
-        manager(
-            &["--health-addr=127.0.0.1:0", "--webhook-port=0"],
-            &client,
-            &shutdown,
-        )
-        .run(move |ctx| async move {
-            let _ = addr_tx.send(ctx.health_addr);
-            let (store, changes) = ctx
-                .settings
-                .watch_own_kind::<ConfigMap>(&ctx.client, ctx.readiness.clone());
-            Controller::for_stream(changes, store)
-                .graceful_shutdown_on(ctx.shutdown.wait())
-                .run(
-                    |_: Arc<ConfigMap>, _: Arc<()>| async { Ok::<_, kube::Error>(Action::await_change()) },
-                    |_, _, _| Action::await_change(),
-                    Arc::new(()),
-                )
-                .for_each(|_| async {})
-                .await;
-        }),
-    );
-    let addr = addr_rx.await.unwrap().unwrap();
+    let (task, addr) = spawn_unelected(&client, &shutdown, |ctx| async move {
+        let (store, changes) = ctx
+            .settings
+            .watch_own_kind::<ConfigMap>(&ctx.client, ctx.readiness.clone());
+        Controller::for_stream(changes, store)
+            .graceful_shutdown_on(ctx.shutdown.wait())
+            .run(
+                |_: Arc<ConfigMap>, _: Arc<()>| async { Ok::<_, kube::Error>(Action::await_change()) },
+                |_, _, _| Action::await_change(),
+                Arc::new(()),
+            )
+            .for_each(|_| async {})
+            .await;
+    })
+    .await;
     assert_eq!(wait_for_status(addr, 200).await, "caches: ok (synced)\n");
     shutdown.trigger();
     task.await.unwrap().unwrap();
