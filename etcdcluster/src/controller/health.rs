@@ -11,7 +11,7 @@ use tracing::debug;
 use etcdadm_shared::api::MemberStatus as StoredMember;
 use etcdadm_shared::etcd::{EtcdError, EtcdTls, Health, Member, MemberClient, MemberStatus};
 use etcdadm_shared::names;
-use etcdadm_shared::pki::{CertificateAuthority, LeafRequest};
+use etcdadm_shared::pki::CertificateAuthority;
 
 use super::plan::{EtcdView, MachineView, MemberView, machine_for_member};
 use crate::error::Error;
@@ -79,23 +79,14 @@ impl EtcdClients {
         {
             return Ok(known.tls.clone());
         }
-        let leaf = ca.issue(&LeafRequest::in_memory_client(
-            CLIENT_CERT_COMMON_NAME,
-            CLIENT_CERT_VALIDITY,
-        ))?;
-        let tls = EtcdTls {
-            ca_pem: ca.cert_pem().to_string(),
-            cert_pem: leaf.cert_pem,
-            key_pem: leaf.key_pem,
-        }
-        .client_config()?;
+        let tls = EtcdTls::issued_by(ca, CLIENT_CERT_COMMON_NAME, CLIENT_CERT_VALIDITY)?.client_config()?;
         debug!(cluster = key, "minted the controller's etcd client certificate");
         clusters.insert(
             key.to_string(),
             ClusterIdentity {
                 ca_pem: ca.cert_pem().to_string(),
                 tls: tls.clone(),
-                not_after: leaf.not_after,
+                not_after: now + CLIENT_CERT_VALIDITY,
             },
         );
         Ok(tls)

@@ -152,11 +152,7 @@ pub fn remediation_policy(etcd: &EtcdadmCluster) -> RemediationPolicy {
 impl Observation {
     /// The EtcdadmCluster or its Cluster is being deleted.
     pub fn deleting(&self) -> bool {
-        self.etcd_cluster.meta().deletion_timestamp.is_some()
-            || self
-                .cluster
-                .as_ref()
-                .is_some_and(|c| c.meta().deletion_timestamp.is_some())
+        deleting(&self.etcd_cluster, self.cluster.as_ref())
     }
 
     /// `<namespace>/<cluster>`, the key of per-cluster caches.
@@ -293,17 +289,6 @@ impl Observation {
     }
 }
 
-/// Read everything for the EtcdadmCluster `name` in `namespace`; `None` once it is gone.
-pub async fn observe(client: &Client, namespace: &str, name: &str) -> Result<Option<Observation>, Error> {
-    match Api::<EtcdadmCluster>::namespaced(client.clone(), namespace)
-        .get_opt(name)
-        .await?
-    {
-        Some(etcd_cluster) => Ok(Some(observe_around(client, namespace, etcd_cluster).await?)),
-        None => Ok(None),
-    }
-}
-
 /// Read everything around `etcd_cluster` (as just read).
 pub async fn observe_around(
     client: &Client,
@@ -315,10 +300,7 @@ pub async fn observe_around(
 
     let cluster = find_cluster(client, namespace, &etcd_cluster).await?;
     let cluster_name = cluster.as_ref().map(|c| c.name_any());
-    let deleting = etcd_cluster.meta().deletion_timestamp.is_some()
-        || cluster
-            .as_ref()
-            .is_some_and(|c| c.meta().deletion_timestamp.is_some());
+    let deleting = deleting(&etcd_cluster, cluster.as_ref());
 
     let (spec_problem, infra_machine) = infra_machine_kind(&etcd_cluster, namespace);
 
@@ -459,6 +441,11 @@ pub async fn observe_around(
         infra_machine,
         machine_facts,
     })
+}
+
+/// The EtcdadmCluster or its Cluster is being deleted.
+fn deleting(etcd: &EtcdadmCluster, cluster: Option<&Cluster>) -> bool {
+    etcd.meta().deletion_timestamp.is_some() || cluster.is_some_and(|c| c.meta().deletion_timestamp.is_some())
 }
 
 /// The Cluster named by our `cluster.x-k8s.io/cluster-name` label, else one whose
