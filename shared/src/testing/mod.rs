@@ -413,3 +413,8 @@ pub fn mtls_http_client(ca_pem: &str, client: &IssuedCertificate) -> reqwest::Cl
         .build()
         .expect("build HTTPS client")
 }
+
+mod kube_apiserver;
+pub use kube_apiserver::{
+    KUBE_APISERVER_INSTALL_HINT, KubeApiServer, client_for, kube_apiserver_binary, read_crds,
+};
