@@ -71,7 +71,7 @@ use crate::duration;
 pub struct EtcdadmClusterSpec {
     /// Number of members: odd and at least 1 (3 or 5 for HA). Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = kube::core::Rule::new("self >= 1 && self % 2 == 1").message("replicas must be odd and at least 1").reason(kube::core::Reason::FieldValueInvalid))]
+    #[x_kube(validation = Rule::new("self >= 1 && self % 2 == 1").message("replicas must be odd and at least 1").reason(Reason::FieldValueInvalid))]
     pub replicas: Option<i32>,
 
     /// Infrastructure machine template cloned for each member; its namespace must be ours.
@@ -93,10 +93,11 @@ pub struct EtcdadmClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<HealthCheck>,
 
-    /// Failure domains of the Cluster to spread members over (default: all of them).
+    /// Failure domains of the Cluster to spread members over (default: all of them): unique,
+    /// non-empty names of at most 253 characters; at most 64.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(validation = kube::core::Rule::new("self.all(d, d != '')").message("failure domain names must not be empty"))]
-    #[x_kube(validation = kube::core::Rule::new("self.all(d, self.exists_one(e, e == d))").message("failure domain names must be unique").reason(kube::core::Reason::FieldValueDuplicate))]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 253)))]
+    #[x_kube(merge_strategy = ListMerge::Set)]
     pub failure_domains: Vec<String>,
 
     /// Metadata and version for the member Machines.
@@ -167,7 +168,7 @@ pub struct HealthSettings {
 pub struct RolloutStrategy {
     /// Only `RollingUpdate`.
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = kube::core::Rule::new("self == 'RollingUpdate'").message("type must be RollingUpdate"))]
+    #[schemars(extend("enum" = ["RollingUpdate"]))]
     pub type_: Option<String>,
     /// Rolling update parameters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -180,7 +181,7 @@ pub struct RolloutStrategy {
 pub struct RollingUpdate {
     /// Extra members allowed during a rollout: 1 (default, add before remove) or 0 (remove first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = kube::core::Rule::new("self == 0 || self == 1").message("maxSurge must be 0 or 1"))]
+    #[x_kube(validation = Rule::new("self == 0 || self == 1").message("maxSurge must be 0 or 1"))]
     pub max_surge: Option<i32>,
 }
 

@@ -37,24 +37,30 @@ use super::conditions::Condition;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdadmConfigSpec {
-    /// Extra users to add (cloud-init `users:`).
+    /// Extra users to add (cloud-init `users:`), unique by name; at most 32.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub users: Vec<User>,
 
     /// The machine image already has etcdadm: no install commands run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcdadm_builtin: Option<bool>,
 
-    /// Commands that install etcdadm when it is not built in (default: download a pinned release).
+    /// Commands that install etcdadm when it is not built in (default: download a pinned
+    /// release); at most 64.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub etcdadm_install_commands: Vec<String>,
 
-    /// Commands run before etcdadm.
+    /// Commands run before etcdadm; at most 64.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub pre_etcdadm_commands: Vec<String>,
 
-    /// Commands run after etcdadm succeeded.
+    /// Commands run after etcdadm succeeded; at most 64.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub post_etcdadm_commands: Vec<String>,
 
     /// Output format of the bootstrap data (default `cloud-config`).
@@ -69,9 +75,11 @@ pub struct EtcdadmConfigSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cloud_init_config: Option<CloudInitConfig>,
 
-    /// Extra files written before etcdadm runs (cloud-init `write_files:`).
+    /// Extra files written before etcdadm runs (cloud-init `write_files:`), unique by path; at
+    /// most 128.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(validation = kube::core::Rule::new("self.all(f, self.exists_one(g, g.path == f.path))").message("file paths must be unique").reason(kube::core::Reason::FieldValueDuplicate))]
+    #[schemars(length(max = 128))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["path".into()]))]
     pub files: Vec<File>,
 
     /// HTTP(S) proxy for containerd.
@@ -82,16 +90,20 @@ pub struct EtcdadmConfigSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registry_mirror: Option<RegistryMirrorConfiguration>,
 
-    /// Comma-separated TLS cipher suites for etcd (Go names). Empty: Go's defaults.
+    /// Comma-separated TLS cipher suites for etcd (Go names). Empty: Go's defaults. At most
+    /// 2048 characters (every suite Go knows fits in under 1000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
     pub cipher_suites: Option<String>,
 
     /// NTP configuration (cloud-init `ntp:`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ntp: Option<Ntp>,
 
-    /// Extra trusted CA bundles.
+    /// Extra trusted CA bundles, unique by name; at most 64.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub cert_bundles: Vec<CertBundle>,
 
     /// Which etcdadm build runs on the machine. `upstream` (default) works everywhere: one join
@@ -156,17 +168,22 @@ pub enum EtcdadmFlavor {
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CloudInitConfig {
-    /// etcd version for etcdadm `--version` (semver without a leading `v`).
+    /// etcd version for etcdadm `--version` (semver without a leading `v`; at most 64 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$"))]
+    #[schemars(
+        regex(pattern = r"^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$"),
+        length(max = 64)
+    )]
     pub version: Option<String>,
 
-    /// Where etcdadm downloads etcd from (`--release-url`).
+    /// Where etcdadm downloads etcd from (`--release-url`; at most 2048 characters).
     #[serde(rename = "etcdReleaseURL", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
     pub etcd_release_url: Option<String>,
 
-    /// Where etcdadm installs the etcd binaries (`--install-dir`).
+    /// Where etcdadm installs the etcd binaries (`--install-dir`; at most 4096 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
     pub install_dir: Option<String>,
 }
 
@@ -190,11 +207,15 @@ pub struct BottlerocketConfig {
     /// Pause container image.
     #[serde(default)]
     pub pause_image: String,
-    /// Additional host containers.
+    /// Additional host containers, unique by name; at most 32.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub custom_host_containers: Vec<BottlerocketHostContainer>,
-    /// Additional bootstrap containers.
+    /// Additional bootstrap containers, unique by name; at most 32.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub custom_bootstrap_containers: Vec<BottlerocketBootstrapContainer>,
     /// Kernel settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -231,7 +252,7 @@ pub struct BottlerocketBootstrapContainer {
     #[serde(default)]
     pub essential: bool,
     /// `always`, `off` or `once`.
-    #[x_kube(validation = kube::core::Rule::new("self in ['always', 'off', 'once']").message("mode must be always, off or once"))]
+    #[schemars(extend("enum" = ["always", "off", "once"]))]
     pub mode: String,
     /// Base64 user data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -266,8 +287,9 @@ pub struct ProxyConfiguration {
     /// HTTPS proxy URL.
     #[serde(rename = "httpsProxy", default, skip_serializing_if = "Option::is_none")]
     pub https_proxy: Option<String>,
-    /// Hosts and CIDRs that bypass the proxy.
+    /// Hosts and CIDRs that bypass the proxy; at most 256.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
     pub no_proxy: Vec<String>,
 }
 
@@ -287,8 +309,9 @@ pub struct RegistryMirrorConfiguration {
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Ntp {
-    /// NTP servers.
+    /// NTP servers; at most 32.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
     pub servers: Vec<String>,
     /// Whether NTP is enabled; `false` is rendered as false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -299,8 +322,9 @@ pub struct Ntp {
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CertBundle {
-    /// Bundle name (file name under /usr/local/share/ca-certificates).
-    #[x_kube(validation = kube::core::Rule::new("self.matches('^[A-Za-z0-9._-]+$')").message("name must be a plain file name"))]
+    /// Bundle name (file name under /usr/local/share/ca-certificates; at most 253 characters).
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9._-]+$')").message("name must be a plain file name"))]
     pub name: String,
     /// PEM certificates.
     pub data: String,
@@ -342,8 +366,9 @@ pub struct User {
     /// sudo rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sudo: Option<String>,
-    /// Authorized SSH public keys.
+    /// Authorized SSH public keys; at most 64.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub ssh_authorized_keys: Vec<String>,
 }
 
@@ -366,10 +391,11 @@ pub struct SecretKeyRef {
 /// A file to write (CAPI kubeadm v1beta1 `File`).
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = kube::core::Rule::new("!(has(self.content) && has(self.contentFrom))").message("content and contentFrom are mutually exclusive"))]
+#[x_kube(validation = Rule::new("!(has(self.content) && has(self.contentFrom))").message("content and contentFrom are mutually exclusive"))]
 pub struct File {
-    /// Absolute path on the machine.
-    #[x_kube(validation = kube::core::Rule::new("self.startsWith('/')").message("path must be absolute"))]
+    /// Absolute path on the machine (at most 4096 characters, PATH_MAX).
+    #[schemars(length(max = 4096))]
+    #[x_kube(validation = Rule::new("self.startsWith('/')").message("path must be absolute"))]
     pub path: String,
     /// `user:group`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,482 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The committed CRDs on a real kube-apiserver: accepted (schema, CEL cost budgets), Established,
+//! and deciding admission as documented: every bound and rule refuses its negative case with its
+//! message and field path, and the reference's manifests are accepted unchanged. The sim's API
+//! server evaluates none of this, so only these tests can catch a refusal.
+
+use std::path::{Path, PathBuf};
+
+use etcdadm_shared::testing::{KubeApiServer, read_crds};
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::core::GroupVersionKind;
+use serde_json::{Value, json};
+
+fn crd_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../config/crd/bases")
+}
+
+async fn server_with_crds() -> KubeApiServer {
+    let server = KubeApiServer::start().await;
+    let crds = read_crds(&crd_dir());
+    assert_eq!(crds.len(), 3, "config/crd/bases should hold our three CRDs");
+    if let Err(problems) = server.install_crds(&crds).await {
+        panic!("a real kube-apiserver refused our CRDs:\n{problems}");
+    }
+    server
+}
+
+#[tokio::test]
+async fn every_committed_crd_is_accepted_and_established() {
+    server_with_crds().await;
+}
+
+/// Server-side dry-run create of `object` in `default`: `Ok` or the server's message.
+async fn admit(client: &Client, object: &Value) -> Result<(), String> {
+    let api_version = object["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.split_once('/').unwrap();
+    let gvk = GroupVersionKind::gvk(group, version, object["kind"].as_str().unwrap());
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&gvk));
+    let object: DynamicObject = serde_json::from_value(object.clone()).unwrap();
+    let params = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    match api.create(&params, &object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) => Err(status.message),
+        Err(e) => panic!("dry-run create failed without an answer from the server: {e}"),
+    }
+}
+
+/// A config spec that sets every field the schema bounds, each within its bound.
+fn full_config_spec() -> Value {
+    json!({
+        "users": [{"name": "ops", "sshAuthorizedKeys": ["ssh-ed25519 AAAA ops@example"], "sudo": "ALL=(ALL) NOPASSWD:ALL"},
+                  {"name": "audit", "passwdFrom": {"secret": {"name": "pw", "key": "audit"}}}],
+        "etcdadmInstallCommands": ["curl -sSL https://example.com/etcdadm -o /usr/local/bin/etcdadm"],
+        "preEtcdadmCommands": ["echo pre"],
+        "postEtcdadmCommands": ["echo post"],
+        "format": "cloud-config",
+        "cloudInitConfig": {"version": "3.5.9", "etcdReleaseURL": "https://example.com/etcd", "installDir": "/usr/local/bin"},
+        "files": [{"path": "/etc/a", "content": "a"},
+                  {"path": "/etc/b", "contentFrom": {"secret": {"name": "s", "key": "b"}}, "encoding": "base64"}],
+        "proxy": {"httpProxy": "http://proxy:3128", "noProxy": ["10.0.0.0/8", "localhost"]},
+        "registryMirror": {"endpoint": "mirror.example:5000"},
+        "cipherSuites": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        "ntp": {"enabled": true, "servers": ["0.pool.ntp.org"]},
+        "certBundles": [{"name": "corp-ca.crt", "data": "-----BEGIN CERTIFICATE-----"}],
+        "etcdadmFlavor": "upstream"
+    })
+}
+
+fn bottlerocket_config() -> Value {
+    json!({
+        "etcdImage": "public.ecr.aws/eks-distro/etcd-io/etcd:v3.5.9",
+        "bootstrapImage": "public.ecr.aws/bottlerocket/bottlerocket-bootstrap:v1",
+        "pauseImage": "public.ecr.aws/eks-distro/kubernetes/pause:3.9",
+        "customHostContainers": [{"name": "h", "image": "i", "superpowered": false}],
+        "customBootstrapContainers": [{"name": "b", "image": "i", "mode": "once"}]
+    })
+}
+
+fn config(spec: Value) -> Value {
+    json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmConfig",
+           "metadata": {"name": "c"}, "spec": spec})
+}
+
+fn template(spec: Value) -> Value {
+    json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmConfigTemplate",
+           "metadata": {"name": "t"}, "spec": {"template": {"spec": spec}}})
+}
+
+fn cluster(spec: Value) -> Value {
+    let mut full = json!({
+        "replicas": 3,
+        "infrastructureTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DevMachineTemplate", "name": "m"},
+        "etcdadmConfigSpec": full_config_spec(),
+        "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}},
+        "healthCheck": {"interval": "10s", "timeout": "5s", "unhealthyAfter": "5m", "remediation": "Enabled"},
+        "failureDomains": ["zone-a", "zone-b", "zone-c"]
+    });
+    merge(&mut full, spec);
+    json!({"apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmCluster",
+           "metadata": {"name": "e"}, "spec": full})
+}
+
+/// JSON merge patch semantics: objects merge, anything else replaces.
+fn merge(base: &mut Value, patch: Value) {
+    match (base, patch) {
+        (Value::Object(base), Value::Object(patch)) => {
+            for (key, value) in patch {
+                merge(base.entry(key).or_insert(Value::Null), value);
+            }
+        }
+        (base, patch) => *base = patch,
+    }
+}
+
+/// `config(full spec + patch)`.
+fn config_with(patch: Value) -> Value {
+    let mut spec = full_config_spec();
+    merge(&mut spec, patch);
+    config(spec)
+}
+
+fn strings(n: usize, prefix: &str) -> Value {
+    (0..n).map(|i| format!("{prefix}{i}")).collect::<Vec<_>>().into()
+}
+
+fn objects(n: usize, make: impl Fn(usize) -> Value) -> Value {
+    (0..n).map(make).collect::<Vec<_>>().into()
+}
+
+fn reference_documents(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.split("\n---\n")
+        .map(|doc| serde_saphyr::from_str::<Value>(doc).unwrap())
+        .filter(|doc| {
+            let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+            api_version.starts_with("bootstrap.cluster.x-k8s.io/")
+                || api_version.starts_with("etcdcluster.cluster.x-k8s.io/")
+        })
+        .map(|mut doc| {
+            doc["metadata"]["namespace"] = "default".into();
+            doc
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_its_message() {
+    let server = server_with_crds().await;
+    let client = server.client().await;
+
+    let mut accepted = vec![
+        ("full config", config(full_config_spec())),
+        ("empty config", config(json!({}))),
+        (
+            "bottlerocket config",
+            config(json!({"format": "bottlerocket", "bottlerocketConfig": bottlerocket_config()})),
+        ),
+        ("full template", template(full_config_spec())),
+        ("full cluster", cluster(json!({}))),
+        (
+            "one member",
+            cluster(json!({"replicas": 1, "failureDomains": ["only"]})),
+        ),
+        (
+            "every bound at its limit",
+            config_with(json!({
+                "users": objects(32, |i| json!({"name": format!("u{i}"), "sshAuthorizedKeys": strings(64, "k")})),
+                "preEtcdadmCommands": strings(64, "c"),
+                "files": objects(128, |i| json!({"path": format!("/f/{i}{}", "x".repeat(if i == 0 { 4096 - 4 } else { 0 }))})),
+                "certBundles": objects(64, |i| json!({"name": format!("b{i}{}", "n".repeat(if i == 0 { 253 - 2 } else { 0 })), "data": "d"})),
+                "cipherSuites": "x".repeat(2048),
+                "ntp": {"servers": strings(32, "s")},
+                "proxy": {"noProxy": strings(256, "h")},
+            })),
+        ),
+    ];
+    for dir in [
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reference-etcdadmconfig.yaml"),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reference-external-etcd.yaml"),
+    ] {
+        for doc in reference_documents(&dir) {
+            accepted.push(("reference manifest", doc));
+        }
+    }
+    let mut failures = vec![];
+    for (what, object) in &accepted {
+        if let Err(message) = admit(&client, object).await {
+            failures.push(format!("{what} ({}) was refused: {message}", object["kind"]));
+        }
+    }
+
+    // (what, object, words the refusal must contain: the field path first)
+    let refused: Vec<(&str, Value, &[&str])> = vec![
+        // EtcdadmConfig: lists bounded, unique keys by list type, enums, CEL rules, string bounds.
+        (
+            "33 users",
+            config_with(json!({"users": objects(33, |i| json!({"name": format!("u{i}")}))})),
+            &["spec.users", "must have at most 32 items"],
+        ),
+        (
+            "two users of one name",
+            config_with(json!({"users": [{"name": "a"}, {"name": "a"}]})),
+            &["spec.users[1]", "Duplicate value"],
+        ),
+        (
+            "65 ssh keys",
+            config_with(json!({"users": [{"name": "a", "sshAuthorizedKeys": strings(65, "k")}]})),
+            &["spec.users[0].sshAuthorizedKeys", "must have at most 64 items"],
+        ),
+        (
+            "65 install commands",
+            config_with(json!({"etcdadmInstallCommands": strings(65, "c")})),
+            &["spec.etcdadmInstallCommands", "must have at most 64 items"],
+        ),
+        (
+            "65 pre commands",
+            config_with(json!({"preEtcdadmCommands": strings(65, "c")})),
+            &["spec.preEtcdadmCommands", "must have at most 64 items"],
+        ),
+        (
+            "65 post commands",
+            config_with(json!({"postEtcdadmCommands": strings(65, "c")})),
+            &["spec.postEtcdadmCommands", "must have at most 64 items"],
+        ),
+        (
+            "129 files",
+            config_with(json!({"files": objects(129, |i| json!({"path": format!("/f{i}")}))})),
+            &["spec.files", "must have at most 128 items"],
+        ),
+        (
+            "two files of one path",
+            config_with(json!({"files": [{"path": "/etc/a"}, {"path": "/etc/a"}]})),
+            &["spec.files[1]", "Duplicate value"],
+        ),
+        (
+            "a relative file path",
+            config_with(json!({"files": [{"path": "etc/a"}]})),
+            &["spec.files[0].path", "path must be absolute"],
+        ),
+        (
+            "a file path over PATH_MAX",
+            config_with(json!({"files": [{"path": format!("/{}", "p".repeat(4096))}]})),
+            &["spec.files[0].path", "Too long", "4096"],
+        ),
+        (
+            "content and contentFrom",
+            config_with(
+                json!({"files": [{"path": "/a", "content": "x", "contentFrom": {"secret": {"name": "s", "key": "k"}}}]}),
+            ),
+            &["spec.files[0]", "content and contentFrom are mutually exclusive"],
+        ),
+        (
+            "an unknown file encoding",
+            config_with(json!({"files": [{"path": "/a", "encoding": "zip"}]})),
+            &["spec.files[0].encoding", "Unsupported value"],
+        ),
+        (
+            "a long cipher suite list",
+            config_with(json!({"cipherSuites": "x".repeat(2049)})),
+            &["spec.cipherSuites", "Too long", "2048"],
+        ),
+        (
+            "65 cert bundles",
+            config_with(
+                json!({"certBundles": objects(65, |i| json!({"name": format!("b{i}"), "data": "d"}))}),
+            ),
+            &["spec.certBundles", "must have at most 64 items"],
+        ),
+        (
+            "two cert bundles of one name",
+            config_with(json!({"certBundles": [{"name": "a", "data": "d"}, {"name": "a", "data": "e"}]})),
+            &["spec.certBundles[1]", "Duplicate value"],
+        ),
+        (
+            "a cert bundle name with a slash",
+            config_with(json!({"certBundles": [{"name": "../etc/passwd", "data": "d"}]})),
+            &["spec.certBundles[0].name", "name must be a plain file name"],
+        ),
+        (
+            "a long cert bundle name",
+            config_with(json!({"certBundles": [{"name": "n".repeat(254), "data": "d"}]})),
+            &["spec.certBundles[0].name", "Too long", "253"],
+        ),
+        (
+            "a version with a v",
+            config_with(json!({"cloudInitConfig": {"version": "v3.5.9"}})),
+            &["spec.cloudInitConfig.version", "should match"],
+        ),
+        (
+            "a 1 MiB version",
+            config_with(json!({"cloudInitConfig": {"version": format!("3.5.{}", "9".repeat(1 << 20))}})),
+            &["spec.cloudInitConfig.version", "Too long", "64"],
+        ),
+        (
+            "a long release URL",
+            config_with(json!({"cloudInitConfig": {"etcdReleaseURL": "u".repeat(2049)}})),
+            &["spec.cloudInitConfig.etcdReleaseURL", "Too long", "2048"],
+        ),
+        (
+            "a long install dir",
+            config_with(json!({"cloudInitConfig": {"installDir": "d".repeat(4097)}})),
+            &["spec.cloudInitConfig.installDir", "Too long", "4096"],
+        ),
+        (
+            "257 no-proxy entries",
+            config_with(json!({"proxy": {"noProxy": strings(257, "h")}})),
+            &["spec.proxy.noProxy", "must have at most 256 items"],
+        ),
+        (
+            "33 NTP servers",
+            config_with(json!({"ntp": {"servers": strings(33, "s")}})),
+            &["spec.ntp.servers", "must have at most 32 items"],
+        ),
+        (
+            "an unknown format",
+            config_with(json!({"format": "ignition"})),
+            &["spec.format", "Unsupported value"],
+        ),
+        (
+            "an unknown flavor",
+            config_with(json!({"etcdadmFlavor": "eksa"})),
+            &["spec.etcdadmFlavor", "Unsupported value"],
+        ),
+        (
+            "an unknown bootstrap container mode",
+            config(json!({"format": "bottlerocket", "bottlerocketConfig":
+                merged(bottlerocket_config(), json!({"customBootstrapContainers": [{"name": "b", "image": "i", "mode": "sometimes"}]}))})),
+            &[
+                "spec.bottlerocketConfig.customBootstrapContainers[0].mode",
+                "Unsupported value",
+                "always",
+            ],
+        ),
+        (
+            "two bootstrap containers of one name",
+            config(json!({"format": "bottlerocket", "bottlerocketConfig":
+                merged(bottlerocket_config(), json!({"customBootstrapContainers": [{"name": "b", "image": "i", "mode": "once"}, {"name": "b", "image": "j", "mode": "once"}]}))})),
+            &[
+                "spec.bottlerocketConfig.customBootstrapContainers[1]",
+                "Duplicate value",
+            ],
+        ),
+        (
+            "33 bootstrap containers",
+            config(json!({"format": "bottlerocket", "bottlerocketConfig":
+                merged(bottlerocket_config(), json!({"customBootstrapContainers": objects(33, |i| json!({"name": format!("b{i}"), "image": "i", "mode": "once"}))}))})),
+            &[
+                "spec.bottlerocketConfig.customBootstrapContainers",
+                "must have at most 32 items",
+            ],
+        ),
+        (
+            "two host containers of one name",
+            config(json!({"format": "bottlerocket", "bottlerocketConfig":
+                merged(bottlerocket_config(), json!({"customHostContainers": [{"name": "h", "image": "i", "superpowered": false}, {"name": "h", "image": "j", "superpowered": true}]}))})),
+            &[
+                "spec.bottlerocketConfig.customHostContainers[1]",
+                "Duplicate value",
+            ],
+        ),
+        (
+            "33 host containers",
+            config(json!({"format": "bottlerocket", "bottlerocketConfig":
+                merged(bottlerocket_config(), json!({"customHostContainers": objects(33, |i| json!({"name": format!("h{i}"), "image": "i", "superpowered": false}))}))})),
+            &[
+                "spec.bottlerocketConfig.customHostContainers",
+                "must have at most 32 items",
+            ],
+        ),
+        // The template embeds the same schema one level down.
+        (
+            "a template with two files of one path",
+            template(merged(
+                full_config_spec(),
+                json!({"files": [{"path": "/a"}, {"path": "/a"}]}),
+            )),
+            &["spec.template.spec.files[1]", "Duplicate value"],
+        ),
+        (
+            "a template with a relative path",
+            template(json!({"files": [{"path": "a"}]})),
+            &["spec.template.spec.files[0].path", "path must be absolute"],
+        ),
+        // EtcdadmCluster: its own rules, and the embedded config spec.
+        (
+            "an even replica count",
+            cluster(json!({"replicas": 2})),
+            &["spec.replicas", "replicas must be odd and at least 1"],
+        ),
+        (
+            "zero replicas",
+            cluster(json!({"replicas": 0})),
+            &["spec.replicas", "replicas must be odd and at least 1"],
+        ),
+        (
+            "a repeated failure domain",
+            cluster(json!({"failureDomains": ["a", "b", "a"]})),
+            &["spec.failureDomains[2]", "Duplicate value"],
+        ),
+        (
+            "an empty failure domain",
+            cluster(json!({"failureDomains": ["a", ""]})),
+            &["spec.failureDomains[1]", "at least 1 chars long"],
+        ),
+        (
+            "a long failure domain",
+            cluster(json!({"failureDomains": ["f".repeat(254)]})),
+            &["spec.failureDomains[0]", "Too long", "253"],
+        ),
+        (
+            "65 failure domains",
+            cluster(json!({"failureDomains": strings(65, "z")})),
+            &["spec.failureDomains", "must have at most 64 items"],
+        ),
+        (
+            "a rollout type other than RollingUpdate",
+            cluster(json!({"rolloutStrategy": {"type": "Recreate"}})),
+            &["spec.rolloutStrategy.type", "Unsupported value", "RollingUpdate"],
+        ),
+        (
+            "maxSurge 2",
+            cluster(json!({"rolloutStrategy": {"rollingUpdate": {"maxSurge": 2}}})),
+            &[
+                "spec.rolloutStrategy.rollingUpdate.maxSurge",
+                "maxSurge must be 0 or 1",
+            ],
+        ),
+        (
+            "a health interval that is not a duration",
+            cluster(json!({"healthCheck": {"interval": "often"}})),
+            &["spec.healthCheck.interval", "should match"],
+        ),
+        (
+            "an unknown remediation",
+            cluster(json!({"healthCheck": {"remediation": "Sometimes"}})),
+            &["spec.healthCheck.remediation", "Unsupported value"],
+        ),
+        (
+            "a cluster config spec with two users of one name",
+            cluster(json!({"etcdadmConfigSpec": {"users": [{"name": "a"}, {"name": "a"}]}})),
+            &["spec.etcdadmConfigSpec.users[1]", "Duplicate value"],
+        ),
+        (
+            "a cluster config spec with a bad bundle name",
+            cluster(json!({"etcdadmConfigSpec": {"certBundles": [{"name": "a b", "data": "d"}]}})),
+            &[
+                "spec.etcdadmConfigSpec.certBundles[0].name",
+                "name must be a plain file name",
+            ],
+        ),
+    ];
+    for (what, object, words) in &refused {
+        match admit(&client, object).await {
+            Ok(()) => failures.push(format!("{what}: accepted, should be refused with {words:?}")),
+            Err(message) => {
+                let missing: Vec<&&str> = words.iter().filter(|w| !message.contains(**w)).collect();
+                if !missing.is_empty() {
+                    failures.push(format!(
+                        "{what}: refused, but the message lacks {missing:?}: {message}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} admission cases went wrong:\n{}",
+        failures.len(),
+        accepted.len() + refused.len(),
+        failures.join("\n")
+    );
+}
+
+fn merged(mut base: Value, patch: Value) -> Value {
+    merge(&mut base, patch);
+    base
+}
