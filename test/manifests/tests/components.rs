@@ -587,3 +587,91 @@ fn release_script_writes_the_clusterctl_assets() {
         );
     }
 }
+
+/// cert-manager's two kinds that the components use, as minimal CRDs (any fields accepted): the
+/// real ones are cert-manager's to check; these let the rest of the stream be dry-run.
+const CERT_MANAGER_CRDS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: certificates.cert-manager.io}
+spec:
+  group: cert-manager.io
+  names: {kind: Certificate, plural: certificates, singular: certificate, listKind: CertificateList}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: issuers.cert-manager.io}
+spec:
+  group: cert-manager.io
+  names: {kind: Issuer, plural: issuers, singular: issuer, listKind: IssuerList}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#;
+
+/// `kubectl` with `args` and `stdin` against `server`; panics with its output on failure.
+fn kubectl_on(server: &etcdadm_shared::testing::KubeApiServer, args: &[&str], stdin: &str) -> String {
+    use std::io::Write;
+    let mut child = server
+        .kubectl()
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run kubectl: {e}; {KUBECTL_HINT}"));
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "kubectl {args:?} failed:\n{text}");
+    text
+}
+
+/// What clusterctl would install (variables at their defaults) passes a server-side dry run on a
+/// real kube-apiserver: every object valid, every kind known, nothing refused by admission.
+#[tokio::test]
+async fn components_pass_a_server_side_dry_run_on_a_real_api_server() {
+    let server = etcdadm_shared::testing::KubeApiServer::start().await;
+    kubectl_on(&server, &["apply", "--server-side", "-f", "-"], CERT_MANAGER_CRDS);
+    kubectl_on(
+        &server,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=30s",
+            "crd/certificates.cert-manager.io",
+            "crd/issuers.cert-manager.io",
+        ],
+        "",
+    );
+    // A dry run creates nothing, so the objects in the provider's namespace need it for real.
+    kubectl_on(&server, &["create", "namespace", "etcdadm-system"], "");
+    let components = clusterctl::substitute(&components().0, &BTreeMap::new()).unwrap();
+    let out = kubectl_on(
+        &server,
+        &[
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "--field-manager=clusterctl",
+            "-f",
+            "-",
+        ],
+        &components,
+    );
+    let applied = out.lines().filter(|l| l.contains("(server dry run)")).count();
+    assert_eq!(applied, docs().len(), "every document is dry-run applied:\n{out}");
+}
