@@ -166,6 +166,11 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             "one member",
             cluster(json!({"replicas": 1, "failureDomains": ["only"]})),
         ),
+        // The latest time the server accepts: the controller must read it too.
+        (
+            "rolloutAfter at the end of year 9999",
+            cluster(json!({"rolloutAfter": "9999-12-31T23:59:59Z"})),
+        ),
         (
             "every bound at its limit",
             config_with(json!({
@@ -396,6 +401,11 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             "zero replicas",
             cluster(json!({"replicas": 0})),
             &["spec.replicas", "replicas must be odd and at least 1"],
+        ),
+        (
+            "replicas beyond int32",
+            cluster(json!({"replicas": 1_099_511_627_777_i64})),
+            &["spec.replicas", "should be less than or equal to 2147483647"],
         ),
         (
             "a repeated failure domain",

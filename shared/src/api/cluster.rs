@@ -86,7 +86,11 @@ pub struct EtcdadmClusterSpec {
     pub rollout_strategy: Option<RolloutStrategy>,
 
     /// Replace every member created before this time (certificate renewal, image refresh).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "time_up_to_year_9999"
+    )]
     pub rollout_after: Option<Time>,
 
     /// Health checking and remediation.
@@ -336,4 +340,56 @@ pub struct CertificatesStatus {
     /// When the kube-apiserver etcd client certificate expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apiserver_client_expiry: Option<Time>,
+}
+
+/// The API server accepts any RFC 3339 time up to 9999-12-31T23:59:59Z, but a timestamp ends on
+/// 9999-12-30 (jiff keeps every UTC offset of a civil date in range). A later time reads as the
+/// latest timestamp, which means "never" just the same, instead of making the object unreadable.
+fn time_up_to_year_9999<'de, D>(deserializer: D) -> Result<Option<Time>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let Some(text) = Option::<String>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    match text.parse::<k8s_openapi::jiff::Timestamp>() {
+        Ok(time) => Ok(Some(Time(time))),
+        Err(_) if text.starts_with("9999-12-3") => Ok(Some(Time(k8s_openapi::jiff::Timestamp::MAX))),
+        Err(e) => Err(serde::de::Error::custom(format!(
+            "{text:?} is not an RFC 3339 time: {e}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn spec_with_rollout_after(value: &str) -> Result<EtcdadmClusterSpec, serde_json::Error> {
+        serde_json::from_value(serde_json::json!({"infrastructureTemplate": {}, "rolloutAfter": value}))
+    }
+
+    #[test]
+    fn every_rollout_after_the_api_server_accepts_is_readable() {
+        let last = spec_with_rollout_after("9999-12-31T23:59:59Z").unwrap();
+        assert_eq!(last.rollout_after, Some(Time(k8s_openapi::jiff::Timestamp::MAX)));
+        let ordinary = spec_with_rollout_after("2026-11-24T10:00:00Z").unwrap();
+        assert_eq!(
+            ordinary.rollout_after.unwrap().0.to_string(),
+            "2026-11-24T10:00:00Z"
+        );
+        let earliest = spec_with_rollout_after("0000-01-01T00:00:00Z").unwrap();
+        assert!(earliest.rollout_after.is_some());
+        let none: EtcdadmClusterSpec =
+            serde_json::from_value(serde_json::json!({"infrastructureTemplate": {}})).unwrap();
+        assert_eq!(none.rollout_after, None);
+        let garbage = spec_with_rollout_after("tomorrow").unwrap_err();
+        assert!(
+            garbage
+                .to_string()
+                .contains("\"tomorrow\" is not an RFC 3339 time"),
+            "{garbage}"
+        );
+    }
 }
