@@ -5,17 +5,18 @@
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
-use serde::de::DeserializeOwned;
 use tracing::warn;
 
 /// Condition reason (and Event reason) for an object that cannot be read.
 pub const INVALID_OBJECT: &str = "InvalidObject";
 
-/// Write the condition (merge patch on `/status`, as `field_manager`) and publish the Event.
+/// Write the condition (merge patch on `/status`, as `field_manager`) and publish the Event,
+/// once: an object already reported with the same message gets neither again. Both the read and
+/// the write are untyped, since the typed form is exactly what cannot be read.
 pub async fn report_invalid_object<K>(
     client: &Client,
     recorder: &Recorder,
@@ -23,21 +24,25 @@ pub async fn report_invalid_object<K>(
     invalid: &InvalidObject,
 ) -> Result<(), kube::Error>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
 {
     let name = invalid.metadata.name.clone().unwrap_or_default();
     let namespace = invalid.metadata.namespace.clone().unwrap_or_default();
     let kind = K::kind(&()).into_owned();
     let message = format!("{kind} {namespace}/{name} cannot be read: {}", invalid.error);
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &namespace, &ApiResource::erase::<K>(&()));
+    let Some(current) = api.get_opt(&name).await? else {
+        return Ok(());
+    };
+    if already_reported(&current, &message) {
+        return Ok(());
+    }
     warn!(%kind, %namespace, %name, error = %invalid.error, "object cannot be read");
     let condition = serde_json::json!({
         "type": "Ready", "status": "False", "severity": "Error", "reason": INVALID_OBJECT,
         "message": message, "lastTransitionTime": Time(k8s_openapi::jiff::Timestamp::now()),
     });
-    let api: Api<K> = Api::namespaced(client.clone(), &namespace);
     let params = PatchParams {
         field_manager: Some(field_manager.into()),
         ..Default::default()
@@ -63,4 +68,15 @@ where
         warn!(error = %e, "publishing event failed");
     }
     Ok(())
+}
+
+/// `Ready=False, InvalidObject` with this message is already on the object.
+fn already_reported(object: &DynamicObject, message: &str) -> bool {
+    object.data["status"]["conditions"]
+        .as_array()
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["reason"] == INVALID_OBJECT && c["message"] == message)
+        })
 }
