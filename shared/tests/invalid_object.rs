@@ -5,7 +5,6 @@
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::manager::invalid::{INVALID_OBJECT, report_invalid_object};
 use k8s_openapi::api::events::v1::Event;
-use kube::Resource;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::events::{Recorder, Reporter};
