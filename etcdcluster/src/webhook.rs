@@ -12,7 +12,7 @@ use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterSpec, Format};
 use etcdadm_shared::duration;
 use etcdadm_shared::manager::WebhookRoutes;
 use etcdadm_shared::manager::admission::{self, AdmissionRequest, AdmissionResponse, DynamicObject};
-use etcdadm_shared::validation::{FieldError, validate_config_spec};
+use etcdadm_shared::validation::{FieldError, quoted, validate_config_spec};
 
 /// Defaulting webhook path (controller-runtime's naming).
 pub const MUTATE_PATH: &str = "/mutate-etcdcluster-cluster-x-k8s-io-v1beta1-etcdadmcluster";
@@ -98,7 +98,10 @@ pub fn validate_spec(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<
     {
         errors.push(FieldError::new(
             "spec.infrastructureTemplate.namespace",
-            format!("{template_ns:?}: must be the EtcdadmCluster's own namespace {ns:?}"),
+            format!(
+                "{}: must be the EtcdadmCluster's own namespace {ns:?}",
+                quoted(template_ns)
+            ),
         ));
     }
     for (i, domain) in spec.failure_domains.iter().enumerate() {
@@ -110,7 +113,7 @@ pub fn validate_spec(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<
         } else if spec.failure_domains[..i].contains(domain) {
             errors.push(FieldError::new(
                 format!("spec.failureDomains[{i}]"),
-                format!("{domain:?} is listed twice"),
+                format!("{} is listed twice", quoted(domain)),
             ));
         }
     }
@@ -154,7 +157,7 @@ fn health_check(spec: &EtcdadmClusterSpec) -> Vec<FieldError> {
             Err(e) => {
                 errors.push(FieldError::new(
                     format!("spec.healthCheck.{field}"),
-                    format!("{value:?}: {e}"),
+                    format!("{}: {e}", quoted(value)),
                 ));
                 None
             }

@@ -64,6 +64,18 @@ pub const GO_TLS13_CIPHER_SUITES: &[&str] = &[
     "TLS_CHACHA20_POLY1305_SHA256",
 ];
 
+/// Most characters of user input a message quotes.
+pub const QUOTED_CHARS: usize = 200;
+
+/// `value` quoted for a message: Rust string syntax, cut after [`QUOTED_CHARS`] characters with
+/// the full length said, so a huge field never becomes a huge condition or Event.
+pub fn quoted(value: &str) -> String {
+    match value.char_indices().nth(QUOTED_CHARS) {
+        Some((cut, _)) => format!("{:?}… ({} characters)", &value[..cut], value.chars().count()),
+        None => format!("{value:?}"),
+    }
+}
+
 /// Longest user name useradd accepts.
 const MAX_USER_NAME_LEN: usize = 32;
 
@@ -111,7 +123,10 @@ fn format_fields(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldErr
                 )),
                 Some(image) if image_tag(image).is_none() => errors.push(FieldError::new(
                     format!("{path}.etcdImage"),
-                    format!("{image:?} has no tag: the tag is the etcd version (e.g. registry/etcd:v3.5.9)"),
+                    format!(
+                        "{} has no tag: the tag is the etcd version (e.g. registry/etcd:v3.5.9)",
+                        quoted(image)
+                    ),
                 )),
                 Some(_) => {}
             }
@@ -163,7 +178,7 @@ fn cloud_init_version(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<Fie
         };
         errors.push(FieldError::new(
             format!("{base}.cloudInitConfig.version"),
-            format!("{version:?} is not an etcd version like 3.5.9{hint}"),
+            format!("{} is not an etcd version like 3.5.9{hint}", quoted(version)),
         ));
     }
 }
@@ -211,8 +226,9 @@ fn cipher_suites(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldErr
             errors.push(FieldError::new(
                 path.clone(),
                 format!(
-                    "{name:?} is not a cipher suite Go's crypto/tls knows: use names such as \
-                     TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"
+                    "{} is not a cipher suite Go's crypto/tls knows: use names such as \
+                     TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                    quoted(name)
                 ),
             ));
         }
@@ -232,7 +248,7 @@ fn files(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldError>) {
         if !file.path.starts_with('/') {
             errors.push(FieldError::new(
                 format!("{field}.path"),
-                format!("{:?} is not an absolute path", file.path),
+                format!("{} is not an absolute path", quoted(&file.path)),
             ));
         }
         if let Some(first) = first_with_path.get(file.path.as_str()) {
@@ -267,16 +283,19 @@ fn users(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldError>) {
             errors.push(FieldError::new(
                 path.clone(),
                 format!(
-                    "{:?} is not a valid user name: lower-case letters, digits, '_' and '-', \
+                    "{} is not a valid user name: lower-case letters, digits, '_' and '-', \
                      starting with a letter or '_', at most {MAX_USER_NAME_LEN} characters",
-                    user.name
+                    quoted(&user.name)
                 ),
             ));
         }
         if let Some(first) = first_with_name.get(user.name.as_str()) {
             errors.push(FieldError::new(
                 path,
-                format!("{:?} is already the name of {base}.users[{first}]", user.name),
+                format!(
+                    "{} is already the name of {base}.users[{first}]",
+                    quoted(&user.name)
+                ),
             ));
         } else {
             first_with_name.insert(&user.name, i);
@@ -300,7 +319,7 @@ fn registry_mirror(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldE
         return;
     }
     if let Some(message) = registry_endpoint_problem(endpoint) {
-        errors.push(FieldError::new(path, format!("{endpoint:?} {message}")));
+        errors.push(FieldError::new(path, format!("{} {message}", quoted(endpoint))));
     }
 }
 

@@ -173,6 +173,23 @@ fn cloud_init_version_is_semver_without_v() {
 }
 
 #[test]
+fn a_huge_value_is_quoted_in_part_with_its_length() {
+    let huge = "9".repeat(1 << 20);
+    let errors = check(json!({"cloudInitConfig": {"version": huge}}), "spec");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].path, "spec.cloudInitConfig.version");
+    let message = &errors[0].message;
+    assert!(
+        message.len() < 400,
+        "{} characters: {}",
+        message.len(),
+        &message[..400]
+    );
+    assert!(message.contains("(1048576 characters)"), "{message}");
+    assert!(message.contains("is not an etcd version"), "{message}");
+}
+
+#[test]
 fn cipher_suites_are_names_go_knows() {
     valid(json!({"cipherSuites": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_RSA_WITH_AES_128_CBC_SHA"}));
     valid(json!({"cipherSuites": ""}));

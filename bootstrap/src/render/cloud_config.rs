@@ -3,6 +3,7 @@
 
 use askama::Template;
 use etcdadm_shared::api::config::{EtcdadmConfigSpec, Ntp, User};
+use etcdadm_shared::validation::quoted;
 
 use super::containerd::containerd_setup;
 use super::error::RenderError;
@@ -157,7 +158,10 @@ fn check_unique_user_names(spec: &EtcdadmConfigSpec) -> Result<(), RenderError> 
         if let Some(first) = spec.users[..index].iter().position(|u| u.name == user.name) {
             return Err(RenderError::invalid(
                 format!("spec.users[{index}].name"),
-                format!("{:?} is already the name of spec.users[{first}]", user.name),
+                format!(
+                    "{} is already the name of spec.users[{first}]",
+                    quoted(&user.name)
+                ),
             ));
         }
     }

@@ -2,6 +2,7 @@
 //! machine images expect these paths), with values escaped for systemd and TOML.
 
 use etcdadm_shared::api::config::{ProxyConfiguration, RegistryMirrorConfiguration};
+use etcdadm_shared::validation::quoted;
 
 use super::error::RenderError;
 use super::files::FileEntry;
@@ -123,7 +124,10 @@ fn mirror_endpoint(mirror: &RegistryMirrorConfiguration) -> Result<&str, RenderE
     if !chars_ok || !segments_ok {
         return Err(RenderError::invalid(
             FIELD,
-            format!("{endpoint:?} is not host[:port][/path] (no scheme, no spaces or quotes)"),
+            format!(
+                "{} is not host[:port][/path] (no scheme, no spaces or quotes)",
+                quoted(endpoint)
+            ),
         ));
     }
     Ok(endpoint)

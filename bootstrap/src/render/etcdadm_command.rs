@@ -2,6 +2,7 @@
 //! etcd when the build has no flag for them.
 
 use etcdadm_shared::api::config::{EtcdadmConfigSpec, EtcdadmFlavor};
+use etcdadm_shared::validation::quoted;
 
 use super::EtcdadmCommand;
 use super::error::RenderError;
@@ -60,7 +61,10 @@ pub fn etcdadm_runcmd(
         if !is_etcd_version(version) {
             return Err(RenderError::invalid(
                 "spec.cloudInitConfig.version",
-                format!("{version:?} is not an etcd version like 3.5.9 (no leading v)"),
+                format!(
+                    "{} is not an etcd version like 3.5.9 (no leading v)",
+                    quoted(version)
+                ),
             ));
         }
         words.extend(["--version".into(), shell::word(version)]);
@@ -122,8 +126,9 @@ pub fn cipher_suites(spec: &EtcdadmConfigSpec) -> Result<Option<String>, RenderE
             return Err(RenderError::invalid(
                 "spec.cipherSuites",
                 format!(
-                    "{name:?} is not a cipher suite name: use Go names such as \
-                     TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, separated by commas"
+                    "{} is not a cipher suite name: use Go names such as \
+                     TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, separated by commas",
+                    quoted(name)
                 ),
             ));
         }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use etcdadm_shared::api::config::{Encoding, EtcdadmConfigSpec};
+use etcdadm_shared::validation::quoted;
 
 use super::error::RenderError;
 use super::{CaFiles, ResolvedSecrets};
@@ -71,7 +72,7 @@ pub fn user_files(
         if !file.path.starts_with('/') {
             return Err(RenderError::invalid(
                 format!("{field}.path"),
-                format!("{:?} is not an absolute path", file.path),
+                format!("{} is not an absolute path", quoted(&file.path)),
             ));
         }
         let content = match (&file.content, &file.content_from) {
@@ -134,8 +135,8 @@ pub fn cert_bundle_files(spec: &EtcdadmConfigSpec) -> Result<Vec<FileEntry>, Ren
             return Err(RenderError::invalid(
                 format!("spec.certBundles[{i}].name"),
                 format!(
-                    "{:?} is not a plain file name (letters, digits, '.', '_', '-')",
-                    bundle.name
+                    "{} is not a plain file name (letters, digits, '.', '_', '-')",
+                    quoted(&bundle.name)
                 ),
             ));
         }

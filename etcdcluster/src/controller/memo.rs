@@ -138,6 +138,7 @@ mod tests {
             kcp_view: KcpView::None,
             control_plane_machines: 0,
             spec_problem: None,
+            member_spec_problem: None,
             infra_machine: None,
             machine_facts: vec![],
         }

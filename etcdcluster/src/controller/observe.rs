@@ -55,6 +55,8 @@ pub struct Observation {
     pub kcp_view: KcpView,
     pub control_plane_machines: usize,
     pub spec_problem: Option<String>,
+    /// What admission would refuse in the spec new members are made from.
+    pub member_spec_problem: Option<String>,
     /// The infra machine kind cloned from `spec.infrastructureTemplate`.
     pub infra_machine: Option<ApiResource>,
     /// Per Machine (same order as `machines`): what the rollout and remediation checks need.
@@ -274,6 +276,7 @@ impl Observation {
             remediation: remediation_policy(e),
             last_remediation,
             spec_problem: self.spec_problem.clone(),
+            member_spec_problem: self.member_spec_problem.clone(),
             spec_failure_domains: e.spec.failure_domains.clone(),
             cluster: cluster_view,
             ca: self.ca_view.clone(),
@@ -303,6 +306,7 @@ pub async fn observe_around(
     let deleting = deleting(&etcd_cluster, cluster.as_ref());
 
     let (spec_problem, infra_machine) = infra_machine_kind(&etcd_cluster, namespace);
+    let member_spec_problem = member_spec_problem(&etcd_cluster, namespace);
 
     let selector = format!("{}={}", names::ETCD_CLUSTER_LABEL, etcd_cluster.name_any());
     let listed = machines_api
@@ -438,8 +442,22 @@ pub async fn observe_around(
         kcp_view,
         control_plane_machines,
         spec_problem,
+        member_spec_problem,
         infra_machine,
         machine_facts,
+    })
+}
+
+/// The admission webhook's verdict on the spec, for an object that reached us without it (no
+/// webhook installed, or written before it was): every field error, joined.
+fn member_spec_problem(etcd: &EtcdadmCluster, namespace: &str) -> Option<String> {
+    let errors = crate::webhook::validate_spec(&etcd.spec, Some(namespace));
+    (!errors.is_empty()).then(|| {
+        errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
     })
 }
 

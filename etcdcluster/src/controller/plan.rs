@@ -193,6 +193,9 @@ pub struct Observed {
     pub last_remediation: Option<LastRemediation>,
     /// A spec problem admission should have caught (e.g. template in another namespace).
     pub spec_problem: Option<String>,
+    /// What admission would refuse in the spec (field path and why): no member Machine is
+    /// created from it.
+    pub member_spec_problem: Option<String>,
     /// `spec.failureDomains`.
     pub spec_failure_domains: Vec<String>,
     pub cluster: ClusterView,
@@ -1202,6 +1205,13 @@ fn plan_membership(o: &Observed, allowed_domains: &[String]) -> Step {
         return step;
     }
     match wanted {
+        Want::Add(_) if o.member_spec_problem.is_some() => Step::Refuse {
+            reason: reason::INVALID_SPEC,
+            message: format!(
+                "no member Machine is created from this spec until it is fixed: {}",
+                o.member_spec_problem.as_deref().unwrap_or_default()
+            ),
+        },
         Want::Add(purpose) => Step::CreateMachine {
             adopt: o.leftovers.first().cloned(),
             failure_domain: pick_failure_domain(allowed_domains, &o.machines),
@@ -1582,6 +1592,7 @@ mod tests {
             remediation: RemediationPolicy::default(),
             last_remediation: None,
             spec_problem: None,
+            member_spec_problem: None,
             spec_failure_domains: vec![],
             cluster: ClusterView::Found {
                 name: "c1".into(),
@@ -1700,6 +1711,22 @@ mod tests {
         let mut o = base();
         o.spec_problem = Some("spec.infrastructureTemplate.namespace other".into());
         assert_eq!(wait_reason(&plan(&o)), reason::INVALID_SPEC);
+    }
+
+    #[test]
+    fn a_member_spec_admission_would_refuse_creates_no_machine_but_stops_nothing_else() {
+        let problem = "spec.etcdadmConfigSpec.cloudInitConfig.version: \"v3\" is not an etcd version";
+        let mut o = base();
+        o.member_spec_problem = Some(problem.into());
+        let step = plan(&o);
+        assert_eq!(wait_reason(&step), reason::INVALID_SPEC);
+        let (_, message) = step.reason();
+        assert!(message.contains(problem), "{message}");
+        // A cluster whose members need nothing new keeps being looked after.
+        let mut steady = running(3);
+        steady.replicas = 3;
+        steady.member_spec_problem = Some(problem.into());
+        assert_eq!(plan(&steady), Step::Steady);
     }
 
     #[test]

@@ -604,6 +604,7 @@ mod tests {
             remediation: Default::default(),
             last_remediation: None,
             spec_problem: None,
+            member_spec_problem: None,
             spec_failure_domains: vec![],
             cluster: ClusterView::Found {
                 name: "c1".into(),

@@ -121,7 +121,7 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
 /// condition is new), so repeated reconciles do not churn the object. Returns true if anything
 /// changed.
 pub fn set(conditions: &mut Vec<Condition>, new: NewCondition, generation: Option<i64>, now: &Time) -> bool {
-    let message = (!new.message.is_empty()).then_some(new.message);
+    let message = (!new.message.is_empty()).then(|| bounded(new.message));
     let severity = new.severity.map(|s| s.as_str().to_string());
     match conditions.iter_mut().find(|c| c.type_ == new.type_) {
         Some(existing) => {
@@ -157,6 +157,20 @@ pub fn set(conditions: &mut Vec<Condition>, new: NewCondition, generation: Optio
     }
 }
 
+/// Longest condition message kept; a longer one (user input quoted whole, say) is cut, so one
+/// condition can never push the status past the API server's request limit.
+pub const MAX_MESSAGE_CHARS: usize = 4096;
+
+fn bounded(message: String) -> String {
+    match message.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((cut, _)) => format!(
+            "{}… (message cut at {MAX_MESSAGE_CHARS} characters)",
+            &message[..cut]
+        ),
+        None => message,
+    }
+}
+
 /// `Ready` first, then alphabetical, as CAPI orders them.
 fn condition_order(type_: &str) -> (bool, &str) {
     (type_ != "Ready", type_)
@@ -168,6 +182,21 @@ mod tests {
 
     fn at(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap_or_default())
+    }
+
+    #[test]
+    fn a_huge_message_is_cut() {
+        let mut list = vec![];
+        let huge = "x".repeat(2 << 20);
+        set(
+            &mut list,
+            NewCondition::false_("Ready", Severity::Error, "InvalidSpec", huge),
+            None,
+            &at(1),
+        );
+        let message = list[0].message.clone().unwrap_or_default();
+        assert!(message.len() < MAX_MESSAGE_CHARS + 100, "{}", message.len());
+        assert!(message.ends_with("(message cut at 4096 characters)"));
     }
 
     #[test]
