@@ -55,7 +55,8 @@ impl Observations {
     /// Keep `observation`, begun at `epoch`, unless `key` was invalidated since or the cluster is
     /// being deleted (deletion reads what it waits on every time).
     pub fn keep(&self, key: &str, epoch: u64, observation: &Observation, now: Instant) {
-        if observation.deleting() {
+        // Deletion, and a missing template (its kind is not watched), are looked at afresh.
+        if observation.deleting() || observation.missing_infra_template.is_some() {
             return;
         }
         if let Ok(mut inner) = self.inner.lock()
@@ -139,6 +140,7 @@ mod tests {
             control_plane_machines: 0,
             spec_problem: None,
             member_spec_problem: None,
+            missing_infra_template: None,
             infra_machine: None,
             machine_facts: vec![],
         }

@@ -57,6 +57,8 @@ pub struct Observation {
     pub spec_problem: Option<String>,
     /// What admission would refuse in the spec new members are made from.
     pub member_spec_problem: Option<String>,
+    /// `spec.infrastructureTemplate` as `<Kind> <namespace>/<name>` when it does not exist.
+    pub missing_infra_template: Option<String>,
     /// The infra machine kind cloned from `spec.infrastructureTemplate`.
     pub infra_machine: Option<ApiResource>,
     /// Per Machine (same order as `machines`): what the rollout and remediation checks need.
@@ -277,6 +279,7 @@ impl Observation {
             last_remediation,
             spec_problem: self.spec_problem.clone(),
             member_spec_problem: self.member_spec_problem.clone(),
+            missing_infra_template: self.missing_infra_template.clone(),
             spec_failure_domains: e.spec.failure_domains.clone(),
             cluster: cluster_view,
             ca: self.ca_view.clone(),
@@ -349,6 +352,10 @@ pub async fn observe_around(
             }
         }
         None => Vec::new(),
+    };
+    let missing_infra_template = match &infra_machine {
+        Some(machine_kind) => missing_template(client, namespace, &etcd_cluster, machine_kind).await?,
+        None => None,
     };
     let configs_by_name: BTreeMap<String, &EtcdadmConfig> =
         configs.iter().map(|c| (c.name_any(), c)).collect();
@@ -443,9 +450,36 @@ pub async fn observe_around(
         control_plane_machines,
         spec_problem,
         member_spec_problem,
+        missing_infra_template,
         infra_machine,
         machine_facts,
     })
+}
+
+/// `spec.infrastructureTemplate` as `<Kind> <namespace>/<name>`, if it (or its kind) does not
+/// exist: new members cannot be cloned from it.
+async fn missing_template(
+    client: &Client,
+    namespace: &str,
+    etcd: &EtcdadmCluster,
+    machine_kind: &ApiResource,
+) -> Result<Option<String>, Error> {
+    let template = &etcd.spec.infrastructure_template;
+    let kind = template.kind.clone().unwrap_or_default();
+    let name = template.name.clone().unwrap_or_default();
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        &machine_kind.group,
+        &machine_kind.version,
+        &kind,
+    ));
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let found = match api.get_opt(&name).await {
+        Ok(found) => found.is_some(),
+        // The kind is not served: no template of it can exist.
+        Err(kube::Error::Api(status)) if status.code == 404 => false,
+        Err(e) => return Err(e.into()),
+    };
+    Ok((!found).then(|| format!("{kind} {namespace}/{name}")))
 }
 
 /// The admission webhook's verdict on the spec, for an object that reached us without it (no

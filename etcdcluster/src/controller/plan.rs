@@ -196,6 +196,8 @@ pub struct Observed {
     /// What admission would refuse in the spec (field path and why): no member Machine is
     /// created from it.
     pub member_spec_problem: Option<String>,
+    /// `spec.infrastructureTemplate` (`<Kind> <namespace>/<name>`) when it does not exist.
+    pub missing_infra_template: Option<String>,
     /// `spec.failureDomains`.
     pub spec_failure_domains: Vec<String>,
     pub cluster: ClusterView,
@@ -367,7 +369,9 @@ pub mod reason {
 
     /// Waits that are refusals: something is asked for that the safety rules do not allow now.
     /// Entering one is a Warning Event.
-    pub const REFUSALS: [&str; 8] = [
+    pub const INFRASTRUCTURE_TEMPLATE_NOT_FOUND: &str = "InfrastructureTemplateNotFound";
+    pub const REFUSALS: [&str; 9] = [
+        INFRASTRUCTURE_TEMPLATE_NOT_FOUND,
         QUORUM_LOST,
         REMOVAL_WOULD_LOSE_QUORUM,
         LAST_MEMBER,
@@ -1212,6 +1216,13 @@ fn plan_membership(o: &Observed, allowed_domains: &[String]) -> Step {
                 o.member_spec_problem.as_deref().unwrap_or_default()
             ),
         },
+        Want::Add(_) if o.missing_infra_template.is_some() => Step::Wait {
+            reason: reason::INFRASTRUCTURE_TEMPLATE_NOT_FOUND,
+            message: format!(
+                "infrastructure template {} not found: member Machines are cloned from it once it exists",
+                o.missing_infra_template.as_deref().unwrap_or_default()
+            ),
+        },
         Want::Add(purpose) => Step::CreateMachine {
             adopt: o.leftovers.first().cloned(),
             failure_domain: pick_failure_domain(allowed_domains, &o.machines),
@@ -1593,6 +1604,7 @@ mod tests {
             last_remediation: None,
             spec_problem: None,
             member_spec_problem: None,
+            missing_infra_template: None,
             spec_failure_domains: vec![],
             cluster: ClusterView::Found {
                 name: "c1".into(),
@@ -1711,6 +1723,19 @@ mod tests {
         let mut o = base();
         o.spec_problem = Some("spec.infrastructureTemplate.namespace other".into());
         assert_eq!(wait_reason(&plan(&o)), reason::INVALID_SPEC);
+    }
+
+    #[test]
+    fn a_missing_infrastructure_template_is_named_and_waited_for() {
+        let mut o = running(2);
+        o.replicas = 3;
+        o.missing_infra_template = Some("DevMachineTemplate default/etcd".into());
+        let step = plan(&o);
+        assert_eq!(wait_reason(&step), reason::INFRASTRUCTURE_TEMPLATE_NOT_FOUND);
+        assert!(step.is_refusal(), "a Warning Event says so");
+        assert!(wait_message(&step).contains("DevMachineTemplate default/etcd"));
+        o.missing_infra_template = None;
+        assert!(matches!(plan(&o), Step::CreateMachine { .. }));
     }
 
     #[test]

@@ -605,6 +605,7 @@ mod tests {
             last_remediation: None,
             spec_problem: None,
             member_spec_problem: None,
+            missing_infra_template: None,
             spec_failure_domains: vec![],
             cluster: ClusterView::Found {
                 name: "c1".into(),
