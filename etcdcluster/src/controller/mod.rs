@@ -17,11 +17,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::runtime::{PredicateConfig, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
@@ -639,6 +642,36 @@ fn etcd_clusters_of(store: &Store<Guarded>, cluster: &Cluster) -> Vec<ObjectRef<
         .collect()
 }
 
+/// EtcdadmClusters that read the Secret `secret` (the CA, the init Secret, or the two the
+/// control plane is given), by its cluster-name label. Other Secrets of the Cluster (bootstrap
+/// data, kubeconfigs) trigger nothing.
+fn etcd_clusters_using(
+    store: &Store<Guarded>,
+    secret: &PartialObjectMeta<Secret>,
+) -> Vec<ObjectRef<Guarded>> {
+    let Some(cluster) = secret.labels().get(names::CLUSTER_NAME_LABEL) else {
+        return vec![];
+    };
+    let name = secret.name_any();
+    let read_by_us = [
+        names::ca_secret_name(cluster),
+        names::init_secret_name(cluster),
+        names::kcp_etcd_ca_secret_name(cluster),
+        names::apiserver_client_secret_name(cluster),
+    ]
+    .contains(&name);
+    if !read_by_us {
+        return vec![];
+    }
+    let ns = secret.namespace();
+    store
+        .state()
+        .iter()
+        .filter(|e| e.namespace() == ns && e.labels().get(names::CLUSTER_NAME_LABEL) == Some(cluster))
+        .map(|e| ObjectRef::from_obj(e.as_ref()))
+        .collect()
+}
+
 /// EtcdadmClusters in the namespace of a KCP (few per namespace; the reconcile filters).
 fn etcd_clusters_in(store: &Store<Guarded>, namespace: Option<String>) -> Vec<ObjectRef<Guarded>> {
     store
@@ -698,8 +731,23 @@ pub async fn run(manager: ManagerContext) {
             result
         }
     };
+    // The Secrets the controller depends on, metadata only (memory stays flat however many
+    // Secrets a namespace holds), by the cluster-name label they carry.
+    let mut cluster_secrets = settings.watcher_config();
+    cluster_secrets.label_selector = Some(match cluster_secrets.label_selector.take() {
+        Some(filter) => format!("{filter},{}", names::CLUSTER_NAME_LABEL),
+        None => names::CLUSTER_NAME_LABEL.to_string(),
+    });
+    let secrets = watcher(
+        settings.api::<PartialObjectMeta<Secret>>(&client),
+        cluster_secrets,
+    )
+    .default_backoff()
+    .touched_objects();
+    let secret_store = cluster_store.clone();
     // Every event that triggers a reconcile also ends the reuse of that cluster's observation.
-    let (machines_ctx, clusters_ctx, kcps_ctx) = (ctx.clone(), ctx.clone(), ctx.clone());
+    let (machines_ctx, clusters_ctx, kcps_ctx, secrets_ctx) =
+        (ctx.clone(), ctx.clone(), ctx.clone(), ctx.clone());
     controller
         .watches(
             settings.api::<DeserializeGuard<Machine>>(&client),
@@ -719,6 +767,9 @@ pub async fn run(manager: ManagerContext) {
             settings.watcher_config(),
             move |kcp| kcps_ctx.changed(etcd_clusters_in(&kcp_store, kcp.namespace())),
         )
+        .watches_stream(secrets, move |secret| {
+            secrets_ctx.changed(etcd_clusters_using(&secret_store, &secret))
+        })
         .reconcile_all_on(settings.resync_ticks())
         .graceful_shutdown_on(shutdown.wait())
         .run(measured, error_policy, ctx)
@@ -773,6 +824,44 @@ mod tests {
         ] {
             assert_ne!(base, worth_reconciling(&changed), "{what}");
         }
+    }
+
+    #[test]
+    fn only_the_secrets_the_controller_reads_reach_the_etcd_clusters_of_their_cluster() {
+        let (reader, mut writer) = kube::runtime::reflector::store::<Guarded>();
+        let etcd = |name: &str, cluster: &str| {
+            guarded(serde_json::json!({
+                "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmCluster",
+                "metadata": {"name": name, "namespace": "default",
+                             "labels": {names::CLUSTER_NAME_LABEL: cluster}},
+                "spec": {"infrastructureTemplate": {}},
+            }))
+        };
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(etcd("c1-etcd", "c1")));
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(etcd("c2-etcd", "c2")));
+        let secret = |name: &str, namespace: &str| -> PartialObjectMeta<Secret> {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": namespace,
+                             "labels": {names::CLUSTER_NAME_LABEL: "c1"}},
+            }))
+            .unwrap()
+        };
+        let c1 = vec![ObjectRef::<Guarded>::new("c1-etcd").within("default")];
+        for name in [
+            "c1-managed-etcd",
+            "c1-etcd-init",
+            "c1-etcd",
+            "c1-apiserver-etcd-client",
+        ] {
+            assert_eq!(
+                etcd_clusters_using(&reader, &secret(name, "default")),
+                c1,
+                "{name}"
+            );
+        }
+        assert!(etcd_clusters_using(&reader, &secret("c1-kubeconfig", "default")).is_empty());
+        assert!(etcd_clusters_using(&reader, &secret("c1-managed-etcd", "other")).is_empty());
     }
 
     #[tokio::test]
