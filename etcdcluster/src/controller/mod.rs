@@ -388,10 +388,14 @@ async fn apply_step(ctx: &Context, obs: &Observation, step: Step) -> Result<Next
                     "MemberRemediation"
                 }
                 Removal::OrphanMachine => "OrphanMachineDeleted",
+                Removal::FailedJoin => "MemberJoinFailed",
             };
             apply::delete_machine(client, ns, &machine).await?;
             info!(etcdcluster = %etcd.name_any(), %machine, reason = event_reason, "deleting member Machine");
-            let warning = matches!(purpose, Removal::Remediation { .. } | Removal::OrphanMachine);
+            let warning = matches!(
+                purpose,
+                Removal::Remediation { .. } | Removal::OrphanMachine | Removal::FailedJoin
+            );
             ctx.event(etcd, warning, event_reason, message).await;
             Ok(Next::Again)
         }

@@ -19,8 +19,8 @@ use etcdadm_shared::names;
 use etcdadm_shared::pki::{CertificateAuthority, ca_from_secret};
 
 use super::plan::{
-    CaView, ClusterView, EtcdView, InitSecretView, KcpView, LastRemediation, MachineView, Observed,
-    RemediationPolicy,
+    CaView, ClusterView, EtcdView, InitSecretView, KcpView, LastRemediation, MIN_JOIN_DEADLINE,
+    MIN_JOIN_INTERVALS, MachineView, Observed, RemediationPolicy,
 };
 use super::rollout::{DesiredSpec, MemberSpec, outdated_reason};
 use crate::error::Error;
@@ -133,6 +133,7 @@ pub fn remediation_policy(etcd: &EtcdadmCluster) -> RemediationPolicy {
     let mut policy = RemediationPolicy {
         enabled: settings.remediation,
         unhealthy_after: settings.unhealthy_after,
+        join_deadline: settings.unhealthy_after,
     };
     let explicit = etcd
         .spec
@@ -150,6 +151,10 @@ pub fn remediation_policy(etcd: &EtcdadmCluster) -> RemediationPolicy {
         }
         _ => {}
     }
+    policy.join_deadline = policy
+        .unhealthy_after
+        .max(settings.interval.saturating_mul(MIN_JOIN_INTERVALS))
+        .max(MIN_JOIN_DEADLINE);
     policy
 }
 
@@ -731,6 +736,31 @@ mod tests {
         assert_eq!(explicit.unhealthy_after, Duration::from_secs(7));
         let disabled = remediation_policy(&etcd(None, serde_json::json!({"remediation": "Disabled"})));
         assert!(!disabled.enabled);
+    }
+
+    #[test]
+    fn a_join_gets_unhealthy_after_and_at_least_three_intervals_and_30_s() {
+        let default = remediation_policy(&etcd(None, serde_json::json!({})));
+        assert_eq!(default.join_deadline, Duration::from_secs(300));
+        let spec = remediation_policy(&etcd(
+            None,
+            serde_json::json!({"interval": "1s", "unhealthyAfter": "50s"}),
+        ));
+        assert_eq!(spec.join_deadline, Duration::from_secs(50));
+        let slow = remediation_policy(&etcd(
+            None,
+            serde_json::json!({"interval": "20s", "unhealthyAfter": "40s"}),
+        ));
+        assert_eq!(
+            slow.join_deadline,
+            Duration::from_secs(60),
+            "three intervals at least"
+        );
+        let fast = remediation_policy(&etcd(
+            None,
+            serde_json::json!({"interval": "1s", "unhealthyAfter": "5s"}),
+        ));
+        assert_eq!(fast.join_deadline, Duration::from_secs(30), "30 s at least");
     }
 
     #[test]

@@ -155,13 +155,24 @@ pub enum KcpView {
 pub struct RemediationPolicy {
     pub enabled: bool,
     pub unhealthy_after: Duration,
+    /// How long a new Machine may take to become a healthy member before it is replaced:
+    /// `unhealthyAfter`, and at least [`MIN_JOIN_INTERVALS`] health intervals and
+    /// [`MIN_JOIN_DEADLINE`].
+    pub join_deadline: Duration,
 }
+
+/// A join is never given up on sooner than this many health intervals...
+pub const MIN_JOIN_INTERVALS: u32 = 3;
+/// ...nor sooner than this (a machine boots and etcd syncs; CAPI's MachineHealthCheck holds
+/// `nodeStartupTimeout` to the same minimum).
+pub const MIN_JOIN_DEADLINE: Duration = Duration::from_secs(30);
 
 impl Default for RemediationPolicy {
     fn default() -> Self {
         RemediationPolicy {
             enabled: true,
             unhealthy_after: etcdadm_shared::api::cluster::DEFAULT_UNHEALTHY_AFTER,
+            join_deadline: etcdadm_shared::api::cluster::DEFAULT_UNHEALTHY_AFTER,
         }
     }
 }
@@ -231,6 +242,8 @@ pub enum Removal {
     },
     /// Its member left etcd (removed by someone) and never came back.
     OrphanMachine,
+    /// It did not become a healthy member within the join deadline.
+    FailedJoin,
 }
 
 /// Why a Machine is created.
@@ -370,7 +383,9 @@ pub mod reason {
     /// Waits that are refusals: something is asked for that the safety rules do not allow now.
     /// Entering one is a Warning Event.
     pub const INFRASTRUCTURE_TEMPLATE_NOT_FOUND: &str = "InfrastructureTemplateNotFound";
-    pub const REFUSALS: [&str; 9] = [
+    pub const MEMBER_JOIN_FAILED: &str = "MemberJoinFailed";
+    pub const REFUSALS: [&str; 10] = [
+        MEMBER_JOIN_FAILED,
         INFRASTRUCTURE_TEMPLATE_NOT_FOUND,
         QUORUM_LOST,
         REMOVAL_WOULD_LOSE_QUORUM,
@@ -474,6 +489,7 @@ pub fn removal_reason(purpose: Removal) -> &'static str {
         Removal::Rollout => reason::ROLLING_UPDATE,
         Removal::Remediation { .. } => reason::REMEDIATING,
         Removal::OrphanMachine => reason::ORPHAN_MACHINE,
+        Removal::FailedJoin => reason::MEMBER_JOIN_FAILED,
     }
 }
 
@@ -1090,6 +1106,51 @@ fn pending_change(o: &Observed) -> Option<Step> {
     None
 }
 
+/// A Machine that did not become a healthy member within the join deadline (no address, never
+/// added, added but never started, or started but never healthy) is deleted; its hook removes
+/// an added member first, which a quorum of started voters always allows, and a new Machine
+/// replaces it. Before that, the join is waited for (rules 1 and 2). The first member is left
+/// alone: without a healthy member there is no cluster to keep safe or to join anew.
+fn failed_join(o: &Observed) -> Option<Step> {
+    if !o.initialized_now() {
+        return None;
+    }
+    let deadline = o.remediation.join_deadline;
+    let (machine, state) = o
+        .active_machines()
+        .filter(|m| !m.was_member && m.age > deadline)
+        .find_map(|m| {
+            let state = match (&m.address, o.member_of(&m.name)) {
+                (None, _) => "it has no address",
+                (Some(_), None) => "it never became an etcd member",
+                (Some(_), Some(member)) if !member.is_started() => "its member was added but never started",
+                (Some(_), Some(member)) if !member.healthy && !member.ever_healthy => {
+                    "its member started but was never healthy"
+                }
+                (Some(_), Some(_)) => return None,
+            };
+            Some((m, state))
+        })?;
+    let limit = duration::format(deadline);
+    if !o.remediation.enabled {
+        return Some(Step::Wait {
+            reason: reason::MEMBER_JOIN_FAILED,
+            message: format!(
+                "Machine {} did not join within {limit} ({state}); remediation is disabled: delete the Machine to replace it",
+                machine.name
+            ),
+        });
+    }
+    Some(Step::DeleteMachine {
+        machine: machine.name.clone(),
+        purpose: Removal::FailedJoin,
+        message: format!(
+            "Machine {} did not become a healthy etcd member within {limit} ({state}): deleting it (a member it added is removed first); a new one replaces it",
+            machine.name
+        ),
+    })
+}
+
 /// What the replica count and the rollout strategy want next, health aside.
 enum Want<'a> {
     Add(Growth),
@@ -1177,6 +1238,9 @@ fn plan_membership(o: &Observed, allowed_domains: &[String]) -> Step {
                 m.name
             ),
         };
+    }
+    if let Some(step) = failed_join(o) {
+        return step;
     }
     if let Some(wait) = pending_change(o) {
         return wait;
@@ -1285,7 +1349,7 @@ fn removal_step(o: &Observed, victim: &MachineView, purpose: Removal) -> Step {
             "rolling update: deleting Machine {} ({why}); its member is removed first",
             victim.name
         ),
-        Removal::Remediation { .. } | Removal::OrphanMachine => {
+        Removal::Remediation { .. } | Removal::OrphanMachine | Removal::FailedJoin => {
             format!("deleting Machine {} ({why})", victim.name)
         }
     };
@@ -1670,6 +1734,184 @@ mod tests {
         match &mut o.etcd {
             EtcdView::Members(m) => m,
             _ => panic!("no members"),
+        }
+    }
+
+    /// `running(3)` scaling to 5, with a fourth Machine `c1-etcd-m3` at 10.0.0.4, `age` old,
+    /// whose join is in the state `member` gives (`None`: never added).
+    fn joining(age: Duration, member: Option<MemberView>) -> Observed {
+        let mut o = running(3);
+        o.replicas = 5;
+        let mut m = machine("c1-etcd-m3", Some("10.0.0.4"), None);
+        m.age = age;
+        o.machines.push(m);
+        if let Some(member) = member {
+            members_mut(&mut o).push(member);
+        }
+        o
+    }
+
+    /// Added by `MemberAdd` through etcdadm, process never started.
+    fn added_not_started() -> MemberView {
+        MemberView {
+            id: 4,
+            peer_urls: vec![names::peer_url("10.0.0.4")],
+            machine: Some("c1-etcd-m3".into()),
+            ..Default::default()
+        }
+    }
+
+    fn started_never_healthy() -> MemberView {
+        let mut m = unhealthy(member(4, "c1-etcd-m3", "10.0.0.4"), "not yet synced");
+        m.ever_healthy = false;
+        m
+    }
+
+    const DEADLINE: Duration = etcdadm_shared::api::cluster::DEFAULT_UNHEALTHY_AFTER;
+    const JUST_BEFORE: Duration = DEADLINE;
+    const JUST_AFTER: Duration = DEADLINE.saturating_add(Duration::from_secs(1));
+
+    fn failed_join_of(step: &Step) -> Option<&str> {
+        match step {
+            Step::DeleteMachine {
+                machine,
+                purpose: Removal::FailedJoin,
+                ..
+            } => Some(machine),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_join_is_waited_for_until_its_deadline_and_its_machine_replaced_after_it() {
+        let no_address = |age| {
+            let mut o = joining(age, None);
+            o.machines[3].address = None;
+            o
+        };
+        type Case = (&'static str, fn(Duration) -> Observed, &'static str);
+        let cases: [Case; 4] = [
+            ("no address", no_address, reason::WAITING_FOR_MACHINE_ADDRESS),
+            (
+                "never added",
+                |age| joining(age, None),
+                reason::WAITING_FOR_MEMBER_JOIN,
+            ),
+            (
+                "added, never started",
+                |age| joining(age, Some(added_not_started())),
+                reason::WAITING_FOR_MEMBER_JOIN,
+            ),
+            (
+                "started, never healthy",
+                |age| joining(age, Some(started_never_healthy())),
+                reason::WAITING_FOR_MEMBER_JOIN,
+            ),
+        ];
+        for (what, make, waiting) in cases {
+            let before = plan(&make(JUST_BEFORE));
+            assert_eq!(wait_reason(&before), waiting, "{what}: {before:?}");
+            let after = plan(&make(JUST_AFTER));
+            assert_eq!(failed_join_of(&after), Some("c1-etcd-m3"), "{what}: {after:?}");
+            let (reason, message) = after.reason();
+            assert_eq!(reason, reason::MEMBER_JOIN_FAILED, "{what}");
+            assert!(
+                message.contains("did not become a healthy etcd member within 5m"),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_member_a_failed_join_added_is_removed_before_anything_else() {
+        // Scale-up (3 started voters + 1 never started) and a remove-first rollout (2 + 1): a
+        // quorum of started voters remains either way, so the added member can always go.
+        for started in [3, 2] {
+            let mut o = joining(JUST_AFTER, Some(added_not_started()));
+            if started == 2 {
+                o.replicas = 3;
+                o.machines.remove(2);
+                members_mut(&mut o).remove(2);
+            }
+            o.machines.last_mut().unwrap().deleting = true;
+            match plan(&o) {
+                Step::RemoveMember {
+                    member_id, via_url, ..
+                } => {
+                    assert_eq!(member_id, 4, "{started} started voters");
+                    assert_ne!(via_url, names::client_url("10.0.0.4"));
+                }
+                step => panic!("{started} started voters: expected the member's removal, got {step:?}"),
+            }
+            // Once it is gone from etcd, the hook is released.
+            members_mut(&mut o).retain(|m| m.id != 4);
+            assert_eq!(
+                plan(&o),
+                Step::ReleaseHook {
+                    machine: "c1-etcd-m3".into()
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_healthy_new_member_or_the_first_member_is_never_a_failed_join() {
+        let joined = joining(JUST_AFTER, Some(member(4, "c1-etcd-m3", "10.0.0.4")));
+        assert_eq!(failed_join_of(&plan(&joined)), None, "{:?}", plan(&joined));
+        let mut first = base();
+        first.replicas = 3;
+        let mut m = machine("c1-etcd-m0", Some("10.0.0.1"), None);
+        m.age = JUST_AFTER * 10;
+        first.machines.push(m);
+        first.etcd = EtcdView::Unreachable {
+            message: "connection refused".into(),
+        };
+        assert_eq!(failed_join_of(&plan(&first)), None);
+    }
+
+    #[test]
+    fn with_remediation_disabled_a_failed_join_is_reported_not_replaced() {
+        let mut o = joining(JUST_AFTER, Some(added_not_started()));
+        o.remediation.enabled = false;
+        let step = plan(&o);
+        assert_eq!(wait_reason(&step), reason::MEMBER_JOIN_FAILED);
+        assert!(step.is_refusal());
+        assert!(wait_message(&step).contains("remediation is disabled"));
+    }
+
+    #[test]
+    fn a_stuck_join_never_blocks_remediation_for_longer_than_its_deadline() {
+        // Five members, m1 dead and overdue, a sixth Machine m5 joining: until m5's deadline the
+        // join is waited for (one change at a time); past it m5 goes first, then m1 is
+        // remediated. (Four healthy of six voters keep a quorum throughout.)
+        let mut o = running(5);
+        o.replicas = 7;
+        let mut dead = unhealthy(member(2, "c1-etcd-m1", "10.0.0.2"), "connection refused");
+        dead.unhealthy_for = DEADLINE * 2;
+        members_mut(&mut o)[1] = dead;
+        o.machines[1].was_member = true;
+        o.machines[1].unhealthy_for = DEADLINE * 2;
+        let mut m5 = machine("c1-etcd-m5", Some("10.0.0.6"), None);
+        m5.age = JUST_BEFORE;
+        o.machines.push(m5);
+        members_mut(&mut o).push(MemberView {
+            id: 6,
+            peer_urls: vec![names::peer_url("10.0.0.6")],
+            machine: Some("c1-etcd-m5".into()),
+            ..Default::default()
+        });
+        assert_eq!(wait_reason(&plan(&o)), reason::WAITING_FOR_MEMBER_JOIN);
+        o.machines[5].age = JUST_AFTER;
+        assert_eq!(failed_join_of(&plan(&o)), Some("c1-etcd-m5"));
+        o.machines.pop();
+        members_mut(&mut o).pop();
+        match plan(&o) {
+            Step::DeleteMachine {
+                machine,
+                purpose: Removal::Remediation { .. },
+                ..
+            } => assert_eq!(machine, "c1-etcd-m1"),
+            step => panic!("expected m1's remediation, got {step:?}"),
         }
     }
 
