@@ -137,6 +137,49 @@ impl History {
             .max()
     }
 
+    /// Members added that never started and were removed again: failed joins, by ID.
+    pub fn failed_joins(&self) -> BTreeSet<u64> {
+        let started: BTreeSet<u64> = self
+            .snapshots
+            .iter()
+            .flat_map(|s| s.members.iter().filter(|m| m.2).map(|m| m.0))
+            .collect();
+        let last = self.snapshots.last().map(Snapshot::ids).unwrap_or_default();
+        self.snapshots
+            .iter()
+            .flat_map(|s| s.members.iter().map(|m| m.0))
+            .filter(|id| !started.contains(id) && !last.contains(id))
+            .collect()
+    }
+
+    /// A failed join is undone before anything else changes: from the snapshot where a member
+    /// that never starts appears to the one where it is gone, the only membership change is its
+    /// removal. Returns the violations.
+    pub fn changes_while_a_failed_join_was_pending(&self) -> Vec<String> {
+        let mut violations = vec![];
+        for id in self.failed_joins() {
+            let present: Vec<usize> = (0..self.snapshots.len())
+                .filter(|&i| self.snapshots[i].ids().contains(&id))
+                .collect();
+            let (Some(&first), Some(&last)) = (present.first(), present.last()) else {
+                continue;
+            };
+            for w in first..=last {
+                let (a, b) = (&self.snapshots[w], self.snapshots.get(w + 1));
+                let Some(b) = b else { break };
+                let mut changed: BTreeSet<u64> = a.ids().symmetric_difference(&b.ids()).copied().collect();
+                changed.remove(&id);
+                if !changed.is_empty() {
+                    violations.push(format!(
+                        "members {changed:?} changed at {:?} while member {id:x} (added, never started) was pending",
+                        b.at
+                    ));
+                }
+            }
+        }
+        violations
+    }
+
     /// Rule 4: no Machine disappeared while its member was still in etcd. A violation is a
     /// membership read that started after the Machine was seen gone and still lists the member
     /// (polling can only prove this direction). Returns the violations.
@@ -331,6 +374,29 @@ mod tests {
         assert_eq!(history.max_pending_joins(), 2);
         assert_eq!(history.max_changes_per_step(), 2);
         assert_eq!(history.max_size(), 3);
+    }
+
+    #[test]
+    fn a_failed_join_must_be_undone_before_any_other_change() {
+        let good = History {
+            snapshots: vec![
+                snap(&[(1, true), (2, true)]),
+                snap(&[(1, true), (2, true), (9, false)]),
+                snap(&[(1, true), (2, true)]),
+                snap(&[(1, true), (2, true), (3, false)]),
+                snap(&[(1, true), (2, true), (3, true)]),
+            ],
+        };
+        assert_eq!(good.failed_joins(), BTreeSet::from([9]));
+        assert!(good.changes_while_a_failed_join_was_pending().is_empty());
+        let bad = History {
+            snapshots: vec![
+                snap(&[(1, true), (2, true), (9, false)]),
+                snap(&[(1, true), (9, false)]),
+                snap(&[(1, true)]),
+            ],
+        };
+        assert_eq!(bad.changes_while_a_failed_join_was_pending().len(), 1);
     }
 
     fn named(at: u64, members: &[(u64, &str)]) -> Snapshot {
