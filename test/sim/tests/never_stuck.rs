@@ -69,13 +69,20 @@ async fn stall_the_next_join(plane: &Plane, cluster: &str, known: &BTreeSet<Stri
             });
             return (machine.name_any(), target);
         }
-        assert!(Instant::now() < deadline, "no new Machine of {cluster} got bootstrap data");
+        assert!(
+            Instant::now() < deadline,
+            "no new Machine of {cluster} got bootstrap data"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 async fn machine_names(client: &Client, cluster: &str) -> BTreeSet<String> {
-    machines(client, cluster).await.iter().map(|m| m.name_any()).collect()
+    machines(client, cluster)
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect()
 }
 
 async fn join_failures(client: &Client, cluster: &str) -> Vec<String> {
@@ -89,7 +96,14 @@ async fn join_failures(client: &Client, cluster: &str) -> Vec<String> {
 
 /// Change the spec with `patch` while a client writes, stall the first new Machine's join
 /// target, and wait until the cluster settles at `replicas` with the failed join replaced.
-async fn stall_during(plane: &Plane, work: &TempDir, cluster: &str, what: &str, patch: Value, replicas: usize) {
+async fn stall_during(
+    plane: &Plane,
+    work: &TempDir,
+    cluster: &str,
+    what: &str,
+    patch: Value,
+    replicas: usize,
+) {
     let client = &plane.client;
     let watchers = Watchers::start(client, cluster).await;
     let (endpoints, follower) = follow_kcp_endpoints(client, cluster);
@@ -112,15 +126,25 @@ async fn stall_during(plane: &Plane, work: &TempDir, cluster: &str, what: &str, 
         !failures.is_empty() && !history.ever_member(&stalled),
         "{what}: the join of {stalled} through {target} should have failed and been replaced: {failures:?}\n\
          --- {stalled}'s cloud-init output\n{}\n{}",
-        std::fs::read_to_string(work.path().join(format!("machines/{stalled}/var/log/cloud-init-output.log")))
-            .unwrap_or_default(),
+        std::fs::read_to_string(
+            work.path()
+                .join(format!("machines/{stalled}/var/log/cloud-init-output.log"))
+        )
+        .unwrap_or_default(),
         logs(work)
     );
-    assert!(!machine_names(client, cluster).await.contains(&stalled), "{what}: {stalled} is still there");
+    assert!(
+        !machine_names(client, cluster).await.contains(&stalled),
+        "{what}: {stalled} is still there"
+    );
     assert_safe(&history, &machine_log);
     let pending = history.changes_while_a_failed_join_was_pending();
     assert!(pending.is_empty(), "{what}: {pending:?}\n{history:#?}");
-    assert!(report.lost.is_empty(), "{what}: acknowledged writes lost: {:?}", report.lost);
+    assert!(
+        report.lost.is_empty(),
+        "{what}: acknowledged writes lost: {:?}",
+        report.lost
+    );
     assert!(report.acked > 20, "{what}: the client hardly wrote: {report:?}");
     println!(
         "{what}: settled at {replicas} in {:.1}s; join of {stalled} through {target} failed and was replaced; \
@@ -138,14 +162,30 @@ async fn a_join_through_a_stalled_member_is_replaced_in_scale_up_and_both_rollou
     let plane = start_plane(7, &work, Duration::from_secs(1)).await;
     let client = plane.client.clone();
     // A short pause before etcdadm runs leaves time to stop the join target first.
-    create(&client, "j1", 3, true, json!({"preEtcdadmCommands": ["sleep 3"]}), json!({})).await;
+    create(
+        &client,
+        "j1",
+        3,
+        true,
+        json!({"preEtcdadmCommands": ["sleep 3"]}),
+        json!({}),
+    )
+    .await;
     wait_settled(&client, "j1", 3, TIMEOUT, &work).await;
 
     stall_during(&plane, &work, "j1", "scale 3 → 5", json!({"replicas": 5}), 5).await;
     patch_spec(&client, "j1", json!({"replicas": 3})).await;
     wait_settled(&client, "j1", 3, TIMEOUT, &work).await;
     let now = || k8s_openapi::jiff::Timestamp::now().to_string();
-    stall_during(&plane, &work, "j1", "rollout, maxSurge 1", json!({"rolloutAfter": now()}), 3).await;
+    stall_during(
+        &plane,
+        &work,
+        "j1",
+        "rollout, maxSurge 1",
+        json!({"rolloutAfter": now()}),
+        3,
+    )
+    .await;
     stall_during(
         &plane,
         &work,
@@ -156,4 +196,241 @@ async fn a_join_through_a_stalled_member_is_replaced_in_scale_up_and_both_rollou
     )
     .await;
     save_logs(&work, "never-stuck");
+}
+
+/// Poll `check` (which returns what it is still waiting for) until it passes; panics with the
+/// last answer and the logs after `timeout`.
+async fn until<F, Fut>(what: &str, timeout: Duration, work: &TempDir, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let started = Instant::now();
+    loop {
+        match check().await {
+            Ok(()) => return started.elapsed(),
+            Err(last) if started.elapsed() > timeout => {
+                panic!("{what}: not within {timeout:?}: {last}\n{}", logs(work))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// `(reason, message)` of the Ready condition of `<cluster>-etcd`, as read untyped (an
+/// unreadable object must be reported readably).
+async fn ready_reason(client: &Client, cluster: &str) -> (String, String, Option<String>) {
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &kube::api::ApiResource::erase::<etcdadm_shared::api::EtcdadmCluster>(&()),
+    );
+    let Ok(object) = api.get(&format!("{cluster}-etcd")).await else {
+        return Default::default();
+    };
+    let ready = object.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .cloned()
+        .unwrap_or_default();
+    let text = |k: &str| ready[k].as_str().unwrap_or_default().to_string();
+    (text("reason"), text("message"), object.metadata.resource_version)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_and_missing_objects_get_an_answer_that_names_them() {
+    let work = TempDir::new("sim-never-silent");
+    let plane = start_plane(9, &work, Duration::from_secs(1)).await;
+    let client = plane.client.clone();
+
+    // An EtcdadmCluster the controller cannot read (an unknown format; the sim's API server,
+    // like one without our CRD schema, lets it in): reported once, nothing loops.
+    let untyped: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &kube::api::ApiResource::erase::<etcdadm_shared::api::EtcdadmCluster>(&()),
+    );
+    let unreadable = serde_json::from_value(json!({
+        "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmCluster",
+        "metadata": {"name": "u1-etcd", "namespace": NAMESPACE},
+        "spec": {"infrastructureTemplate": {"kind": "SimMachineTemplate", "name": "x"},
+                 "etcdadmConfigSpec": {"format": "ignition"}},
+    }))
+    .unwrap();
+    untyped.create(&Default::default(), &unreadable).await.unwrap();
+    until(
+        "the unreadable object is reported",
+        Duration::from_secs(30),
+        &work,
+        || async {
+            match ready_reason(&client, "u1").await {
+                (reason, message, _) if reason == "InvalidObject" && message.contains("ignition") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let (_, _, version) = ready_reason(&client, "u1").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        ready_reason(&client, "u1").await.2,
+        version,
+        "the report is written once"
+    );
+    let reports: Vec<_> = events(&client, "u1")
+        .await
+        .into_iter()
+        .filter(|(r, _)| r == "InvalidObject")
+        .collect();
+    assert_eq!(reports.len(), 1, "one Event: {reports:?}");
+
+    // A missing infrastructure template is named, and used as soon as it appears.
+    let missing = json!({"infrastructureTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+                         "kind": "SimMachineTemplate", "name": "t1-later", "namespace": NAMESPACE}});
+    create(&client, "t1", 1, false, json!({}), missing).await;
+    until(
+        "the missing template is named",
+        Duration::from_secs(30),
+        &work,
+        || async {
+            let (reason, message, _) = ready_reason(&client, "t1").await;
+            let named = message.contains("SimMachineTemplate default/t1-later");
+            let evented = events(&client, "t1").await.iter().any(|(r, n)| {
+                r == "InfrastructureTemplateNotFound" && n.contains("SimMachineTemplate default/t1-later")
+            });
+            (reason == "InfrastructureTemplateNotFound" && named && evented)
+                .then_some(())
+                .ok_or(format!("{reason}: {message}"))
+        },
+    )
+    .await;
+    assert!(machines(&client, "t1").await.is_empty());
+    let templates: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &etcdadm_sim::capi::sim_machine_template_resource(),
+    );
+    let mut template = templates.get("t1-etcd").await.unwrap();
+    template.metadata = kube::api::ObjectMeta {
+        name: Some("t1-later".into()),
+        namespace: Some(NAMESPACE.into()),
+        ..Default::default()
+    };
+    templates.create(&Default::default(), &template).await.unwrap();
+    let seen = until(
+        "a Machine from the template that appeared",
+        Duration::from_secs(30),
+        &work,
+        || async {
+            (!machines(&client, "t1").await.is_empty())
+                .then_some(())
+                .ok_or_else(|| "no Machine yet".to_string())
+        },
+    )
+    .await;
+    println!("template appeared → first Machine in {:.1}s", seen.as_secs_f64());
+
+    // A member spec admission would refuse (a 1 MiB version) creates no Machine, and the answer
+    // names the field without copying the value.
+    create(
+        &client,
+        "v1",
+        1,
+        false,
+        json!({"cloudInitConfig": {"version": "9".repeat(1 << 20)}}),
+        json!({}),
+    )
+    .await;
+    until(
+        "the invalid member spec is named",
+        Duration::from_secs(30),
+        &work,
+        || async {
+            let (reason, message, _) = ready_reason(&client, "v1").await;
+            (reason == "InvalidSpec" && message.contains("spec.etcdadmConfigSpec.cloudInitConfig.version"))
+                .then_some(())
+                .ok_or(format!(
+                    "{reason}: {}",
+                    message.chars().take(300).collect::<String>()
+                ))
+        },
+    )
+    .await;
+    assert!(
+        machines(&client, "v1").await.is_empty(),
+        "no Machine from an invalid spec"
+    );
+    let etcd = untyped.get("v1-etcd").await.unwrap();
+    let status = serde_json::to_string(&etcd.data["status"]).unwrap();
+    assert!(status.len() < 16 * 1024, "status is {} bytes", status.len());
+
+    // The Secrets the controller reads are watched: with a 30 s health interval (and observations
+    // otherwise reused for up to 60 s), a deleted CA is reported within one interval, and once
+    // restored, a scale-up it held back starts at once.
+    let slow = json!({"interval": "30s", "timeout": "5s", "unhealthyAfter": "5m"});
+    etcdadm_sim::manifests::create_managed_cluster(
+        &client,
+        NAMESPACE,
+        &etcdadm_sim::manifests::ManagedCluster {
+            name: "w1",
+            replicas: 1,
+            zones: &[],
+            config_spec: json!({}),
+            health_check: slow,
+            with_kcp: false,
+            extra_spec: json!({}),
+        },
+    )
+    .await
+    .unwrap();
+    wait_settled(&client, "w1", 1, TIMEOUT, &work).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let ca_name = etcdadm_shared::names::ca_secret_name("w1");
+    let mut ca = secrets.get(&ca_name).await.unwrap();
+    secrets.delete(&ca_name, &Default::default()).await.unwrap();
+    let reported = until(
+        "the deleted CA is reported",
+        Duration::from_secs(30),
+        &work,
+        || async {
+            let (reason, message, _) = ready_reason(&client, "w1").await;
+            (reason == "EtcdCAMissing")
+                .then_some(())
+                .ok_or(format!("{reason}: {message}"))
+        },
+    )
+    .await;
+    patch_spec(&client, "w1", json!({"replicas": 3})).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        machines(&client, "w1").await.len(),
+        1,
+        "nothing grows without the CA"
+    );
+    ca.metadata = kube::api::ObjectMeta {
+        name: ca.metadata.name.clone(),
+        namespace: ca.metadata.namespace.clone(),
+        labels: ca.metadata.labels.clone(),
+        owner_references: ca.metadata.owner_references.clone(),
+        ..Default::default()
+    };
+    secrets.create(&Default::default(), &ca).await.unwrap();
+    let acted = until(
+        "the restored CA lets the scale-up go on",
+        Duration::from_secs(30),
+        &work,
+        || async {
+            let n = machines(&client, "w1").await.len();
+            (n > 1).then_some(()).ok_or(format!("{n} Machines"))
+        },
+    )
+    .await;
+    println!(
+        "deleted CA reported in {:.1}s, restored CA → next Machine in {:.1}s (health interval 30 s)",
+        reported.as_secs_f64(),
+        acted.as_secs_f64()
+    );
+    save_logs(&work, "never-silent");
 }
