@@ -12,7 +12,7 @@ use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterSpec, Format};
 use etcdadm_shared::duration;
 use etcdadm_shared::manager::WebhookRoutes;
 use etcdadm_shared::manager::admission::{self, AdmissionRequest, AdmissionResponse, DynamicObject};
-use etcdadm_shared::validation::{FieldError, quoted, validate_config_spec};
+use etcdadm_shared::validation::{FieldError, quoted, validate_config_spec, version_change_problem};
 
 /// Defaulting webhook path (controller-runtime's naming).
 pub const MUTATE_PATH: &str = "/mutate-etcdcluster-cluster-x-k8s-io-v1beta1-etcdadmcluster";
@@ -210,15 +210,11 @@ pub fn validate_update(old: &EtcdadmClusterSpec, new: &EtcdadmClusterSpec) -> Ve
             .and_then(|c| c.version.clone())
     };
     if let (Some(old_version), Some(new_version)) = (version(old), version(new))
-        && let (Some(from), Some(to)) = (minor(&old_version), minor(&new_version))
-        && to < from
+        && let Some(problem) = version_change_problem(&old_version, &new_version)
     {
         errors.push(FieldError::new(
             "spec.etcdadmConfigSpec.cloudInitConfig.version",
-            format!(
-                "{new_version}: downgrading from {old_version} to an older minor version is not possible: \
-                 new members could not join the running ones, which already use the newer data format"
-            ),
+            problem,
         ));
     }
     if old.infrastructure_template.namespace.is_some()
@@ -233,10 +229,6 @@ pub fn validate_update(old: &EtcdadmClusterSpec, new: &EtcdadmClusterSpec) -> Ve
 }
 
 /// `(major, minor)` of an etcd version such as `3.5.9`.
-fn minor(version: &str) -> Option<(u64, u64)> {
-    let mut parts = version.split(['.', '-', '+']);
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-}
 
 #[cfg(test)]
 mod tests {
@@ -347,11 +339,14 @@ mod tests {
     }
 
     #[test]
-    fn downgrading_etcd_is_refused_upgrading_is_not() {
+    fn downgrading_or_skipping_a_minor_is_refused_upgrading_one_minor_is_not() {
         let at = |v: &str| spec(json!({"etcdadmConfigSpec": {"cloudInitConfig": {"version": v}}}));
         let errors = validate_update(&at("3.5.9"), &at("3.4.27"));
         assert_eq!(paths(&errors), ["spec.etcdadmConfigSpec.cloudInitConfig.version"]);
-        assert!(errors[0].message.contains("downgrading"));
+        assert!(errors[0].message.contains("downgrades the minor version"));
+        let errors = validate_update(&at("3.4.27"), &at("3.6.0"));
+        assert_eq!(paths(&errors), ["spec.etcdadmConfigSpec.cloudInitConfig.version"]);
+        assert!(errors[0].message.contains("skips a minor version"), "{errors:?}");
         assert!(validate_update(&at("3.4.27"), &at("3.5.9")).is_empty());
         assert!(
             validate_update(&at("3.5.9"), &at("3.5.1")).is_empty(),

@@ -163,7 +163,7 @@ async fn invalid_clusters_are_denied_with_every_field_path() {
 }
 
 #[tokio::test]
-async fn an_etcd_downgrade_is_denied_on_update() {
+async fn an_etcd_downgrade_or_minor_skip_is_denied_on_update() {
     let webhooks = Webhooks::start().await;
     let at = |v: &str| {
         cluster(json!({"replicas": 3, "infrastructureTemplate": template(),
@@ -182,4 +182,10 @@ async fn an_etcd_downgrade_is_denied_on_update() {
         .call(VALIDATE_PATH, &review("UPDATE", at("3.5.9"), Some(at("3.4.27"))))
         .await;
     assert_eq!(response["allowed"], true, "{response}");
+    let response = webhooks
+        .call(VALIDATE_PATH, &review("UPDATE", at("3.6.0"), Some(at("3.4.27"))))
+        .await;
+    assert_eq!(response["allowed"], false, "a skipped minor: {response}");
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("skips a minor version"), "{message}");
 }

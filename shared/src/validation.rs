@@ -201,6 +201,40 @@ pub fn is_etcd_version(v: &str) -> bool {
         && build.is_none_or(ident_ok)
 }
 
+/// `(major, minor)` of an etcd version (`3.5.9`, `3.6.0-rc.1`, or etcd's own `3.5.9` from its
+/// Status response); `None` if it does not start with two numbers.
+pub fn major_minor(version: &str) -> Option<(u64, u64)> {
+    let mut parts = version.split(['.', '-', '+']);
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// Why members of etcd `to` cannot replace members of `from`, if they cannot: etcd upgrades one
+/// minor version at a time (a member of the next minor joins an older cluster, never one two
+/// minors newer) and never downgrades a minor (the data format moved on). Patch versions may
+/// move either way. Versions that do not parse are answered by [`is_etcd_version`].
+pub fn version_change_problem(from: &str, to: &str) -> Option<String> {
+    let ((from_major, from_minor), (to_major, to_minor)) = (major_minor(from)?, major_minor(to)?);
+    if from_major != to_major {
+        return Some(format!(
+            "{from} → {to} changes the major version; etcd is upgraded one minor version at a time"
+        ));
+    }
+    if to_minor < from_minor {
+        return Some(format!(
+            "{from} → {to} downgrades the minor version, which is not possible: new members could not \
+             join the running ones, which already use the newer data format"
+        ));
+    }
+    if to_minor > from_minor + 1 {
+        return Some(format!(
+            "{from} → {to} skips a minor version: etcd is upgraded one minor version at a time \
+             ({from_major}.{from_minor} → {from_major}.{} first)",
+            from_minor + 1
+        ));
+    }
+    None
+}
+
 fn cipher_suites(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldError>) {
     let Some(raw) = spec.cipher_suites.as_deref() else {
         return;
@@ -413,6 +447,34 @@ mod tests {
         ] {
             assert!(!is_etcd_version(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn minor_versions_move_one_at_a_time_and_never_back() {
+        for (from, to) in [
+            ("3.4.23", "3.5.9"),
+            ("3.5.9", "3.5.10"),
+            ("3.5.10", "3.5.9"),
+            ("3.5.9", "3.6.0-rc.1"),
+            ("3.5.9", "3.5.9+eks.1"),
+        ] {
+            assert_eq!(version_change_problem(from, to), None, "{from} → {to}");
+        }
+        for (from, to, words) in [
+            ("3.4.23", "3.6.0", "skips a minor version"),
+            ("3.4.23", "3.6.0", "3.4 → 3.5 first"),
+            ("3.5.9", "3.4.23", "downgrades the minor version"),
+            ("3.5.9", "4.0.0", "changes the major version"),
+        ] {
+            let problem = version_change_problem(from, to).unwrap_or_default();
+            assert!(problem.contains(words), "{from} → {to}: {problem:?}");
+        }
+        assert_eq!(
+            version_change_problem("latest", "3.6.0"),
+            None,
+            "unparsable: is_etcd_version answers"
+        );
+        assert_eq!(major_minor("3.5.9-rc.1"), Some((3, 5)));
     }
 
     #[test]
