@@ -228,8 +228,6 @@ pub fn validate_update(old: &EtcdadmClusterSpec, new: &EtcdadmClusterSpec) -> Ve
     errors
 }
 
-/// `(major, minor)` of an etcd version such as `3.5.9`.
-
 #[cfg(test)]
 mod tests {
     use super::*;
