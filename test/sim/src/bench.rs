@@ -58,6 +58,7 @@ pub async fn create_to_ready(
         machine_runtime: None,
         controllers: vec!["etcdadm-bootstrap", "etcdadm-controller"],
         kcp_rollout_step: DEFAULT_KCP_ROLLOUT_STEP,
+        ..Default::default()
     })
     .await?;
     let client = plane.client.clone();
@@ -279,6 +280,7 @@ pub async fn run_idle(work_dir: &Path, clusters: usize, settle: Duration) -> Res
         machine_runtime: None,
         controllers: vec!["etcdadm-bootstrap", "etcdadm-controller"],
         kcp_rollout_step: DEFAULT_KCP_ROLLOUT_STEP,
+        ..Default::default()
     })
     .await?;
     let client = plane.client.clone();

@@ -203,6 +203,7 @@ pub async fn run(options: DemoOptions) -> Result<(), SimError> {
         machine_runtime: options.machine_runtime.clone(),
         controllers: vec!["etcdadm-bootstrap", "etcdadm-controller"],
         kcp_rollout_step: DEFAULT_KCP_ROLLOUT_STEP,
+        ..Default::default()
     })
     .await?;
     let client = plane.client.clone();
@@ -305,7 +306,7 @@ pub async fn wait_for_etcd_ready(
     name: &str,
     timeout: Duration,
 ) -> Result<EtcdadmCluster, SimError> {
-    let api: Api<EtcdadmCluster> = Api::namespaced(client.clone(), NAMESPACE);
+    let api: Api<EtcdadmCluster> = Api::default_namespaced(client.clone());
     let deadline = Instant::now() + timeout;
     let mut shown = String::new();
     loop {
@@ -354,7 +355,7 @@ pub async fn wait_for_kcp_unpaused(
     name: &str,
     timeout: Duration,
 ) -> Result<Vec<String>, SimError> {
-    let api: Api<KubeadmControlPlane> = Api::namespaced(client.clone(), NAMESPACE);
+    let api: Api<KubeadmControlPlane> = Api::default_namespaced(client.clone());
     eventually(
         &format!("KubeadmControlPlane {name} not unpaused"),
         timeout,
@@ -394,8 +395,8 @@ pub async fn wait_for_members(
             )));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let urls = machine_urls(client, NAMESPACE, cluster).await?;
-        let Some(tls) = etcd_tls(client, NAMESPACE, cluster).await? else {
+        let urls = machine_urls(client, client.default_namespace(), cluster).await?;
+        let Some(tls) = etcd_tls(client, client.default_namespace(), cluster).await? else {
             continue;
         };
         let mut agreed = 0;

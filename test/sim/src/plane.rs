@@ -19,7 +19,7 @@ use crate::capi::CapiStandIn;
 use crate::error::SimError;
 use crate::kcp::{KcpRecord, KcpStandIn};
 
-/// Namespace the demo and scenarios use.
+/// Namespace the demo and the benches use; scenarios choose their own.
 pub const NAMESPACE: &str = "default";
 
 /// How to bring a plane up.
@@ -36,6 +36,30 @@ pub struct PlaneOptions {
     pub controllers: Vec<&'static str>,
     /// Time the KCP stand-in takes to replace one of its machines during a rollout.
     pub kcp_rollout_step: Duration,
+    /// Where the Clusters, Machines and the rest live; created if it does not exist. The plane's
+    /// client has it as its default namespace.
+    pub namespace: String,
+    /// A kubeconfig of its own for a controller (by binary name), e.g. one that acts as the
+    /// controller's ServiceAccount; the others use `kubeconfig`.
+    pub controller_kubeconfigs: std::collections::BTreeMap<&'static str, PathBuf>,
+    /// Extra flags for every controller's `run`.
+    pub controller_args: Vec<String>,
+}
+
+impl Default for PlaneOptions {
+    fn default() -> Self {
+        PlaneOptions {
+            work_dir: PathBuf::from("out/sim"),
+            ip_prefix: [127, 0, 1],
+            kubeconfig: None,
+            machine_runtime: None,
+            controllers: vec!["etcdadm-bootstrap", "etcdadm-controller"],
+            kcp_rollout_step: DEFAULT_KCP_ROLLOUT_STEP,
+            namespace: NAMESPACE.into(),
+            controller_kubeconfigs: Default::default(),
+            controller_args: vec![],
+        }
+    }
 }
 
 /// The KCP stand-in's default pace: one control plane machine every 2 s.
@@ -50,6 +74,9 @@ pub struct Plane {
     pub kubeconfig: PathBuf,
     pub runtime: Arc<dyn MachineRuntime>,
     pub kcp_record: Arc<Mutex<KcpRecord>>,
+    pub namespace: String,
+    controller_kubeconfigs: std::collections::BTreeMap<&'static str, PathBuf>,
+    controller_args: Vec<String>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Running controller processes by binary name.
     controllers: Vec<(String, Child)>,
@@ -79,9 +106,10 @@ impl Plane {
         let (server, served, url, kubeconfig, client) = match &options.kubeconfig {
             Some(path) => {
                 let config = Kubeconfig::read_from(path).map_err(|e| setup(&e))?;
-                let config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default())
+                let mut config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default())
                     .await
                     .map_err(|e| setup(&e))?;
+                config.default_namespace = options.namespace.clone();
                 let url = config.cluster_url.to_string();
                 let client = Client::try_from(config).map_err(|e| setup(&e))?;
                 (None, None, url, path.clone(), client)
@@ -92,17 +120,19 @@ impl Plane {
                     served,
                     kubeconfig,
                 } = serve_in_memory(work_dir).await?;
-                let client = server.client(NAMESPACE);
+                let client = server.client(&options.namespace);
                 let url = served.url.clone();
                 (Some(server), Some(served), url, kubeconfig, client)
             }
         };
+        ensure_namespace(&client, &options.namespace).await?;
         let mut controllers = vec![];
         let mut ports = std::collections::BTreeMap::new();
         for name in &options.controllers {
             let chosen = ControllerPorts::choose()?;
             let log = work_dir.join(format!("{name}.log"));
-            let child = spawn_controller_with_ports(name, &kubeconfig, &log, Some(chosen), &[])?;
+            let own = options.controller_kubeconfigs.get(name).unwrap_or(&kubeconfig);
+            let child = spawn_controller_with_ports(name, own, &log, Some(chosen), &options.controller_args)?;
             ports.insert(name.to_string(), chosen);
             controllers.push((name.to_string(), child));
         }
@@ -112,12 +142,12 @@ impl Plane {
         };
         let capi = CapiStandIn {
             client: client.clone(),
-            namespace: NAMESPACE.into(),
+            namespace: options.namespace.clone(),
             runtime: runtime.clone(),
             work_dir: work_dir.clone(),
             ip_prefix: options.ip_prefix,
         };
-        let kcp = KcpStandIn::new(client.clone(), NAMESPACE, options.kcp_rollout_step);
+        let kcp = KcpStandIn::new(client.clone(), &options.namespace, options.kcp_rollout_step);
         let kcp_record = kcp.record.clone();
         let tasks = vec![tokio::spawn(capi.run()), tokio::spawn(kcp.run())];
         Ok(Plane {
@@ -128,6 +158,9 @@ impl Plane {
             kubeconfig,
             runtime,
             kcp_record,
+            namespace: options.namespace.clone(),
+            controller_kubeconfigs: options.controller_kubeconfigs.clone(),
+            controller_args: options.controller_args.clone(),
             tasks,
             controllers,
             ports,
@@ -172,7 +205,13 @@ impl Plane {
 
     /// Start the controller `name` again (after [`Plane::kill_controller`]); its log continues.
     pub fn restart_controller(&mut self, name: &str) -> Result<(), SimError> {
-        let child = spawn_controller(name, &self.kubeconfig, &self.work_dir.join(format!("{name}.log")))?;
+        let own = self
+            .controller_kubeconfigs
+            .iter()
+            .find(|(n, _)| **n == name)
+            .map_or(&self.kubeconfig, |(_, path)| path);
+        let log = self.work_dir.join(format!("{name}.log"));
+        let child = spawn_controller_with_ports(name, own, &log, None, &self.controller_args)?;
         match self.controllers.iter_mut().find(|(n, _)| n == name) {
             Some((_, slot)) => *slot = child,
             None => self.controllers.push((name.to_string(), child)),
@@ -186,6 +225,23 @@ impl Plane {
             .iter_mut()
             .find(|(n, _)| n == name)
             .is_some_and(|(_, child)| matches!(child.try_wait(), Ok(None)))
+    }
+}
+
+/// Create namespace `name` unless it exists (a real API server has only the usual ones).
+async fn ensure_namespace(client: &Client, name: &str) -> Result<(), SimError> {
+    let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+    let namespace = k8s_openapi::api::core::v1::Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match api.create(&Default::default(), &namespace).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(SimError::Setup(format!("creating namespace {name}: {e}"))),
     }
 }
 

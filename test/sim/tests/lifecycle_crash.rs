@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use etcdadm_shared::testing::TempDir;
 use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
-use etcdadm_sim::plane::NAMESPACE;
 use etcdadm_sim_machines::Fault;
 use kube::ResourceExt;
 use lifecycle_support::*;
@@ -86,7 +85,7 @@ async fn crash_runs(prefix: u8, cluster: &str, seed: u64, runs: std::ops::Range<
     let client = plane.client.clone();
     create_managed_cluster(
         &client,
-        NAMESPACE,
+        client.default_namespace(),
         &ManagedCluster {
             name: cluster,
             replicas: 1,

@@ -29,10 +29,32 @@ async fn machine_names(client: &kube::Client) -> BTreeSet<String> {
         .collect()
 }
 
+/// One scenario at a time in this binary: both share the machine's two cores with real etcd.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_member_is_replaced_and_a_lost_quorum_is_waited_out() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    remediation(None, 6).await;
+}
+
+/// The same on a real kube-apiserver, each controller acting as its own ServiceAccount with the
+/// permissions config/rbac grants it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_member_is_replaced_on_a_real_api_server_under_the_controllers_own_rbac() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let real = real_apiserver::RealApiServer::start().await;
+    let started = Instant::now();
+    remediation(Some(&real), 10).await;
+    println!(
+        "remediation on a real kube-apiserver: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+async fn remediation(real: Option<&real_apiserver::RealApiServer>, prefix: u8) {
     let work = TempDir::new("sim-lifecycle-remediation");
-    let plane = start_plane(6, &work, Duration::from_secs(1)).await;
+    let plane = start_plane_on(real, prefix, &work, Duration::from_secs(1)).await;
     let client = plane.client.clone();
     create(&client, "h1", 3, true, json!({}), json!({})).await;
     let etcd = wait_settled(&client, "h1", 3, TIMEOUT, &work).await;

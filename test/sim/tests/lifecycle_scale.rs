@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use etcdadm_shared::api::capi::Machine;
 use etcdadm_shared::testing::TempDir;
-use etcdadm_sim::plane::NAMESPACE;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use lifecycle_support::*;
@@ -86,7 +85,7 @@ async fn scale_five_three_one_three_and_delete_a_machine_remove_members_first() 
         .name
         .clone();
     let t0 = watchers.now();
-    Api::<Machine>::namespaced(client.clone(), NAMESPACE)
+    Api::<Machine>::default_namespaced(client.clone())
         .delete(&victim, &DeleteParams::default())
         .await
         .unwrap();

@@ -14,7 +14,7 @@ use etcdadm_shared::testing::TempDir;
 use etcdadm_sim::demo;
 use etcdadm_sim::history::Recorder;
 use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
-use etcdadm_sim::plane::{DEFAULT_KCP_ROLLOUT_STEP, NAMESPACE, Plane, PlaneOptions};
+use etcdadm_sim::plane::{DEFAULT_KCP_ROLLOUT_STEP, Plane, PlaneOptions};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, DeleteParams};
@@ -22,20 +22,28 @@ use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(180);
 
+mod lifecycle_support;
+use lifecycle_support::real_apiserver::{self, RealApiServer};
+
+/// The controllers' refusals by the API server (a missing RBAC verb) and their last lines.
 fn logs(work: &TempDir) -> String {
     ["etcdadm-controller.log", "etcdadm-bootstrap.log"]
         .iter()
         .map(|f| {
             let text = std::fs::read_to_string(work.path().join(f)).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(40).collect();
-            format!("--- {f} (last 40 lines, newest first)\n{}", tail.join("\n"))
+            let forbidden = real_apiserver::forbidden_lines(&text);
+            format!(
+                "--- {f}: refused by the API server\n{forbidden}\n--- {f} (last 40 lines, newest first)\n{}",
+                tail.join("\n")
+            )
         })
         .collect()
 }
 
 /// Every Event the controllers published, oldest first: who did what to which object.
 async fn events(client: &Client) -> String {
-    let mut events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), NAMESPACE)
+    let mut events = Api::<k8s_openapi::api::events::v1::Event>::default_namespaced(client.clone())
         .list(&Default::default())
         .await
         .unwrap()
@@ -60,26 +68,53 @@ async fn events(client: &Client) -> String {
 }
 
 async fn machines(client: &Client) -> Vec<Machine> {
-    Api::<Machine>::namespaced(client.clone(), NAMESPACE)
+    Api::<Machine>::default_namespaced(client.clone())
         .list(&Default::default())
         .await
         .unwrap()
         .items
 }
 
+/// One scenario at a time in this binary: both share the machine's two cores with real etcd.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_over_three_zones_gate_the_control_plane_and_replace_a_deleted_leader() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    managed(None, 3).await;
+}
+
+/// The same on a real kube-apiserver (CRD schemas, CEL, admission, watches as Kubernetes does
+/// them), each controller acting as its own ServiceAccount with what config/rbac grants it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_managed_scenario_passes_on_a_real_api_server_under_the_controllers_own_rbac() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let real = RealApiServer::start().await;
+    let started = std::time::Instant::now();
+    managed(Some(&real), 11).await;
+    println!(
+        "managed scenario on a real kube-apiserver: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+async fn managed(real: Option<&RealApiServer>, prefix: u8) {
     let work = TempDir::new("sim-managed");
-    let plane = Plane::start(PlaneOptions {
+    let options = PlaneOptions {
         work_dir: work.path().to_path_buf(),
-        ip_prefix: [127, 0, 3],
+        ip_prefix: [127, 0, prefix],
         kubeconfig: std::env::var_os("SIM_KUBECONFIG").map(Into::into),
         machine_runtime: None,
         controllers: vec!["etcdadm-bootstrap", "etcdadm-controller"],
         kcp_rollout_step: DEFAULT_KCP_ROLLOUT_STEP,
-    })
-    .await
-    .unwrap();
+        namespace: format!("sim-managed-{prefix}-{}", std::process::id()),
+        ..Default::default()
+    };
+    let options = match real {
+        Some(real) => real.plane_options(options),
+        None => options,
+    };
+    let plane = Plane::start(options).await.unwrap();
     let client = plane.client.clone();
     let spec = ManagedCluster {
         name: "c1",
@@ -90,11 +125,13 @@ async fn three_members_over_three_zones_gate_the_control_plane_and_replace_a_del
         with_kcp: true,
         extra_spec: json!({}),
     };
-    create_managed_cluster(&client, NAMESPACE, &spec).await.unwrap();
+    create_managed_cluster(&client, client.default_namespace(), &spec)
+        .await
+        .unwrap();
 
     // Membership straight from etcd, through whichever machine answers.
     let tls = demo::eventually("etcd CA", TIMEOUT, || async {
-        Ok(demo::etcd_tls(&client, NAMESPACE, "c1")
+        Ok(demo::etcd_tls(&client, client.default_namespace(), "c1")
             .await?
             .ok_or_else(|| "no CA yet".to_string()))
     })
@@ -108,7 +145,9 @@ async fn three_members_over_three_zones_gate_the_control_plane_and_replace_a_del
         Duration::from_millis(100),
     );
     let refresh = |client: Client, urls: Arc<Mutex<Vec<String>>>| async move {
-        let found = demo::machine_urls(&client, NAMESPACE, "c1").await.unwrap();
+        let found = demo::machine_urls(&client, client.default_namespace(), "c1")
+            .await
+            .unwrap();
         let mut urls = urls.lock().unwrap();
         for url in found {
             if !urls.contains(&url) {
@@ -120,7 +159,7 @@ async fn three_members_over_three_zones_gate_the_control_plane_and_replace_a_del
     let started = std::time::Instant::now();
     let etcd = loop {
         refresh(client.clone(), urls.clone()).await;
-        let etcd = Api::<EtcdadmCluster>::namespaced(client.clone(), NAMESPACE)
+        let etcd = Api::<EtcdadmCluster>::default_namespaced(client.clone())
             .get("c1-etcd")
             .await
             .unwrap();
@@ -163,7 +202,7 @@ async fn three_members_over_three_zones_gate_the_control_plane_and_replace_a_del
         .await
         .unwrap();
     assert_eq!(endpoints.join(","), status.endpoints);
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let secrets: Api<Secret> = Api::default_namespaced(client.clone());
     assert!(
         secrets
             .get_opt(&names::kcp_etcd_ca_secret_name("c1"))
@@ -206,7 +245,7 @@ async fn three_members_over_three_zones_gate_the_control_plane_and_replace_a_del
     // `kubectl delete machine` of the leader: its member goes first (leadership moved), then a
     // replacement joins; etcd never holds more than three members.
     let leader = status.members.iter().find(|m| m.is_leader).unwrap().name.clone();
-    Api::<Machine>::namespaced(client.clone(), NAMESPACE)
+    Api::<Machine>::default_namespaced(client.clone())
         .delete(&leader, &DeleteParams::default())
         .await
         .unwrap();
@@ -216,7 +255,7 @@ async fn three_members_over_three_zones_gate_the_control_plane_and_replace_a_del
         let leader = leader.clone();
         async move {
             refresh(client.clone(), urls).await;
-            let etcd = Api::<EtcdadmCluster>::namespaced(client.clone(), NAMESPACE)
+            let etcd = Api::<EtcdadmCluster>::default_namespaced(client.clone())
                 .get("c1-etcd")
                 .await?;
             let status = etcd.status.unwrap_or_default();
@@ -243,7 +282,7 @@ async fn three_members_over_three_zones_gate_the_control_plane_and_replace_a_del
 
     // What an operator's Prometheus sees from the real binary after all this.
     let metrics = plane.scrape_metrics("etcdadm-controller").await.unwrap();
-    let labels = r#"namespace="default",name="c1-etcd""#;
+    let labels = format!(r#"namespace="{}",name="c1-etcd""#, client.default_namespace());
     for series in [
         format!("etcdadm_cluster_desired_members{{{labels}}} 3"),
         format!("etcdadm_cluster_ready_members{{{labels}}} 3"),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use etcdadm_shared::api::capi::Machine;
 use etcdadm_shared::testing::TempDir;
-use etcdadm_sim::plane::{NAMESPACE, Plane};
+use etcdadm_sim::plane::Plane;
 use etcdadm_sim_machines::Fault;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -27,7 +27,7 @@ const STALL: Duration = Duration::from_secs(12);
 /// The join URL in a Machine's bootstrap data (`etcdadm join <url>`), once it has some.
 async fn join_url(client: &Client, machine: &Machine) -> Option<String> {
     let secret_name = machine.spec.bootstrap.data_secret_name.clone()?;
-    let secret = Api::<Secret>::namespaced(client.clone(), NAMESPACE)
+    let secret = Api::<Secret>::default_namespaced(client.clone())
         .get_opt(&secret_name)
         .await
         .ok()??;
@@ -222,7 +222,7 @@ where
 async fn ready_reason(client: &Client, cluster: &str) -> (String, String, Option<String>) {
     let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
         client.clone(),
-        NAMESPACE,
+        client.default_namespace(),
         &kube::api::ApiResource::erase::<etcdadm_shared::api::EtcdadmCluster>(&()),
     );
     let Ok(object) = api.get(&format!("{cluster}-etcd")).await else {
@@ -249,12 +249,12 @@ async fn bad_input_and_missing_objects_get_an_answer_that_names_them() {
     // like one without our CRD schema, lets it in): reported once, nothing loops.
     let untyped: Api<kube::api::DynamicObject> = Api::namespaced_with(
         client.clone(),
-        NAMESPACE,
+        client.default_namespace(),
         &kube::api::ApiResource::erase::<etcdadm_shared::api::EtcdadmCluster>(&()),
     );
     let unreadable = serde_json::from_value(json!({
         "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmCluster",
-        "metadata": {"name": "u1-etcd", "namespace": NAMESPACE},
+        "metadata": {"name": "u1-etcd", "namespace": client.default_namespace()},
         "spec": {"infrastructureTemplate": {"kind": "SimMachineTemplate", "name": "x"},
                  "etcdadmConfigSpec": {"format": "ignition"}},
     }))
@@ -288,7 +288,7 @@ async fn bad_input_and_missing_objects_get_an_answer_that_names_them() {
 
     // A missing infrastructure template is named, and used as soon as it appears.
     let missing = json!({"infrastructureTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
-                         "kind": "SimMachineTemplate", "name": "t1-later", "namespace": NAMESPACE}});
+                         "kind": "SimMachineTemplate", "name": "t1-later", "namespace": client.default_namespace()}});
     create(&client, "t1", 1, false, json!({}), missing).await;
     until(
         "the missing template is named",
@@ -296,10 +296,12 @@ async fn bad_input_and_missing_objects_get_an_answer_that_names_them() {
         &work,
         || async {
             let (reason, message, _) = ready_reason(&client, "t1").await;
-            let named = message.contains("SimMachineTemplate default/t1-later");
-            let evented = events(&client, "t1").await.iter().any(|(r, n)| {
-                r == "InfrastructureTemplateNotFound" && n.contains("SimMachineTemplate default/t1-later")
-            });
+            let template = format!("SimMachineTemplate {}/t1-later", client.default_namespace());
+            let named = message.contains(&template);
+            let evented = events(&client, "t1")
+                .await
+                .iter()
+                .any(|(r, n)| r == "InfrastructureTemplateNotFound" && n.contains(&template));
             (reason == "InfrastructureTemplateNotFound" && named && evented)
                 .then_some(())
                 .ok_or(format!("{reason}: {message}"))
@@ -309,13 +311,13 @@ async fn bad_input_and_missing_objects_get_an_answer_that_names_them() {
     assert!(machines(&client, "t1").await.is_empty());
     let templates: Api<kube::api::DynamicObject> = Api::namespaced_with(
         client.clone(),
-        NAMESPACE,
+        client.default_namespace(),
         &etcdadm_sim::capi::sim_machine_template_resource(),
     );
     let mut template = templates.get("t1-etcd").await.unwrap();
     template.metadata = kube::api::ObjectMeta {
         name: Some("t1-later".into()),
-        namespace: Some(NAMESPACE.into()),
+        namespace: Some(client.default_namespace().into()),
         ..Default::default()
     };
     templates.create(&Default::default(), &template).await.unwrap();
@@ -372,7 +374,7 @@ async fn bad_input_and_missing_objects_get_an_answer_that_names_them() {
     let slow = json!({"interval": "30s", "timeout": "5s", "unhealthyAfter": "5m"});
     etcdadm_sim::manifests::create_managed_cluster(
         &client,
-        NAMESPACE,
+        client.default_namespace(),
         &etcdadm_sim::manifests::ManagedCluster {
             name: "w1",
             replicas: 1,
@@ -386,7 +388,7 @@ async fn bad_input_and_missing_objects_get_an_answer_that_names_them() {
     .await
     .unwrap();
     wait_settled(&client, "w1", 1, TIMEOUT, &work).await;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let secrets: Api<Secret> = Api::default_namespaced(client.clone());
     let ca_name = etcdadm_shared::names::ca_secret_name("w1");
     let mut ca = secrets.get(&ca_name).await.unwrap();
     secrets.delete(&ca_name, &Default::default()).await.unwrap();

@@ -9,7 +9,7 @@ use etcdadm_shared::names;
 use etcdadm_shared::testing::TempDir;
 use etcdadm_sim::demo;
 use etcdadm_sim::history::Recorder;
-use etcdadm_sim::plane::{DEFAULT_KCP_ROLLOUT_STEP, NAMESPACE, Plane, PlaneOptions};
+use etcdadm_sim::plane::{DEFAULT_KCP_ROLLOUT_STEP, Plane, PlaneOptions};
 use kube::api::Api;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -22,17 +22,22 @@ async fn three_machines_form_one_cluster_through_init_and_joins() {
         machine_runtime: None,
         controllers: vec!["etcdadm-bootstrap"],
         kcp_rollout_step: DEFAULT_KCP_ROLLOUT_STEP,
+        namespace: format!("sim-standalone-{}", std::process::id()),
+        ..Default::default()
     })
     .await
     .unwrap();
     let client = plane.client.clone();
-    demo::create_standalone_cluster(&client, NAMESPACE, "c1", 3, None)
+    demo::create_standalone_cluster(&client, client.default_namespace(), "c1", 3, None)
         .await
         .unwrap();
 
     // Record membership from etcd as soon as the CA exists.
     let tls = loop {
-        if let Some(tls) = demo::etcd_tls(&client, NAMESPACE, "c1").await.unwrap() {
+        if let Some(tls) = demo::etcd_tls(&client, client.default_namespace(), "c1")
+            .await
+            .unwrap()
+        {
             break tls;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -66,20 +71,20 @@ async fn three_machines_form_one_cluster_through_init_and_joins() {
     assert_eq!(history.last().map(|s| s.members.len()), Some(3));
 
     // Exactly one Machine initialized (the lock holder); the init Secret names it.
-    let init = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), NAMESPACE)
+    let init = Api::<k8s_openapi::api::core::v1::Secret>::default_namespaced(client.clone())
         .get(&names::init_secret_name("c1"))
         .await
         .unwrap();
     let address = String::from_utf8(init.data.unwrap()[names::INIT_ADDRESS_KEY].0.clone()).unwrap();
     assert!(address.starts_with("127.0.2."), "{address}");
     let mut inits = 0;
-    for config in Api::<EtcdadmConfig>::namespaced(client.clone(), NAMESPACE)
+    for config in Api::<EtcdadmConfig>::default_namespaced(client.clone())
         .list(&Default::default())
         .await
         .unwrap()
     {
         assert!(config.status.as_ref().is_some_and(|s| s.ready));
-        let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), NAMESPACE)
+        let secret = Api::<k8s_openapi::api::core::v1::Secret>::default_namespaced(client.clone())
             .get(&kube::ResourceExt::name_any(&config))
             .await
             .unwrap();

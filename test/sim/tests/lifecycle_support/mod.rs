@@ -16,12 +16,14 @@ use etcdadm_shared::testing::{TempDir, mtls_http_client};
 use etcdadm_sim::demo;
 use etcdadm_sim::history::{History, MachineLog, MachineRecorder, Recorder};
 use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
-use etcdadm_sim::plane::{NAMESPACE, Plane, PlaneOptions};
+use etcdadm_sim::plane::{Plane, PlaneOptions};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
+
+pub mod real_apiserver;
 
 pub const CONTROLLER: &str = "etcdadm-controller";
 
@@ -31,32 +33,59 @@ pub fn fast_health() -> Value {
 }
 
 pub async fn start_plane(prefix: u8, work: &TempDir, kcp_rollout_step: Duration) -> Plane {
-    Plane::start(PlaneOptions {
+    start_plane_on(None, prefix, work, kcp_rollout_step).await
+}
+
+/// A namespace of this scenario's own (prefix and process), so runs sharing an API server
+/// (`SIM_KUBECONFIG`) never see each other's objects.
+pub fn scenario_namespace(prefix: u8) -> String {
+    format!("sim-{prefix}-{}", std::process::id())
+}
+
+/// [`start_plane`] on `real` when given (a real kube-apiserver, controllers under their own
+/// RBAC), else on the in-memory server or `SIM_KUBECONFIG`'s.
+pub async fn start_plane_on(
+    real: Option<&real_apiserver::RealApiServer>,
+    prefix: u8,
+    work: &TempDir,
+    kcp_rollout_step: Duration,
+) -> Plane {
+    let options = PlaneOptions {
         work_dir: work.path().to_path_buf(),
         ip_prefix: [127, 0, prefix],
         kubeconfig: std::env::var_os("SIM_KUBECONFIG").map(Into::into),
         machine_runtime: None,
         controllers: vec!["etcdadm-bootstrap", CONTROLLER],
         kcp_rollout_step,
-    })
-    .await
-    .unwrap()
+        namespace: scenario_namespace(prefix),
+        ..Default::default()
+    };
+    let options = match real {
+        Some(real) => real.plane_options(options),
+        None => options,
+    };
+    Plane::start(options).await.unwrap()
 }
 
-/// The last lines of both controllers' logs, for failure messages.
+/// The last lines of both controllers' logs, for failure messages, after any refusal by the API
+/// server (a missing RBAC verb shows there first).
 pub fn logs(work: &TempDir) -> String {
     ["etcdadm-controller.log", "etcdadm-bootstrap.log"]
         .iter()
         .map(|f| {
             let text = std::fs::read_to_string(work.path().join(f)).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(60).collect();
-            format!("--- {f} (last 60 lines, newest first)\n{}\n", tail.join("\n"))
+            let forbidden = real_apiserver::forbidden_lines(&text);
+            format!(
+                "--- {f}: refused by the API server\n{forbidden}\n--- {f} (last 60 lines, newest first)\n{}\n",
+                tail.join("\n")
+            )
         })
         .collect()
 }
 
 pub fn etcd_api(client: &Client) -> Api<EtcdadmCluster> {
-    Api::namespaced(client.clone(), NAMESPACE)
+    Api::default_namespaced(client.clone())
 }
 
 pub async fn create(
@@ -69,7 +98,7 @@ pub async fn create(
 ) {
     create_managed_cluster(
         client,
-        NAMESPACE,
+        client.default_namespace(),
         &ManagedCluster {
             name,
             replicas,
@@ -98,7 +127,7 @@ pub async fn patch_spec(client: &Client, cluster: &str, spec: Value) {
 
 pub async fn machines(client: &Client, cluster: &str) -> Vec<Machine> {
     let selector = format!("{}={cluster}-etcd", names::ETCD_CLUSTER_LABEL);
-    Api::<Machine>::namespaced(client.clone(), NAMESPACE)
+    Api::<Machine>::default_namespaced(client.clone())
         .list(&ListParams::default().labels(&selector))
         .await
         .unwrap()
@@ -189,14 +218,14 @@ pub async fn settled(client: &Client, cluster: &str, replicas: usize) -> Result<
 async fn leftover_count(client: &Client, cluster: &str, machines: &[Machine]) -> usize {
     let selector = format!("{}={cluster}-etcd", names::ETCD_CLUSTER_LABEL);
     let params = ListParams::default().labels(&selector);
-    let configs = Api::<etcdadm_shared::api::EtcdadmConfig>::namespaced(client.clone(), NAMESPACE)
+    let configs = Api::<etcdadm_shared::api::EtcdadmConfig>::default_namespaced(client.clone())
         .list(&params)
         .await
         .unwrap()
         .items;
     let sims = Api::<kube::api::DynamicObject>::namespaced_with(
         client.clone(),
-        NAMESPACE,
+        client.default_namespace(),
         &etcdadm_sim::capi::sim_machine_resource(),
     )
     .list(&params)
@@ -213,7 +242,7 @@ async fn leftover_count(client: &Client, cluster: &str, machines: &[Machine]) ->
 }
 
 pub async fn kcp(client: &Client, cluster: &str) -> Option<KubeadmControlPlane> {
-    Api::<KubeadmControlPlane>::namespaced(client.clone(), NAMESPACE)
+    Api::<KubeadmControlPlane>::default_namespaced(client.clone())
         .get_opt(&format!("{cluster}-control-plane"))
         .await
         .unwrap()
@@ -253,7 +282,7 @@ pub struct Watchers {
 impl Watchers {
     pub async fn start(client: &Client, cluster: &str) -> Watchers {
         let tls = demo::eventually("etcd CA", Duration::from_secs(60), || async {
-            Ok(demo::etcd_tls(client, NAMESPACE, cluster)
+            Ok(demo::etcd_tls(client, client.default_namespace(), cluster)
                 .await?
                 .ok_or_else(|| "no CA yet".to_string()))
         })
@@ -271,7 +300,7 @@ impl Watchers {
         let selector = format!("{}={cluster}-etcd", names::ETCD_CLUSTER_LABEL);
         let machines = MachineRecorder::start(
             client.clone(),
-            NAMESPACE,
+            client.default_namespace(),
             &selector,
             started,
             Duration::from_millis(100),
@@ -279,7 +308,7 @@ impl Watchers {
         let (client, cluster) = (client.clone(), cluster.to_string());
         let refresher = tokio::spawn(async move {
             loop {
-                if let Ok(found) = demo::machine_urls(&client, NAMESPACE, &cluster).await {
+                if let Ok(found) = demo::machine_urls(&client, client.default_namespace(), &cluster).await {
                     // Rotate so one stopped member does not make every poll wait for it.
                     let mut found = found;
                     let shift = (started.elapsed().as_millis() / 200) as usize;
@@ -400,7 +429,7 @@ impl Workload {
         endpoints: Arc<Mutex<Vec<String>>>,
         started: Instant,
     ) -> Workload {
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+        let secrets: Api<Secret> = Api::default_namespaced(client.clone());
         let text = |s: &Secret, k: &str| String::from_utf8(s.data.as_ref().unwrap()[k].0.clone()).unwrap();
         let (ca_pem, cert) = match (
             secrets
@@ -421,7 +450,10 @@ impl Workload {
                 },
             ),
             _ => {
-                let tls = demo::etcd_tls(client, NAMESPACE, cluster).await.unwrap().unwrap();
+                let tls = demo::etcd_tls(client, client.default_namespace(), cluster)
+                    .await
+                    .unwrap()
+                    .unwrap();
                 (
                     tls.ca_pem.clone(),
                     IssuedCertificate {
@@ -639,7 +671,7 @@ pub fn follow_status_endpoints(
 
 /// Names of the Events of the EtcdadmCluster `<cluster>-etcd` with their notes.
 pub async fn events(client: &Client, cluster: &str) -> Vec<(String, String)> {
-    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), NAMESPACE);
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::default_namespaced(client.clone());
     let name = format!("{cluster}-etcd");
     api.list(&Default::default())
         .await
