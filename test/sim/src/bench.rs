@@ -231,42 +231,49 @@ pub struct ChildUsage {
 /// Usage of our child process whose name starts with `prefix`.
 pub fn child_usage(prefix: &str) -> Option<ChildUsage> {
     let me = std::process::id().to_string();
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
-        let Some((head, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let comm = head.split_once('(').map(|(_, c)| c).unwrap_or_default();
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.get(1) != Some(&me.as_str()) || !prefix.starts_with(comm) {
-            continue;
-        }
-        let ticks = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or_default()
-        };
-        let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
-        let kib = |key: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_default()
-        };
-        return Some(ChildUsage {
-            rss_kib: kib("VmRSS:"),
-            peak_rss_kib: kib("VmHWM:"),
-            // utime and stime are fields 14 and 15 of stat; `fields` starts at field 3.
-            cpu_seconds: (ticks(11) + ticks(12)) as f64 / 100.0,
-        });
-    }
-    None
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let (comm, fields) = stat_fields(&std::fs::read_to_string(entry.path().join("stat")).ok()?)?;
+        (fields.get(1) == Some(&me) && prefix.starts_with(&comm)).then_some(())?;
+        usage_of(entry.file_name().to_str()?.parse().ok()?)
+    })
+}
+
+/// Usage of process `pid` (`std::process::id()` for this one), while it lives.
+pub fn usage_of(pid: u32) -> Option<ChildUsage> {
+    let dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+    let (_, fields) = stat_fields(&std::fs::read_to_string(dir.join("stat")).ok()?)?;
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or_default()
+    };
+    let status = std::fs::read_to_string(dir.join("status")).ok()?;
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default()
+    };
+    Some(ChildUsage {
+        rss_kib: kib("VmRSS:"),
+        peak_rss_kib: kib("VmHWM:"),
+        // utime and stime are fields 14 and 15 of stat; the fields kept start at field 3.
+        cpu_seconds: (ticks(11) + ticks(12)) as f64 / 100.0,
+    })
+}
+
+/// `comm` and the fields after it of a `/proc/<pid>/stat` line (`pid (comm) state ppid ...`):
+/// comm may hold spaces, so the fields start after the last ')'.
+fn stat_fields(stat: &str) -> Option<(String, Vec<String>)> {
+    let (head, rest) = stat.rsplit_once(')')?;
+    let comm = head.split_once('(').map(|(_, c)| c).unwrap_or_default();
+    Some((
+        comm.to_string(),
+        rest.split_whitespace().map(String::from).collect(),
+    ))
 }
 
 /// Idle footprint of both managers with `clusters` EtcdadmClusters whose Cluster does not exist

@@ -45,6 +45,8 @@ pub struct ProbeLog {
     gaps: Vec<f64>,
     /// Members asked for their Status since the last reset.
     pub probed: HashSet<IpAddr>,
+    /// When each member was first asked for its Status since the last reset.
+    pub first: HashMap<IpAddr, Instant>,
     pub health_calls: u64,
     pub member_list_calls: u64,
 }
@@ -54,6 +56,7 @@ impl ProbeLog {
     pub fn reset(&mut self) {
         self.gaps.clear();
         self.probed.clear();
+        self.first.clear();
         self.health_calls = 0;
         self.member_list_calls = 0;
     }
@@ -232,6 +235,7 @@ async fn status(State(member): State<Member>) -> Response<Body> {
             log.gaps.push(now.duration_since(previous).as_secs_f64());
         }
         log.probed.insert(ip);
+        log.first.entry(ip).or_insert(now);
     });
     grpc(StatusResponse {
         header: Some(member.header()),

@@ -70,7 +70,8 @@ enum Bench {
         runs: usize,
     },
     /// One etcdadm-controller keeping N established 3-member clusters (fake etcd members on
-    /// loopback, real TLS) healthy: achieved interval, CPU, RSS and API requests.
+    /// loopback, real TLS) healthy: adoption, achieved interval, CPU, RSS and API requests, then
+    /// a cold takeover by a new process (and with --failover a leader failover).
     Scale {
         #[arg(long, default_value_t = 100)]
         clusters: usize,
@@ -79,6 +80,12 @@ enum Bench {
         /// The controller's `--concurrency` (its own default when absent).
         #[arg(long)]
         concurrency: Option<u16>,
+        /// Also run etcdadm-bootstrap over every member's EtcdadmConfig.
+        #[arg(long)]
+        bootstrap: bool,
+        /// After the takeover, run two controller replicas electing a leader and kill the leader.
+        #[arg(long)]
+        failover: bool,
     },
     /// RSS and CPU of both managers over one minute with N idle EtcdadmClusters.
     Idle {
@@ -103,14 +110,17 @@ async fn main() -> ExitCode {
                     clusters,
                     window_seconds,
                     concurrency,
+                    bootstrap,
+                    failover,
                 } => {
-                    etcdadm_sim::bench_scale::run_scale(
-                        &work_dir.join("scale"),
+                    let options = etcdadm_sim::bench_scale::ScaleOptions {
                         clusters,
-                        Duration::from_secs(window_seconds),
+                        window: Duration::from_secs(window_seconds),
                         concurrency,
-                    )
-                    .await
+                        bootstrap,
+                        failover,
+                    };
+                    etcdadm_sim::bench_scale::run_scale(&work_dir.join("scale"), &options).await
                 }
                 Bench::Idle { clusters } => {
                     etcdadm_sim::bench::run_idle(&work_dir.join("idle"), clusters, Duration::from_secs(20))

@@ -362,7 +362,7 @@ pub fn spawn_controller_with_ports(
 }
 
 /// A plain HTTP GET on loopback: status code and body.
-async fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), SimError> {
+pub(crate) async fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), SimError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let failed = |e: std::io::Error| SimError::Setup(format!("GET http://{addr}{path}: {e}"));
     let mut stream = tokio::net::TcpStream::connect(addr).await.map_err(failed)?;

@@ -31,6 +31,9 @@ pub struct Shared {
     pub store: Arc<Mutex<Store>>,
     /// Requests served, for benchmarks.
     pub requests: AtomicU64,
+    /// Requests served by kind (`GET secrets`, `PATCH etcdadmclusters/status`, `WATCH machines`),
+    /// for benchmarks that ask what a controller reads and writes.
+    pub tally: Mutex<std::collections::BTreeMap<String, u64>>,
     /// Never fires: in-process clients have no listener to shut down.
     pub never_closing: watch::Sender<bool>,
 }
@@ -183,10 +186,37 @@ fn delete_options(query: &HashMap<String, String>, body: &[u8]) -> Result<Delete
     })
 }
 
+/// `<verb> <resource>[/<subresource>]` of a request, e.g. `PATCH etcdadmclusters/status`; a
+/// watch counts as `WATCH`.
+fn request_kind(parts: &http::request::Parts) -> String {
+    let segments: Vec<&str> = parts.uri.path().split('/').filter(|s| !s.is_empty()).collect();
+    let mut rest = match segments.first() {
+        Some(&"api") => segments.get(2..).unwrap_or_default(),
+        Some(&"apis") => segments.get(3..).unwrap_or_default(),
+        _ => &segments[..],
+    };
+    if rest.first() == Some(&"namespaces") && rest.len() > 2 {
+        rest = &rest[2..];
+    }
+    let watching = parts
+        .uri
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+    let verb = if watching { "WATCH" } else { parts.method.as_str() };
+    match (rest.first(), rest.get(2)) {
+        (Some(resource), Some(sub)) => format!("{verb} {resource}/{sub}"),
+        (Some(resource), None) => format!("{verb} {resource}"),
+        (None, _) => format!("{verb} {}", parts.uri.path()),
+    }
+}
+
 /// Serves one request.
 pub async fn handle(State(endpoint): State<Endpoint>, request: Request) -> Response {
     endpoint.shared.requests.fetch_add(1, Ordering::Relaxed);
     let (parts, body) = request.into_parts();
+    if let Ok(mut tally) = endpoint.shared.tally.lock() {
+        *tally.entry(request_kind(&parts)).or_default() += 1;
+    }
     let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(bytes) => bytes,
         Err(e) => {

@@ -132,6 +132,7 @@ impl ApiServer {
         let shared = Shared {
             store: Arc::new(Mutex::new(store)),
             requests: std::sync::atomic::AtomicU64::new(0),
+            tally: Default::default(),
             never_closing: tokio::sync::watch::channel(false).0,
         };
         ApiServer {
@@ -229,6 +230,12 @@ impl ApiServer {
     /// end when their clients go away.
     pub fn open_watch_count(&self) -> usize {
         self.shared.lock().notify.receiver_count()
+    }
+
+    /// API requests served so far by kind (`GET secrets`, `PATCH machines`, `WATCH machines`),
+    /// both front ends together.
+    pub fn request_tally(&self) -> std::collections::BTreeMap<String, u64> {
+        self.shared.tally.lock().map(|t| t.clone()).unwrap_or_default()
     }
 
     /// API requests served so far, both front ends together.
