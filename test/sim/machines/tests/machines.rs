@@ -6,6 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
+use etcdadm_bootstrap::render::{
+    CaFiles, EtcdadmCommand, LEARNER_JOIN_SCRIPT, RenderInput, ResolvedSecrets, render_user_data,
+};
+use etcdadm_shared::api::config::EtcdadmConfigSpec;
 use etcdadm_shared::etcd::{EtcdTls, Member, MemberClient, Refusal};
 use etcdadm_shared::pki::{CertificateAuthority, IssuedCertificate, KeyType, LeafRequest, cert_not_after};
 use etcdadm_shared::testing::{TempDir, etcd_binary, free_loopback_ip, mtls_http_client};
@@ -486,6 +490,108 @@ fn a_pre_added_learner_is_reused_and_its_health_phase_fails_until_promoted() {
         let left = sim.cert_time_left("m2", cert);
         assert!(left <= 365 * DAY && left > 364 * DAY, "{cert}: {left:?}");
     }
+}
+
+/// Wait until machine `name`'s cloud-init output shows `text`.
+fn wait_for_output(sim: &Sim, name: &str, text: &str) {
+    let deadline = Instant::now() + BOOT_TIMEOUT;
+    while !sim.output_log(name).contains(text) {
+        assert!(
+            Instant::now() < deadline,
+            "{name} never printed {text:?}\n{}",
+            sim.diagnostics(name)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The bootstrap provider's learner join user data for machine `name`, joining through `url`.
+fn learner_join_user_data(sim: &Sim, name: &str, url: &str) -> String {
+    let spec = EtcdadmConfigSpec {
+        // The default install commands download etcdadm; the machine has the stand-in.
+        etcdadm_builtin: Some(true),
+        ..Default::default()
+    };
+    render_user_data(&RenderInput {
+        spec: &spec,
+        machine_name: name,
+        ca: CaFiles {
+            cert_pem: sim.ca.cert_pem(),
+            key_pem: sim.ca.key_pem(),
+        },
+        command: EtcdadmCommand::Join {
+            urls: &[url.to_string()],
+            learner: true,
+        },
+        secrets: &ResolvedSecrets::default(),
+    })
+    .unwrap()
+}
+
+#[test]
+fn rendered_learner_join_waits_for_its_member_then_for_its_promotion() {
+    let sim = Sim::new();
+    let ip1 = sim.boot_member("m1", "etcdadm init --init-system systemd --name m1");
+    sim.wait_bootstrapped("m1");
+    let url = format!("https://{ip1}:2379");
+
+    // The machine boots before its member exists: the user data waits instead of joining.
+    let ip2 = free_loopback_ip();
+    let peer2 = format!("https://{ip2}:2380");
+    sim.boot_at("m2", ip2, learner_join_user_data(&sim, "m2", &url), None);
+    wait_for_output(&sim, "m2", &format!("for {url} to list {peer2}"));
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        sim.members(ip1),
+        voting(&["m1"]),
+        "joined before its member was added"
+    );
+
+    // The controller's part, done by hand: add the learner once the machine has an address,
+    // promote it once etcd has it in sync.
+    let learner = sim.add_learner(ip1, &peer2);
+    wait_for_output(&sim, "m2", &format!("{url} lists {peer2}"));
+    wait_for_output(&sim, "m2", "re-running etcdadm's health phase");
+    sim.promote(ip1, learner.id);
+    sim.wait_bootstrapped("m2");
+    let log = sim.output_log("m2");
+    assert!(log.contains("[membership] Member was added"), "{log}");
+    assert!(
+        log.contains("etcd learner join: etcd is healthy: the member was promoted"),
+        "{log}"
+    );
+    let list = sim
+        .async_runtime
+        .block_on(sim.member_client(ip1).member_list())
+        .unwrap();
+    assert_eq!(list.len(), 2, "{list:?}");
+    let m2 = list
+        .iter()
+        .find(|m| m.id == learner.id)
+        .expect("the pre-added member");
+    assert_eq!((m2.name.as_str(), m2.is_learner), ("m2", false));
+
+    // A machine whose member never comes: the wait gives up and says why, etcdadm never runs.
+    let ip3 = free_loopback_ip();
+    sim.boot_at("m3", ip3, learner_join_user_data(&sim, "m3", &url), None);
+    wait_for_output(&sim, "m3", &format!("for {url} to list https://{ip3}:2380"));
+    let wait = format!("sh {LEARNER_JOIN_SCRIPT} wait-listed 3 {url}");
+    let output = sim.runtime.run_in_machine("m3", &wait).unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "gave up after 3 s: {url} never listed https://{ip3}:2380 (the member list has no https://{ip3}:2380)"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("etcdadm join is not run"), "{stderr}");
+    let healthy = format!("sh {LEARNER_JOIN_SCRIPT} wait-healthy 3 {url} --init-system systemd --name m3");
+    let output = sim.runtime.run_in_machine("m3", &healthy).unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("etcdadm join failed before etcd ran"), "{stderr}");
+    assert_eq!(sim.members(ip1), voting(&["m1", "m2"]));
 }
 
 #[test]
