@@ -1,5 +1,5 @@
-//! The etcdadm command lines: which flags each etcdadm build accepts, and how cipher suites reach
-//! etcd when the build has no flag for them.
+//! The etcdadm command lines: which flags each etcdadm build accepts, how cipher suites reach
+//! etcd when the build has no flag for them, and how a learner join waits around `etcdadm join`.
 
 use etcdadm_shared::api::config::{EtcdadmConfigSpec, EtcdadmFlavor};
 use etcdadm_shared::validation::{is_etcd_version, quoted};
