@@ -421,6 +421,41 @@ async fn a_managed_join_waits_for_the_init_secret_then_uses_a_healthy_member() {
 }
 
 #[tokio::test]
+async fn a_join_marked_by_the_etcdadm_cluster_controller_waits_for_its_learner() {
+    let env = Env::new();
+    env.cluster("c1", json!({})).await;
+    let ca = CertificateAuthority::generate("etcd-ca").unwrap();
+    env.ca_secret(ca.cert_pem(), ca.key_pem()).await;
+    let members = json!([{"name": "m1", "clientURL": "https://10.0.0.2:2379", "healthy": true}]);
+    let etcd = etcdadm_cluster(&env, json!({"initialized": true, "members": members})).await;
+    for (name, flavor) in [("m2", "upstream"), ("m3", "eks-anywhere")] {
+        let machine = env.machine(name, Some(&etcd)).await;
+        env.config(name, Some(&machine), json!({"etcdadmFlavor": flavor}))
+            .await;
+        let marked = json!({"metadata": {"annotations": {names::LEARNER_JOIN_ANNOTATION: "true"}}});
+        env.api::<EtcdadmConfig>()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&marked))
+            .await
+            .unwrap();
+        let config = env.reconcile(name).await;
+        assert!(ready(&config), "{:?}", config.status);
+    }
+    let learner = secret_value(&env.secret("m2").await.unwrap(), names::DATA_SECRET_VALUE_KEY);
+    assert!(
+        learner.contains(
+            "sh /run/cluster-api/etcd-learner-join.sh wait-listed 1200 https://10.0.0.2:2379 && { etcdadm join \
+             https://10.0.0.2:2379 --init-system systemd --name m2 || "
+        ),
+        "{learner}"
+    );
+    // The eks-anywhere build keeps its voter join; the controller does not pre-add for it
+    // (EtcdadmConfig::joins_as_learner says so to both).
+    let voter = secret_value(&env.secret("m3").await.unwrap(), names::DATA_SECRET_VALUE_KEY);
+    assert!(!voter.contains("etcd-learner-join"), "{voter}");
+    assert!(voter.contains("\"etcdadm join https://10.0.0.2:2379 --init-system systemd --name m3 && "));
+}
+
+#[tokio::test]
 async fn a_corrupt_ca_is_reported_and_never_replaced() {
     let env = Env::new();
     env.cluster("c1", json!({})).await;

@@ -196,3 +196,42 @@ fn bad_invocations_say_what_is_wrong() {
         assert!(stderr(&out).contains(expected), "{args:?}: {}", stderr(&out));
     }
 }
+
+#[test]
+fn a_config_marked_for_a_learner_join_previews_the_learner_join() {
+    let dir = ca_dir();
+    let config = |annotations: &str| {
+        format!(
+            "apiVersion: bootstrap.cluster.x-k8s.io/v1beta1\nkind: EtcdadmConfig\nmetadata:\n  \
+             name: etcd-b2\n{annotations}spec: {{}}\n"
+        )
+    };
+    let marked = write(
+        dir.path(),
+        "marked.yaml",
+        &config("  annotations:\n    etcdcluster.cluster.x-k8s.io/learner-join: \"true\"\n"),
+    );
+    let plain = write(dir.path(), "plain.yaml", &config(""));
+    let render = |file: &str| {
+        let out = run(&[
+            "-f",
+            file,
+            "--ca-dir",
+            dir.path().to_str().unwrap(),
+            "--join",
+            "https://10.0.0.2:2379",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let learner = render(&marked);
+    assert!(
+        learner
+            .contains("sh /run/cluster-api/etcd-learner-join.sh wait-listed 1200 https://10.0.0.2:2379 && "),
+        "{learner}"
+    );
+    assert!(learner.contains("path: \"/run/cluster-api/etcd-learner-join.sh\""));
+    let voter = render(&plain);
+    assert!(!voter.contains("etcd-learner-join"), "{voter}");
+    assert!(voter.contains("\"etcdadm join https://10.0.0.2:2379 --init-system systemd --name etcd-b2 && "));
+}

@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 
 use etcdadm_bootstrap::render::{
-    CaFiles, EtcdadmCommand, RenderInput, ResolvedSecrets, SecretTarget, render_user_data, secret_refs,
+    CaFiles, EtcdadmCommand, LEARNER_JOIN_SCRIPT, LEARNER_LISTED_WAIT_SECONDS, RenderInput, ResolvedSecrets,
+    SecretTarget, render_user_data, secret_refs,
 };
 use etcdadm_shared::api::config::{EtcdadmConfig, EtcdadmConfigSpec};
 
@@ -85,7 +86,48 @@ fn join_full() {
     let urls = join_urls();
     check_golden(
         "join-full.yaml",
-        &render(&spec, &full_secrets(&spec), EtcdadmCommand::Join { urls: &urls }),
+        &render(
+            &spec,
+            &full_secrets(&spec),
+            EtcdadmCommand::Join {
+                urls: &urls,
+                learner: false,
+            },
+        ),
+    );
+}
+
+#[test]
+fn join_learner_full() {
+    let spec = full_spec();
+    let urls = join_urls();
+    check_golden(
+        "join-learner-full.yaml",
+        &render(
+            &spec,
+            &full_secrets(&spec),
+            EtcdadmCommand::Join {
+                urls: &urls,
+                learner: true,
+            },
+        ),
+    );
+}
+
+#[test]
+fn join_learner_minimal() {
+    let spec = EtcdadmConfigSpec::default();
+    let urls = join_urls();
+    check_golden(
+        "join-learner-minimal.yaml",
+        &render(
+            &spec,
+            &ResolvedSecrets::default(),
+            EtcdadmCommand::Join {
+                urls: &urls,
+                learner: true,
+            },
+        ),
     );
 }
 
@@ -107,7 +149,10 @@ fn join_minimal() {
         &render(
             &spec,
             &ResolvedSecrets::default(),
-            EtcdadmCommand::Join { urls: &urls },
+            EtcdadmCommand::Join {
+                urls: &urls,
+                learner: false,
+            },
         ),
     );
 }
@@ -160,4 +205,40 @@ fn full_golden_parses_to_the_intended_document() {
     assert_eq!(doc["users"][0]["lock_passwd"], false);
     assert_eq!(doc["users"][0]["sudo"], "ALL=(ALL) NOPASSWD:ALL");
     assert_eq!(doc["users"][1]["passwd"], "$6$rounds=4096$deploy$hash");
+}
+
+/// A learner join's helper reaches the machine byte for byte, and runs around etcdadm join.
+#[test]
+fn learner_golden_carries_the_helper_and_wraps_the_join() {
+    let urls = join_urls();
+    let text = render(
+        &EtcdadmConfigSpec::default(),
+        &ResolvedSecrets::default(),
+        EtcdadmCommand::Join {
+            urls: &urls,
+            learner: true,
+        },
+    );
+    let doc: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    let helper = doc["write_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == LEARNER_JOIN_SCRIPT)
+        .unwrap();
+    assert_eq!(
+        helper["content"].as_str().unwrap(),
+        include_str!("../../templates/cloud-init/learner-join.sh")
+    );
+    assert_eq!(helper["permissions"], "0755");
+    let runcmd = doc["runcmd"].as_array().unwrap();
+    let last = runcmd.last().unwrap().as_str().unwrap();
+    assert!(
+        last.starts_with(&format!(
+            "sh {LEARNER_JOIN_SCRIPT} wait-listed {LEARNER_LISTED_WAIT_SECONDS} https://10.0.0.11:2379 && \
+             {{ etcdadm join https://10.0.0.11:2379 "
+        )),
+        "{last}"
+    );
+    assert!(!last.contains("10.0.0.12"), "{last}");
 }

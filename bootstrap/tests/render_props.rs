@@ -180,7 +180,11 @@ fn spec() -> impl Strategy<Value = EtcdadmConfigSpec> {
         })
 }
 
-fn render(spec: &EtcdadmConfigSpec) -> Result<String, RenderError> {
+const JOIN_URLS: [&str; 1] = ["https://10.0.0.1:2379"];
+
+/// Init, or (`learner`) the join of a learner the EtcdadmCluster controller pre-adds.
+fn render(spec: &EtcdadmConfigSpec, learner: bool) -> Result<String, RenderError> {
+    let urls: Vec<String> = JOIN_URLS.iter().map(|u| u.to_string()).collect();
     render_user_data(&RenderInput {
         spec,
         machine_name: "etcd-0",
@@ -188,7 +192,11 @@ fn render(spec: &EtcdadmConfigSpec) -> Result<String, RenderError> {
             cert_pem: CA_CERT,
             key_pem: CA_KEY,
         },
-        command: EtcdadmCommand::Init,
+        command: if learner {
+            EtcdadmCommand::Join { urls: &urls, learner }
+        } else {
+            EtcdadmCommand::Init
+        },
         secrets: &ResolvedSecrets::default(),
     })
 }
@@ -263,8 +271,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn user_strings_round_trip_through_yaml(spec in spec()) {
-        let text = render(&spec).unwrap();
+    fn user_strings_round_trip_through_yaml(spec in spec(), learner in any::<bool>()) {
+        let text = render(&spec, learner).unwrap();
         prop_assert!(text.starts_with("## template: jinja\n#cloud-config\n"));
         let doc: Value = serde_saphyr::from_str(&text)
             .unwrap_or_else(|e| panic!("rendered document is not YAML: {e}\n{text}"));
@@ -281,7 +289,13 @@ proptest! {
             prop_assert_eq!(&after_pre[..spec.etcdadm_install_commands.len()], &spec.etcdadm_install_commands[..]);
         }
         prop_assert_eq!(&runcmd[runcmd.len() - post.len()..], &post[..]);
-        prop_assert!(runcmd[runcmd.len() - post.len() - 1].starts_with("etcdadm init "));
+        let etcdadm = &runcmd[runcmd.len() - post.len() - 1];
+        if learner {
+            prop_assert!(etcdadm.starts_with("sh /run/cluster-api/etcd-learner-join.sh wait-listed "), "{}", etcdadm);
+            prop_assert!(etcdadm.contains(&format!("{{ etcdadm join {} ", JOIN_URLS[0])), "{}", etcdadm);
+        } else {
+            prop_assert!(etcdadm.starts_with("etcdadm init "), "{}", etcdadm);
+        }
 
         // Files: the two CA files, then the user's, field by field.
         let written = doc["write_files"].as_array().unwrap();
@@ -343,7 +357,7 @@ fn html_sensitive_characters_are_not_escaped() {
         pre_etcdadm_commands: vec![r#"echo "<a href='x'>&amp;</a>" > /tmp/x"#.into()],
         ..Default::default()
     };
-    let text = render(&spec).unwrap();
+    let text = render(&spec, false).unwrap();
     assert!(
         text.contains(r#"  - "echo \"<a href='x'>&amp;</a>\" > /tmp/x""#),
         "{text}"

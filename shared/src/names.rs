@@ -23,6 +23,10 @@ pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 pub const SKIP_PAUSE_CP_ANNOTATION: &str = "cluster.x-k8s.io/skip-pause-cp-managed-etcd";
 /// On an EtcdadmCluster: the reference's health-check retry count (0 turns remediation off).
 pub const HEALTHCHECK_RETRIES_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/healthcheck-retries";
+/// On an EtcdadmConfig, set to `"true"` by the EtcdadmCluster controller when it creates the
+/// config: the controller pre-adds the Machine's member as a learner, so the user data waits
+/// for it before `etcdadm join` (see `EtcdadmConfig::joins_as_learner`).
+pub const LEARNER_JOIN_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/learner-join";
 /// On a Machine: prefer this one when choosing a scale-down victim.
 pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
 /// Prefix of CAPI's pre-terminate hook annotations: a Machine is not terminated while one is set.

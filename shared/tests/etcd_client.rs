@@ -271,6 +271,14 @@ async fn learner_join_promote_remove_and_refused_second_changes() {
     let another = format!("https://{}:2380", free_loopback_ip());
     let err = via.member_add(&[another], true).await.unwrap_err();
     assert_eq!(err.refusal(), Some(Refusal::TooManyLearners), "{err}");
+    assert!(
+        err.to_string().contains("promote or remove the existing learner"),
+        "{err}"
+    );
+    // A learner that has not started has nothing in sync: promotion is refused, not failed.
+    let err = via.member_promote(learner.id).await.unwrap_err();
+    assert_eq!(err.refusal(), Some(Refusal::LearnerNotReady), "{err}");
+    assert!(err.to_string().contains("in sync with leader"), "{err}");
 
     // Start its process against the existing cluster, then promote once it has caught up.
     let list = via.member_list().await.unwrap();
@@ -287,10 +295,20 @@ async fn learner_join_promote_remove_and_refused_second_changes() {
         .collect::<Vec<_>>()
         .join(",");
     let joined = cluster.join(joiner, &initial_cluster);
+    // The started learner answers for itself but serves no membership call: ask a voter.
+    let learner_client = MemberClient::new(&cluster.members[joined].client_url, &tls, CALL_TIMEOUT).unwrap();
+    let refused = eventually("the learner serves and refuses MemberList", &cluster, || async {
+        match learner_client.member_list().await {
+            Err(err) if err.refusal() == Some(Refusal::NotForLearners) => Ok(err),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(refused.to_string().contains("ask a voting member"), "{refused}");
     eventually("learner promoted", &cluster, || async {
         match via.member_promote(learner.id).await {
             Ok(()) => Ok(()),
-            Err(err @ EtcdError::Refused { .. }) => Err(err.to_string()),
+            Err(err) if err.refusal() == Some(Refusal::LearnerNotReady) => Err(err.to_string()),
             Err(other) => panic!("promote failed unexpectedly: {other}"),
         }
     })

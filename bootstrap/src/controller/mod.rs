@@ -185,12 +185,12 @@ async fn step(
             Ok(Next::Again)
         }
         Decision::RenderInit => render_and_store(ctx, config, obs, EtcdadmCommand::Init, &cluster_name).await,
-        Decision::RenderJoin { urls } => {
+        Decision::RenderJoin { urls, learner } => {
             render_and_store(
                 ctx,
                 config,
                 obs,
-                EtcdadmCommand::Join { urls: &urls },
+                EtcdadmCommand::Join { urls: &urls, learner },
                 &cluster_name,
             )
             .await
@@ -215,7 +215,7 @@ async fn render_and_store(
     let machine = required(&obs.machine, "Machine")?;
     let joining = match &command {
         EtcdadmCommand::Init => None,
-        EtcdadmCommand::Join { urls } => urls.first().cloned(),
+        EtcdadmCommand::Join { urls, learner } => urls.first().map(|url| (url.clone(), *learner)),
     };
     let input = RenderInput {
         spec: &config.spec,
@@ -261,8 +261,13 @@ async fn render_and_store(
             "rendered etcdadm init user data for Machine {}",
             machine.name_any()
         ),
-        Some(url) => format!(
+        Some((url, false)) => format!(
             "rendered etcdadm join {url} user data for Machine {}",
+            machine.name_any()
+        ),
+        Some((url, true)) => format!(
+            "rendered etcdadm join {url} user data for Machine {}, which waits for the \
+             EtcdadmCluster controller to add it as a learner and to promote it",
             machine.name_any()
         ),
     };

@@ -131,6 +131,7 @@ pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observat
         lock,
         ca: ca_view,
         spec_problem,
+        learner_join: config.joins_as_learner(),
     };
     Ok(Observation {
         observed,

@@ -83,6 +83,9 @@ pub struct Observed {
     pub ca: CaView,
     /// A spec problem the controller found (e.g. unresolved secret reference), with field path.
     pub spec_problem: Option<String>,
+    /// `EtcdadmConfig::joins_as_learner`: a join waits for the learner the EtcdadmCluster
+    /// controller adds.
+    pub learner_join: bool,
 }
 
 /// What to do now. Waiting decisions carry the condition reason and message to show.
@@ -106,6 +109,7 @@ pub enum Decision {
     RenderInit,
     RenderJoin {
         urls: Vec<String>,
+        learner: bool,
     },
     /// Something a human must fix; no Secret is written.
     Fail {
@@ -263,7 +267,10 @@ fn plan_join(observed: &Observed, cluster_name: &str) -> Decision {
         };
     }
     match observed.ca {
-        CaView::Valid => Decision::RenderJoin { urls },
+        CaView::Valid => Decision::RenderJoin {
+            urls,
+            learner: observed.learner_join,
+        },
         // A join never generates a CA: the members already running trust only theirs.
         _ => Decision::Wait {
             reason: reason::WAITING_FOR_CA,
@@ -318,6 +325,7 @@ mod tests {
             lock: LockView::Free,
             ca: CaView::Missing,
             spec_problem: None,
+            learner_join: false,
         }
     }
 
@@ -441,7 +449,8 @@ mod tests {
         assert_eq!(
             plan(&o),
             Decision::RenderJoin {
-                urls: vec!["https://10.0.0.1:2379".into()]
+                urls: vec!["https://10.0.0.1:2379".into()],
+                learner: false,
             }
         );
     }
@@ -469,7 +478,8 @@ mod tests {
         assert_eq!(
             plan(&o),
             Decision::RenderJoin {
-                urls: vec!["https://10.0.0.2:2379".into()]
+                urls: vec!["https://10.0.0.2:2379".into()],
+                learner: false,
             }
         );
         o.etcd_cluster = Some(EtcdClusterView {
@@ -492,7 +502,8 @@ mod tests {
         assert_eq!(
             plan(&o),
             Decision::RenderJoin {
-                urls: vec!["https://10.0.0.1:2379".into()]
+                urls: vec!["https://10.0.0.1:2379".into()],
+                learner: false,
             }
         );
         o.init_client_urls = None;
@@ -503,6 +514,33 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_join_the_etcdadm_cluster_controller_marked_is_a_learner_join_and_init_never_is() {
+        let mut o = base();
+        o.machine = Some(MachineView {
+            etcd_cluster: Some("c1-etcd".into()),
+            ..machine("m2")
+        });
+        o.ca = CaView::Valid;
+        o.learner_join = true;
+        o.etcd_cluster = Some(EtcdClusterView {
+            initialized: true,
+            healthy_client_urls: vec!["https://10.0.0.2:2379".into()],
+            reports_members: true,
+        });
+        assert_eq!(
+            plan(&o),
+            Decision::RenderJoin {
+                urls: vec!["https://10.0.0.2:2379".into()],
+                learner: true,
+            }
+        );
+        // The first member founds the cluster: there is nothing to add it to.
+        o.etcd_cluster = Some(EtcdClusterView::default());
+        o.lock = held("m2", true);
+        assert_eq!(plan(&o), Decision::RenderInit);
     }
 
     #[test]

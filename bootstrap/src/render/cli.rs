@@ -25,7 +25,9 @@ pub struct RenderArgs {
     /// Render `etcdadm init` (the first member).
     #[arg(long)]
     pub init: bool,
-    /// Render `etcdadm join URL`; repeat for the eks-anywhere flavor's URL list.
+    /// Render `etcdadm join URL` (a learner join when the EtcdadmConfig carries the
+    /// EtcdadmCluster controller's learner-join annotation); repeat for the eks-anywhere
+    /// flavor's URL list.
     #[arg(long, value_name = "URL")]
     pub join: Vec<String>,
     /// Machine name for `etcdadm --name` (default: the config's metadata.name).
@@ -57,7 +59,7 @@ pub enum RenderCliError {
 
 /// The user data the arguments describe.
 pub fn run(args: &RenderArgs) -> Result<String, RenderCliError> {
-    let (name, spec) = read_config(&args.file)?;
+    let (name, spec, learner) = read_config(&args.file)?;
     let machine_name = args
         .machine_name
         .clone()
@@ -77,7 +79,10 @@ pub fn run(args: &RenderArgs) -> Result<String, RenderCliError> {
     let command = if args.init {
         EtcdadmCommand::Init
     } else {
-        EtcdadmCommand::Join { urls: &args.join }
+        EtcdadmCommand::Join {
+            urls: &args.join,
+            learner,
+        }
     };
     let input = RenderInput {
         spec: &spec,
@@ -92,9 +97,11 @@ pub fn run(args: &RenderArgs) -> Result<String, RenderCliError> {
     Ok(render_user_data(&input)?)
 }
 
-/// The object's name and spec. The kind is checked: any other object would parse as an empty
-/// spec (every field is optional) and render a misleading minimal document.
-fn read_config(path: &Path) -> Result<(Option<String>, EtcdadmConfigSpec), RenderCliError> {
+/// The object's name and spec, and whether a join would be a learner join (an EtcdadmConfig the
+/// EtcdadmCluster controller marked; never a template). The kind is checked: any other object
+/// would parse as an empty spec (every field is optional) and render a misleading minimal
+/// document.
+fn read_config(path: &Path) -> Result<(Option<String>, EtcdadmConfigSpec, bool), RenderCliError> {
     let text = read(path)?;
     let config_error = |message: String| RenderCliError::Config {
         path: path.to_path_buf(),
@@ -107,12 +114,13 @@ fn read_config(path: &Path) -> Result<(Option<String>, EtcdadmConfigSpec), Rende
         "EtcdadmConfig" => {
             let config: EtcdadmConfig = serde_json::from_value(value)
                 .map_err(|e| config_error(format!("not a valid EtcdadmConfig: {e}")))?;
-            Ok((config.metadata.name, config.spec))
+            let learner = config.joins_as_learner();
+            Ok((config.metadata.name, config.spec, learner))
         }
         "EtcdadmConfigTemplate" => {
             let template: EtcdadmConfigTemplate = serde_json::from_value(value)
                 .map_err(|e| config_error(format!("not a valid EtcdadmConfigTemplate: {e}")))?;
-            Ok((template.metadata.name, template.spec.template.spec))
+            Ok((template.metadata.name, template.spec.template.spec, false))
         }
         other => Err(config_error(format!(
             "kind is {other:?}; expected EtcdadmConfig or EtcdadmConfigTemplate"

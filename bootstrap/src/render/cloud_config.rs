@@ -7,14 +7,16 @@ use etcdadm_shared::validation::quoted;
 
 use super::containerd::containerd_setup;
 use super::error::RenderError;
-use super::etcdadm_command::{default_install_commands, etcdadm_runcmd};
+use super::etcdadm_command::{
+    LEARNER_JOIN_SCRIPT, LEARNER_JOIN_SCRIPT_CONTENT, default_install_commands, etcdadm_runcmd,
+};
 use super::files::{
     FileEntry, ca_files, cert_bundle_files, check_content_sources, check_unique_paths, placeholder_file,
     user_files,
 };
 use super::secrets::secret_refs;
 use super::yaml::{double_quoted, scalar};
-use super::{RenderInput, ResolvedSecrets};
+use super::{EtcdadmCommand, RenderInput, ResolvedSecrets};
 
 /// What the reference runs before etcdadm on cloud-config machines: images built for Kubernetes
 /// nodes start a kubelet that would fight etcd for nothing. Plain, as the reference has it:
@@ -91,6 +93,13 @@ pub fn render(input: &RenderInput) -> Result<String, RenderError> {
     let containerd = containerd_setup(spec.proxy.as_ref(), spec.registry_mirror.as_ref())?;
     files.extend(containerd.files);
     files.push(placeholder_file());
+    if let EtcdadmCommand::Join { learner: true, .. } = input.command {
+        files.push(FileEntry::generated(
+            LEARNER_JOIN_SCRIPT,
+            "0755",
+            LEARNER_JOIN_SCRIPT_CONTENT.to_string(),
+        ));
+    }
     check_unique_paths(&files)?;
 
     let mut runcmd = spec.pre_etcdadm_commands.clone();

@@ -1,5 +1,5 @@
-//! The etcdadm command lines: which flags each etcdadm build accepts, and how cipher suites reach
-//! etcd when the build has no flag for them.
+//! The etcdadm command lines: which flags each etcdadm build accepts, how cipher suites reach
+//! etcd when the build has no flag for them, and how a learner join waits around `etcdadm join`.
 
 use etcdadm_shared::api::config::{EtcdadmConfigSpec, EtcdadmFlavor};
 use etcdadm_shared::validation::{is_etcd_version, quoted};
@@ -13,6 +13,19 @@ pub const SUCCESS_SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete"
 
 /// The env file etcdadm writes and etcd's systemd unit reads.
 const ETCD_ENV_FILE: &str = "/etc/etcd/etcd.env";
+
+/// Where a learner join's user data writes its helper, `templates/cloud-init/learner-join.sh`.
+pub const LEARNER_JOIN_SCRIPT: &str = "/run/cluster-api/etcd-learner-join.sh";
+/// The helper: waits until the join URL lists this machine's member, then, if `etcdadm join`
+/// failed its health check as an unpromoted learner, until the health phase passes.
+pub const LEARNER_JOIN_SCRIPT_CONTENT: &str = include_str!("../../../templates/cloud-init/learner-join.sh");
+/// How long a learner join waits for the EtcdadmCluster controller to add its member: beyond
+/// the usual seconds, room for a controller restart. A machine that gives up never becomes a
+/// member; the controller replaces it.
+pub const LEARNER_LISTED_WAIT_SECONDS: u32 = 1200;
+/// How long a learner join waits for its promotion: a learner must catch up on the whole
+/// database first, minutes for a large one.
+pub const LEARNER_HEALTHY_WAIT_SECONDS: u32 = 1800;
 
 /// The upstream etcdadm release installed when the spec gives no install commands.
 pub const DEFAULT_ETCDADM_RELEASE: &str = "v0.1.5";
@@ -46,13 +59,26 @@ pub fn etcdadm_runcmd(
     let cipher_suites = cipher_suites(spec)?;
 
     let mut words: Vec<String> = vec!["etcdadm".into()];
+    let mut learner_url = None;
     match command {
         EtcdadmCommand::Init => words.push("init".into()),
-        EtcdadmCommand::Join { urls } => {
+        EtcdadmCommand::Join { urls, learner } => {
+            let target = shell::word(&join_target(urls, flavor)?);
+            if *learner {
+                if flavor != EtcdadmFlavor::Upstream {
+                    return Err(RenderError::invalid(
+                        "spec.etcdadmFlavor",
+                        "eks-anywhere etcdadm builds join as voting members; a learner join needs \
+                         upstream etcdadm",
+                    ));
+                }
+                learner_url = Some(target.clone());
+            }
             words.push("join".into());
-            words.push(shell::word(&join_target(urls, flavor)?));
+            words.push(target);
         }
     }
+    let flags_from = words.len();
     words.extend(["--init-system", "systemd", "--name"].map(String::from));
     words.push(shell::word(machine_name));
 
@@ -76,21 +102,31 @@ pub fn etcdadm_runcmd(
         words.extend(["--install-dir".into(), shell::word(dir)]);
     }
 
+    if let (Some(list), EtcdadmFlavor::EksAnywhere) = (&cipher_suites, flavor) {
+        words.extend(["--cipher-suites".into(), list.clone()]);
+    }
     let mut steps = Vec::with_capacity(5);
-    match (&cipher_suites, flavor) {
-        (Some(list), EtcdadmFlavor::EksAnywhere) => {
-            words.extend(["--cipher-suites".into(), list.clone()]);
-            steps.push(words.join(" "));
+    match learner_url {
+        None => steps.push(words.join(" ")),
+        // The member must be listed before etcdadm looks for it, or etcdadm adds a voter; and
+        // etcdadm's own health check fails until the learner is promoted, so it is re-run.
+        Some(url) => {
+            let flags = words[flags_from..].join(" ");
+            steps.push(format!(
+                "sh {LEARNER_JOIN_SCRIPT} wait-listed {LEARNER_LISTED_WAIT_SECONDS} {url}"
+            ));
+            steps.push(format!(
+                "{{ {} || sh {LEARNER_JOIN_SCRIPT} wait-healthy {LEARNER_HEALTHY_WAIT_SECONDS} {url} {flags}; }}",
+                words.join(" ")
+            ));
         }
-        (Some(list), EtcdadmFlavor::Upstream) => {
-            // Upstream etcdadm has no --cipher-suites flag: etcd reads the same setting from its
-            // env file, so replace the line there and restart etcd before declaring success.
-            steps.push(words.join(" "));
-            steps.push(format!("sed -i '/^ETCD_CIPHER_SUITES=/d' {ETCD_ENV_FILE}"));
-            steps.push(format!("echo ETCD_CIPHER_SUITES={list} >> {ETCD_ENV_FILE}"));
-            steps.push("systemctl restart etcd".into());
-        }
-        (None, _) => steps.push(words.join(" ")),
+    }
+    if let (Some(list), EtcdadmFlavor::Upstream) = (&cipher_suites, flavor) {
+        // Upstream etcdadm has no --cipher-suites flag: etcd reads the same setting from its env
+        // file, so replace the line there and restart etcd before declaring success.
+        steps.push(format!("sed -i '/^ETCD_CIPHER_SUITES=/d' {ETCD_ENV_FILE}"));
+        steps.push(format!("echo ETCD_CIPHER_SUITES={list} >> {ETCD_ENV_FILE}"));
+        steps.push("systemctl restart etcd".into());
     }
     steps.push(format!("echo success > {SUCCESS_SENTINEL}"));
     Ok(steps.join(" && "))
@@ -201,7 +237,10 @@ mod tests {
         let line = etcdadm_runcmd(
             &EtcdadmConfigSpec::default(),
             "etcd-1",
-            &EtcdadmCommand::Join { urls: &urls },
+            &EtcdadmCommand::Join {
+                urls: &urls,
+                learner: false,
+            },
         )
         .unwrap();
         assert!(
@@ -221,7 +260,15 @@ mod tests {
             "https://10.0.0.1:2379".to_string(),
             "https://10.0.0.2:2379".into(),
         ];
-        let line = etcdadm_runcmd(&spec, "etcd-1", &EtcdadmCommand::Join { urls: &urls }).unwrap();
+        let line = etcdadm_runcmd(
+            &spec,
+            "etcd-1",
+            &EtcdadmCommand::Join {
+                urls: &urls,
+                learner: false,
+            },
+        )
+        .unwrap();
         assert_eq!(
             line,
             "etcdadm join https://10.0.0.1:2379,https://10.0.0.2:2379 --init-system systemd --name etcd-1 \
@@ -247,6 +294,77 @@ mod tests {
         );
     }
 
+    fn learner_join(spec: &EtcdadmConfigSpec) -> Result<String, RenderError> {
+        let urls = vec![
+            "https://10.0.0.1:2379".to_string(),
+            "https://10.0.0.2:2379".into(),
+        ];
+        etcdadm_runcmd(
+            spec,
+            "etcd-1",
+            &EtcdadmCommand::Join {
+                urls: &urls,
+                learner: true,
+            },
+        )
+    }
+
+    #[test]
+    fn a_learner_join_waits_to_be_listed_then_for_its_promotion() {
+        assert_eq!(
+            learner_join(&EtcdadmConfigSpec::default()).unwrap(),
+            "sh /run/cluster-api/etcd-learner-join.sh wait-listed 1200 https://10.0.0.1:2379 \
+             && { etcdadm join https://10.0.0.1:2379 --init-system systemd --name etcd-1 \
+             || sh /run/cluster-api/etcd-learner-join.sh wait-healthy 1800 https://10.0.0.1:2379 \
+             --init-system systemd --name etcd-1; } \
+             && echo success > /run/cluster-api/bootstrap-success.complete"
+        );
+    }
+
+    #[test]
+    fn a_learner_join_repeats_the_join_flags_and_sets_cipher_suites_after_promotion() {
+        let spec = EtcdadmConfigSpec {
+            cloud_init_config: Some(CloudInitConfig {
+                version: Some("3.5.9".into()),
+                install_dir: Some("/opt/etcd bin".into()),
+                ..Default::default()
+            }),
+            cipher_suites: Some("TLS_A".into()),
+            ..Default::default()
+        };
+        let line = learner_join(&spec).unwrap();
+        let flags = "--init-system systemd --name etcd-1 --version 3.5.9 --install-dir '/opt/etcd bin'";
+        assert!(
+            line.contains(&format!(
+                "{{ etcdadm join https://10.0.0.1:2379 {flags} || sh /run/cluster-api/etcd-learner-join.sh \
+                 wait-healthy 1800 https://10.0.0.1:2379 {flags}; }} && sed -i"
+            )),
+            "{line}"
+        );
+        assert!(line.ends_with(
+            "systemctl restart etcd && echo success > /run/cluster-api/bootstrap-success.complete"
+        ));
+    }
+
+    #[test]
+    fn eks_anywhere_builds_never_render_a_learner_join() {
+        let spec = EtcdadmConfigSpec {
+            etcdadm_flavor: Some(EtcdadmFlavor::EksAnywhere),
+            ..Default::default()
+        };
+        let err = learner_join(&spec).unwrap_err();
+        assert!(err.to_string().starts_with("spec.etcdadmFlavor: "), "{err}");
+    }
+
+    #[test]
+    fn the_learner_join_helper_is_jinja_free_posix_sh() {
+        // The user data is a Jinja template: `{{`, `{%` or `{#` in the helper would be expanded.
+        for opener in ["{{", "{%", "{#"] {
+            assert!(!LEARNER_JOIN_SCRIPT_CONTENT.contains(opener), "{opener}");
+        }
+        assert!(LEARNER_JOIN_SCRIPT_CONTENT.starts_with("#!/bin/sh\n"));
+    }
+
     #[test]
     fn join_without_urls_is_an_error() {
         for flavor in [EtcdadmFlavor::Upstream, EtcdadmFlavor::EksAnywhere] {
@@ -254,8 +372,11 @@ mod tests {
                 etcdadm_flavor: Some(flavor),
                 ..Default::default()
             };
-            let err = etcdadm_runcmd(&spec, "m", &EtcdadmCommand::Join { urls: &[] }).unwrap_err();
-            assert!(matches!(err, RenderError::NoJoinUrl));
+            for learner in [false, true] {
+                let err =
+                    etcdadm_runcmd(&spec, "m", &EtcdadmCommand::Join { urls: &[], learner }).unwrap_err();
+                assert!(matches!(err, RenderError::NoJoinUrl));
+            }
         }
     }
 

@@ -15,7 +15,10 @@ mod yaml;
 use etcdadm_shared::api::config::{EtcdadmConfigSpec, Format};
 
 pub use error::RenderError;
-pub use etcdadm_command::{DEFAULT_ETCDADM_RELEASE, SUCCESS_SENTINEL};
+pub use etcdadm_command::{
+    DEFAULT_ETCDADM_RELEASE, LEARNER_HEALTHY_WAIT_SECONDS, LEARNER_JOIN_SCRIPT, LEARNER_LISTED_WAIT_SECONDS,
+    SUCCESS_SENTINEL,
+};
 pub use secrets::{ResolvedSecrets, SecretRefUse, SecretTarget, secret_refs};
 
 /// The etcd CA as PEM text (certificate, and the RSA key etcdadm signs member certificates with).
@@ -39,8 +42,10 @@ pub enum EtcdadmCommand<'a> {
     /// `etcdadm init`: the first member.
     Init,
     /// `etcdadm join`: client URLs of healthy members. The upstream flavor uses the first only;
-    /// the eks-anywhere flavor passes them all.
-    Join { urls: &'a [String] },
+    /// the eks-anywhere flavor passes them all. `learner`: the EtcdadmCluster controller
+    /// pre-adds the member as a learner (`EtcdadmConfig::joins_as_learner`, upstream flavor
+    /// only), so the machine waits until it is listed and until it is promoted.
+    Join { urls: &'a [String], learner: bool },
 }
 
 /// Everything one machine's user data depends on.

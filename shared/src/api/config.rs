@@ -130,6 +130,26 @@ impl EtcdadmConfigSpec {
     }
 }
 
+impl EtcdadmConfig {
+    /// Whether this machine joins as a learner the EtcdadmCluster controller pre-adds
+    /// (SPEC-day2.md, learner joins): the controller asked for it on this config
+    /// ([`LEARNER_JOIN_ANNOTATION`](crate::names::LEARNER_JOIN_ANNOTATION) `"true"`), and the
+    /// user data runs upstream etcdadm from cloud-config, whose join reuses a pre-added member.
+    /// The eks-anywhere build keeps its voter join. The bootstrap provider renders the learner
+    /// join, and the controller pre-adds a learner, exactly for joining configs where this holds.
+    pub fn joins_as_learner(&self) -> bool {
+        let requested = self
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::names::LEARNER_JOIN_ANNOTATION))
+            .is_some_and(|value| value == "true");
+        requested
+            && self.spec.flavor() == EtcdadmFlavor::Upstream
+            && self.spec.format() == Format::CloudConfig
+    }
+}
+
 /// Output format of the bootstrap data.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Format {
@@ -520,4 +540,42 @@ pub struct ObjectMetaTemplate {
     /// Annotations.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub annotations: std::collections::BTreeMap<String, String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(annotation: Option<&str>, spec: EtcdadmConfigSpec) -> EtcdadmConfig {
+        let mut config = EtcdadmConfig::new("m1", spec);
+        config.metadata.annotations = annotation.map(|value| {
+            [(
+                crate::names::LEARNER_JOIN_ANNOTATION.to_string(),
+                value.to_string(),
+            )]
+            .into()
+        });
+        config
+    }
+
+    #[test]
+    fn only_a_requested_upstream_cloud_config_join_is_a_learner_join() {
+        assert!(config(Some("true"), EtcdadmConfigSpec::default()).joins_as_learner());
+        for value in [None, Some("false"), Some("True"), Some("")] {
+            assert!(
+                !config(value, EtcdadmConfigSpec::default()).joins_as_learner(),
+                "{value:?}"
+            );
+        }
+        let eks_anywhere = EtcdadmConfigSpec {
+            etcdadm_flavor: Some(EtcdadmFlavor::EksAnywhere),
+            ..Default::default()
+        };
+        assert!(!config(Some("true"), eks_anywhere).joins_as_learner());
+        let bottlerocket = EtcdadmConfigSpec {
+            format: Some(Format::Bottlerocket),
+            ..Default::default()
+        };
+        assert!(!config(Some("true"), bottlerocket).joins_as_learner());
+    }
 }

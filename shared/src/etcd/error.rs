@@ -89,8 +89,11 @@ pub enum Refusal {
     NotEnoughStartedMembers,
     /// etcd allows one learner at a time.
     TooManyLearners,
-    /// The learner has not caught up with the leader yet; promote again later.
+    /// The learner has not caught up with the leader yet (or has not started); promote again
+    /// later.
     LearnerNotReady,
+    /// The member answering is a learner: it serves only `Status` and serializable reads.
+    NotForLearners,
     MemberNotFound,
     /// Promote of a member that is already voting.
     MemberNotLearner,
@@ -107,13 +110,14 @@ impl Refusal {
     /// Recognise a refusal from etcd's error message (etcd's gRPC errors carry fixed texts).
     pub fn from_message(message: &str) -> Refusal {
         let m = message.to_ascii_lowercase();
-        let table: [(&str, Refusal); 11] = [
+        let table: [(&str, Refusal); 12] = [
             ("not leader", Refusal::NotLeader),
             ("no leader", Refusal::NoLeader),
             ("unhealthy cluster", Refusal::UnhealthyCluster),
             ("not enough started members", Refusal::NotEnoughStartedMembers),
             ("too many learner", Refusal::TooManyLearners),
             ("in sync with leader", Refusal::LearnerNotReady),
+            ("not supported for learner", Refusal::NotForLearners),
             ("member not found", Refusal::MemberNotFound),
             ("can only promote a learner member", Refusal::MemberNotLearner),
             ("peer urls already exists", Refusal::PeerUrlExists),
@@ -135,6 +139,7 @@ impl Refusal {
             }
             Refusal::TooManyLearners => "; promote or remove the existing learner first",
             Refusal::LearnerNotReady => "; the learner is still catching up, retry shortly",
+            Refusal::NotForLearners => "; ask a voting member, or promote this learner first",
             Refusal::MemberNotFound => "; the member is not (or no longer) in the cluster",
             Refusal::RequestTimedOut => "; the cluster could not commit it in time, check quorum",
             Refusal::MemberNotLearner
@@ -332,6 +337,10 @@ mod tests {
             (
                 "etcdserver: can only promote a learner member",
                 Refusal::MemberNotLearner,
+            ),
+            (
+                "etcdserver: rpc not supported for learner",
+                Refusal::NotForLearners,
             ),
             ("etcdserver: member not found", Refusal::MemberNotFound),
             ("etcdserver: Peer URLs already exists", Refusal::PeerUrlExists),

@@ -12,7 +12,7 @@ const SHELLCHECK_HINT: &str = "install it with `apt-get install shellcheck` (Deb
 /// Scripts matched by `<dir>/*.sh` for the directories the distribution owns.
 fn scripts() -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
-    for dir in ["hack", "test/capd", "templates/backup"] {
+    for dir in ["hack", "test/capd", "templates/backup", "templates/cloud-init"] {
         let entries =
             std::fs::read_dir(repo_root().join(dir)).unwrap_or_else(|e| panic!("cannot list {dir}: {e}"));
         for entry in entries {
@@ -39,6 +39,7 @@ fn scripts_are_shellcheck_clean() {
         "hack/sync-backup-template.sh",
         "test/capd/e2e.sh",
         "templates/backup/etcd-backup.sh",
+        "templates/cloud-init/learner-join.sh",
     ] {
         assert!(
             names.iter().any(|n| n == expected),

@@ -5,7 +5,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -58,6 +58,9 @@ pub struct CapiStandIn {
     pub work_dir: PathBuf,
     /// Machine IPs are `<ip_prefix>.N` for N in 2..=254.
     pub ip_prefix: [u8; 3],
+    /// Validity of the member certificates of machines booted from now on (`None`: etcdadm's
+    /// 365 days); see [`crate::plane::Plane::set_member_certificate_validity`].
+    pub member_certificate_validity: Arc<Mutex<Option<Duration>>>,
 }
 
 impl CapiStandIn {
@@ -316,6 +319,10 @@ impl CapiStandIn {
             ip,
             root: self.work_dir.join("machines").join(machine),
             user_data,
+            member_certificate_validity: *self
+                .member_certificate_validity
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
         };
         if let Err(e) = self.runtime.boot(&spec) {
             warn!(machine, error = %e, "boot failed");

@@ -75,6 +75,7 @@ pub struct Plane {
     pub runtime: Arc<dyn MachineRuntime>,
     pub kcp_record: Arc<Mutex<KcpRecord>>,
     pub namespace: String,
+    member_certificate_validity: Arc<Mutex<Option<Duration>>>,
     controller_kubeconfigs: std::collections::BTreeMap<&'static str, PathBuf>,
     controller_args: Vec<String>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -140,12 +141,14 @@ impl Plane {
             Some(command) => Arc::new(ExternalRuntime::new(command).map_err(|e| setup(&e))?),
             None => Arc::new(BuiltInRuntime::new(sibling_binary("etcdadm-sim-machine")?)),
         };
+        let member_certificate_validity = Arc::new(Mutex::new(None));
         let capi = CapiStandIn {
             client: client.clone(),
             namespace: options.namespace.clone(),
             runtime: runtime.clone(),
             work_dir: work_dir.clone(),
             ip_prefix: options.ip_prefix,
+            member_certificate_validity: member_certificate_validity.clone(),
         };
         let kcp = KcpStandIn::new(client.clone(), &options.namespace, options.kcp_rollout_step);
         let kcp_record = kcp.record.clone();
@@ -159,6 +162,7 @@ impl Plane {
             runtime,
             kcp_record,
             namespace: options.namespace.clone(),
+            member_certificate_validity,
             controller_kubeconfigs: options.controller_kubeconfigs.clone(),
             controller_args: options.controller_args.clone(),
             tasks,
@@ -166,6 +170,16 @@ impl Plane {
             ports,
             work_dir: options.work_dir,
         })
+    }
+
+    /// Machines booted from now on get member certificates valid for `validity` (`None`: back
+    /// to etcdadm's 365 days), e.g. members whose certificates expire in 20 days, then their
+    /// replacements with fresh ones.
+    pub fn set_member_certificate_validity(&self, validity: Option<Duration>) {
+        *self
+            .member_certificate_validity
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = validity;
     }
 
     /// The `/metrics` text of controller `name` (started by [`Plane::start`]).

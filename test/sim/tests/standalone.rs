@@ -1,11 +1,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! End to end without an EtcdadmCluster: the real bootstrap controller binary, the CAPI stand-in
-//! and three process machines form one etcd cluster through `etcdadm init` and two joins.
+//! and three process machines form one etcd cluster through `etcdadm init` and two joins, with
+//! the member certificate validity the plane was told to give them.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use etcdadm_shared::api::EtcdadmConfig;
 use etcdadm_shared::names;
+use etcdadm_shared::pki::cert_not_after;
 use etcdadm_shared::testing::TempDir;
 use etcdadm_sim::demo;
 use etcdadm_sim::history::Recorder;
@@ -28,6 +30,9 @@ async fn three_machines_form_one_cluster_through_init_and_joins() {
     .await
     .unwrap();
     let client = plane.client.clone();
+    // Every machine the plane boots from now on gets member certificates valid 20 days.
+    let twenty_days = Duration::from_secs(20 * 24 * 3600);
+    plane.set_member_certificate_validity(Some(twenty_days));
     demo::create_standalone_cluster(&client, client.default_namespace(), "c1", 3, None)
         .await
         .unwrap();
@@ -100,5 +105,21 @@ async fn three_machines_form_one_cluster_through_init_and_joins() {
         }
     }
     assert_eq!(inits, 1);
+
+    for name in member_names {
+        let pem = std::fs::read_to_string(
+            work.path()
+                .join(format!("machines/{name}/etc/etcd/pki/server.crt")),
+        )
+        .unwrap();
+        let left = cert_not_after(&pem)
+            .unwrap()
+            .duration_since(SystemTime::now())
+            .unwrap();
+        assert!(
+            left <= twenty_days && left > twenty_days - Duration::from_secs(3600),
+            "{name}: {left:?}"
+        );
+    }
     drop(plane);
 }

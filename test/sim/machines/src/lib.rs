@@ -2,8 +2,9 @@
 //!
 //! A machine is an `etcdadm-sim-machine` process in a private mount and UTS namespace whose
 //! `/etc`, `/var`, `/run`, ... are overlays backed by the machine's root directory. It executes
-//! its cloud-config user data the way cloud-init would, with `etcdadm`, `systemctl` and
-//! `hostname` stand-ins first on PATH; the stand-ins run the real etcd binary.
+//! its cloud-config user data the way cloud-init would, with `etcdadm`, `systemctl`, `hostname`
+//! and `ip` stand-ins first on PATH; the stand-ins run the real etcd binary. Host tools the user
+//! data uses (`sh`, `curl`, `openssl`, ...) are the host's.
 
 pub mod cloud_config;
 pub mod error;

@@ -19,7 +19,7 @@ use crate::systemd::protocol::{CONTROL_SOCKET, serve};
 use crate::systemd::{ManagerPaths, ServiceManager};
 
 /// The stand-ins linked into `<root>/sim/bin`, first on the machine's PATH.
-pub const STANDINS: [&str; 3] = ["etcdadm", "systemctl", "hostname"];
+pub const STANDINS: [&str; 4] = ["etcdadm", "systemctl", "hostname", "ip"];
 
 /// What a runner is told about its machine.
 #[derive(Debug, Clone, PartialEq, Eq)]

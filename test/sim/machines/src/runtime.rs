@@ -8,8 +8,10 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use crate::error::MachineError;
+use crate::etcdadm::certs::CERT_VALIDITY_ENV;
 use crate::runner::{RunnerArgs, pid_dir, status_path, write_status};
 use crate::systemd::manager::{recorded_main_pid, signal};
 use crate::systemd::unit::parse_env_file;
@@ -26,6 +28,17 @@ pub struct MachineSpec {
     /// power-off, like a disk.
     pub root: PathBuf,
     pub user_data: String,
+    /// Validity of the certificates the machine's etcdadm issues; `None`: etcdadm's 365 days.
+    /// Handed to the machine as [`CERT_VALIDITY_ENV`].
+    pub member_certificate_validity: Option<Duration>,
+}
+
+impl MachineSpec {
+    /// The machine's environment entry for [`MachineSpec::member_certificate_validity`].
+    pub fn certificate_validity_env(&self) -> Option<(&'static str, String)> {
+        self.member_certificate_validity
+            .map(|validity| (CERT_VALIDITY_ENV, validity.as_secs().to_string()))
+    }
 }
 
 /// A fault injected into a running machine.
@@ -95,6 +108,8 @@ fn write_user_data(spec: &MachineSpec) -> Result<PathBuf, MachineError> {
 struct BuiltInMachine {
     root: PathBuf,
     ip: IpAddr,
+    /// What the machine's processes find in their environment beyond the runner's own.
+    env: Vec<(&'static str, String)>,
     child: Option<Child>,
 }
 
@@ -148,7 +163,7 @@ impl BuiltInRuntime {
         name: &str,
         shell_command: &str,
     ) -> Result<std::process::Output, MachineError> {
-        let (pid, root, ip) = {
+        let (pid, root, ip, env) = {
             let machines = self.lock();
             let machine = machines
                 .get(name)
@@ -158,7 +173,7 @@ impl BuiltInRuntime {
                 .as_ref()
                 .map(Child::id)
                 .ok_or_else(|| MachineError::Usage(format!("machine {name} is off")))?;
-            (pid, machine.root.clone(), machine.ip)
+            (pid, machine.root.clone(), machine.ip, machine.env.clone())
         };
         let environment = crate::executor::CommandEnvironment {
             standin_dir: root.join("sim/bin"),
@@ -169,6 +184,7 @@ impl BuiltInRuntime {
             .arg(format!("PATH={}", environment.path()))
             .arg(format!("SIM_MACHINE_NAME={name}"))
             .arg(format!("{}={ip}", crate::etcdadm::MACHINE_IP_ENV))
+            .args(env.iter().map(|(key, value)| format!("{key}={value}")))
             .args(["HOME=/root", "sh", "-c", shell_command])
             .current_dir("/")
             .stdin(Stdio::null())
@@ -281,9 +297,12 @@ impl MachineRuntime for BuiltInRuntime {
             root: spec.root.clone(),
             user_data,
         };
+        let env: Vec<_> = spec.certificate_validity_env().into_iter().collect();
         let child = Command::new(&self.runner)
             .arg("boot")
             .args(args.to_flags())
+            .env_remove(CERT_VALIDITY_ENV)
+            .envs(env.iter().map(|(key, value)| (key, value)))
             .process_group(0)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(MachineError::io(&log_path))?)
@@ -298,6 +317,7 @@ impl MachineRuntime for BuiltInRuntime {
             BuiltInMachine {
                 root: spec.root.clone(),
                 ip: spec.ip,
+                env,
                 child: Some(child),
             },
         );
@@ -408,6 +428,8 @@ struct ExternalMachine {
 /// Machines booted by another program: `CMD boot|stop|fault <kind> --name N --ip IP
 /// --user-data FILE --root DIR`. Its state is what this side asked for, plus the bootstrap
 /// sentinel, which the command must leave at `<root>/run/cluster-api/bootstrap-success.complete`.
+/// A spec's certificate validity reaches the command as [`CERT_VALIDITY_ENV`] in its environment;
+/// the command hands it to the machine's etcdadm.
 #[derive(Debug)]
 pub struct ExternalRuntime {
     command: Vec<String>,
@@ -444,6 +466,8 @@ impl ExternalRuntime {
             .arg(&machine.user_data)
             .arg("--root")
             .arg(&machine.spec.root)
+            .env_remove(CERT_VALIDITY_ENV)
+            .envs(machine.spec.certificate_validity_env())
             .stdin(Stdio::null())
             .output()
             .map_err(|e| MachineError::External {

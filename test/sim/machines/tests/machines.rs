@@ -4,9 +4,14 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use etcdadm_shared::pki::{CertificateAuthority, IssuedCertificate, KeyType, LeafRequest};
+use etcdadm_bootstrap::render::{
+    CaFiles, EtcdadmCommand, LEARNER_JOIN_SCRIPT, RenderInput, ResolvedSecrets, render_user_data,
+};
+use etcdadm_shared::api::config::EtcdadmConfigSpec;
+use etcdadm_shared::etcd::{EtcdTls, Member, MemberClient, Refusal};
+use etcdadm_shared::pki::{CertificateAuthority, IssuedCertificate, KeyType, LeafRequest, cert_not_after};
 use etcdadm_shared::testing::{TempDir, etcd_binary, free_loopback_ip, mtls_http_client};
 use etcdadm_sim_machines::{
     BuiltInRuntime, ExternalRuntime, Fault, MachineRuntime, MachineSpec, MachineState,
@@ -78,25 +83,28 @@ impl Sim {
 
     fn boot(&self, name: &str, user_data: String) -> IpAddr {
         let ip = free_loopback_ip();
+        self.boot_at(name, ip, user_data, None);
+        ip
+    }
+
+    fn boot_at(&self, name: &str, ip: IpAddr, user_data: String, validity: Option<Duration>) {
         let spec = MachineSpec {
             name: name.into(),
             ip,
             root: self.root(name),
             user_data,
+            member_certificate_validity: validity,
         };
         self.runtime.boot(&spec).unwrap();
-        ip
+    }
+
+    fn member_data(&self, runcmd: &[&str]) -> String {
+        user_data(self.ca.cert_pem(), self.ca.key_pem(), "", runcmd)
     }
 
     fn boot_member(&self, name: &str, etcdadm: &str) -> IpAddr {
         let line = success_line(etcdadm);
-        let data = user_data(
-            self.ca.cert_pem(),
-            self.ca.key_pem(),
-            "",
-            &["systemctl stop kubelet", &line],
-        );
-        self.boot(name, data)
+        self.boot(name, self.member_data(&["systemctl stop kubelet", &line]))
     }
 
     fn diagnostics(&self, name: &str) -> String {
@@ -157,25 +165,73 @@ impl Sim {
         }
     }
 
-    /// (name, is_learner) of every member, as the member at `ip` reports them.
-    fn members(&self, ip: IpAddr) -> Vec<(String, bool)> {
-        let tls = etcdadm_shared::etcd::EtcdTls {
+    /// A client of the member at `ip`, for calls made through `self.async_runtime`.
+    fn member_client(&self, ip: IpAddr) -> MemberClient {
+        let tls = EtcdTls {
             ca_pem: self.ca.cert_pem().to_string(),
             cert_pem: self.client.cert_pem.clone(),
             key_pem: self.client.key_pem.clone(),
         };
-        let member = etcdadm_shared::etcd::MemberClient::new(
-            &format!("https://{ip}:2379"),
-            &tls,
-            Duration::from_secs(5),
-        )
-        .unwrap();
+        MemberClient::new(&format!("https://{ip}:2379"), &tls, Duration::from_secs(5)).unwrap()
+    }
+
+    /// (name, is_learner) of every member, as the member at `ip` reports them.
+    fn members(&self, ip: IpAddr) -> Vec<(String, bool)> {
+        let member = self.member_client(ip);
         self.async_runtime.block_on(async {
             let list = member.member_list().await.unwrap();
             let mut members: Vec<_> = list.iter().map(|m| (m.name.clone(), m.is_learner)).collect();
             members.sort();
             members
         })
+    }
+
+    /// Pre-add a learner with `peer_url` through the member at `ip`, as the EtcdadmCluster
+    /// controller does, retrying while etcd's strict reconfiguration check refuses.
+    fn add_learner(&self, ip: IpAddr, peer_url: &str) -> Member {
+        let member = self.member_client(ip);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        self.async_runtime.block_on(async {
+            loop {
+                match member.member_add(&[peer_url.to_string()], true).await {
+                    Ok(added) => return added,
+                    Err(e) if e.refusal() == Some(Refusal::UnhealthyCluster) && Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    Err(e) => panic!("adding learner {peer_url}: {e}"),
+                }
+            }
+        })
+    }
+
+    /// Promote `id` through the member at `ip` once etcd says it is in sync.
+    fn promote(&self, ip: IpAddr, id: u64) {
+        let member = self.member_client(ip);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        self.async_runtime.block_on(async {
+            loop {
+                match member.member_promote(id).await {
+                    Ok(()) => return,
+                    Err(e) if e.refusal() == Some(Refusal::LearnerNotReady) && Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(e) => panic!("promoting {id:x}: {e}"),
+                }
+            }
+        })
+    }
+
+    /// How long `<root>/etc/etcd/pki/<cert>.crt` of machine `name` is still valid.
+    fn cert_time_left(&self, name: &str, cert: &str) -> Duration {
+        let pem = std::fs::read_to_string(self.root(name).join(format!("etc/etcd/pki/{cert}.crt"))).unwrap();
+        cert_not_after(&pem)
+            .unwrap()
+            .duration_since(SystemTime::now())
+            .unwrap_or_default()
+    }
+
+    fn output_log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.root(name).join("var/log/cloud-init-output.log")).unwrap_or_default()
     }
 
     fn etcd_pid(&self, name: &str) -> Option<u32> {
@@ -329,6 +385,215 @@ fn members_init_join_survive_faults_and_reset() {
     );
 }
 
+const MEMBER_CERTS: [&str; 4] = ["server", "peer", "etcdctl-etcd-client", "apiserver-etcd-client"];
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+#[test]
+fn a_pre_added_learner_is_reused_and_its_health_phase_fails_until_promoted() {
+    let sim = Sim::new();
+
+    // The first member, with certificates the scenario wants expiring in 20 days.
+    let ip1 = free_loopback_ip();
+    let init = success_line("etcdadm init --init-system systemd --name m1");
+    sim.boot_at("m1", ip1, sim.member_data(&[&init]), Some(20 * DAY));
+    sim.wait_bootstrapped("m1");
+    for cert in MEMBER_CERTS {
+        let left = sim.cert_time_left("m1", cert);
+        assert!(
+            left <= 20 * DAY && left > 20 * DAY - Duration::from_secs(3600),
+            "{cert}: {left:?}"
+        );
+    }
+
+    // The controller's part: a learner with m2's exact peer URL. Promoting it before it is in
+    // sync, or adding a second learner, is refused by etcd itself.
+    let ip2 = free_loopback_ip();
+    let learner = sim.add_learner(ip1, &format!("https://{ip2}:2380"));
+    assert!(learner.is_learner && !learner.is_started(), "{learner:?}");
+    let leader = sim.member_client(ip1);
+    let err = sim
+        .async_runtime
+        .block_on(leader.member_promote(learner.id))
+        .unwrap_err();
+    assert_eq!(err.refusal(), Some(Refusal::LearnerNotReady), "{err}");
+    let another = format!("https://{}:2380", free_loopback_ip());
+    let err = sim
+        .async_runtime
+        .block_on(leader.member_add(&[another], true))
+        .unwrap_err();
+    assert_eq!(err.refusal(), Some(Refusal::TooManyLearners), "{err}");
+
+    // m2 runs a plain join: the learner is reused (no MemberAdd) and etcd starts as that
+    // learner; the health phase's linearizable read is refused, so the join fails.
+    let join = format!("etcdadm join https://{ip1}:2379 --init-system systemd --name m2");
+    sim.boot_at("m2", ip2, sim.member_data(&[&success_line(&join)]), None);
+    assert!(!sim.wait_running("m2"), "an unpromoted learner's join succeeded");
+    let log = sim.output_log("m2");
+    assert!(log.contains("[membership] Member was added"), "{log}");
+    assert!(!log.contains("Adding member"), "{log}");
+    assert!(
+        log.contains("[health] local etcd endpoint is unhealthy: etcdserver: rpc not supported for learner"),
+        "{log}"
+    );
+    assert!(log.contains("runcmd exit codes: [Some(1)]"), "{log}");
+    let list = sim.async_runtime.block_on(leader.member_list()).unwrap();
+    let listed = list
+        .iter()
+        .find(|m| m.id == learner.id)
+        .expect("the pre-added member");
+    assert_eq!(
+        (listed.name.as_str(), listed.is_learner, list.len()),
+        ("m2", true, 2),
+        "{list:?}"
+    );
+    let status = sim
+        .async_runtime
+        .block_on(sim.member_client(ip2).status())
+        .unwrap();
+    assert!(status.is_learner && status.member_id == learner.id, "{status:?}");
+    let env = std::fs::read_to_string(sim.root("m2").join("etc/etcd/etcd.env")).unwrap();
+    assert!(
+        env.contains("ETCD_INITIAL_CLUSTER_STATE=existing\n")
+            && env.contains(&format!("m1=https://{ip1}:2380"))
+            && env.contains(&format!("m2=https://{ip2}:2380")),
+        "{env}"
+    );
+
+    // The health phase on its own gives up once the learner patience is spent...
+    let etcd_pid = sim.etcd_pid("m2").expect("etcd runs on m2 after the failed join");
+    let health = format!("etcdadm join phase health https://{ip1}:2379 --init-system systemd --name m2");
+    let started = Instant::now();
+    let output = sim.runtime.run_in_machine("m2", &health).unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("rpc not supported for learner"), "{stderr}");
+    assert!(
+        took >= Duration::from_millis(2700) && took < Duration::from_secs(30),
+        "gave up after {took:?}"
+    );
+
+    // ...and passes once the learner is promoted; etcd never stopped.
+    sim.promote(ip1, learner.id);
+    let output = sim.runtime.run_in_machine("m2", &health).unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("[health] Local etcd endpoint is healthy"),
+        "{stderr}"
+    );
+    assert_eq!(sim.members(ip1), voting(&["m1", "m2"]));
+    assert_eq!(sim.etcd_pid("m2"), Some(etcd_pid));
+
+    // A member booted without a validity gets etcdadm's year.
+    for cert in MEMBER_CERTS {
+        let left = sim.cert_time_left("m2", cert);
+        assert!(left <= 365 * DAY && left > 364 * DAY, "{cert}: {left:?}");
+    }
+}
+
+/// Wait until machine `name`'s cloud-init output shows `text`.
+fn wait_for_output(sim: &Sim, name: &str, text: &str) {
+    let deadline = Instant::now() + BOOT_TIMEOUT;
+    while !sim.output_log(name).contains(text) {
+        assert!(
+            Instant::now() < deadline,
+            "{name} never printed {text:?}\n{}",
+            sim.diagnostics(name)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The bootstrap provider's learner join user data for machine `name`, joining through `url`.
+fn learner_join_user_data(sim: &Sim, name: &str, url: &str) -> String {
+    let spec = EtcdadmConfigSpec {
+        // The default install commands download etcdadm; the machine has the stand-in.
+        etcdadm_builtin: Some(true),
+        ..Default::default()
+    };
+    render_user_data(&RenderInput {
+        spec: &spec,
+        machine_name: name,
+        ca: CaFiles {
+            cert_pem: sim.ca.cert_pem(),
+            key_pem: sim.ca.key_pem(),
+        },
+        command: EtcdadmCommand::Join {
+            urls: &[url.to_string()],
+            learner: true,
+        },
+        secrets: &ResolvedSecrets::default(),
+    })
+    .unwrap()
+}
+
+#[test]
+fn rendered_learner_join_waits_for_its_member_then_for_its_promotion() {
+    let sim = Sim::new();
+    let ip1 = sim.boot_member("m1", "etcdadm init --init-system systemd --name m1");
+    sim.wait_bootstrapped("m1");
+    let url = format!("https://{ip1}:2379");
+
+    // The machine boots before its member exists: the user data waits instead of joining.
+    let ip2 = free_loopback_ip();
+    let peer2 = format!("https://{ip2}:2380");
+    sim.boot_at("m2", ip2, learner_join_user_data(&sim, "m2", &url), None);
+    wait_for_output(&sim, "m2", &format!("for {url} to list {peer2}"));
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        sim.members(ip1),
+        voting(&["m1"]),
+        "joined before its member was added"
+    );
+
+    // The controller's part, done by hand: add the learner once the machine has an address,
+    // promote it once etcd has it in sync.
+    let learner = sim.add_learner(ip1, &peer2);
+    wait_for_output(&sim, "m2", &format!("{url} lists {peer2}"));
+    wait_for_output(&sim, "m2", "re-running etcdadm's health phase");
+    sim.promote(ip1, learner.id);
+    sim.wait_bootstrapped("m2");
+    let log = sim.output_log("m2");
+    assert!(log.contains("[membership] Member was added"), "{log}");
+    assert!(
+        log.contains("etcd learner join: etcd is healthy: the member was promoted"),
+        "{log}"
+    );
+    let list = sim
+        .async_runtime
+        .block_on(sim.member_client(ip1).member_list())
+        .unwrap();
+    assert_eq!(list.len(), 2, "{list:?}");
+    let m2 = list
+        .iter()
+        .find(|m| m.id == learner.id)
+        .expect("the pre-added member");
+    assert_eq!((m2.name.as_str(), m2.is_learner), ("m2", false));
+
+    // A machine whose member never comes: the wait gives up and says why, etcdadm never runs.
+    let ip3 = free_loopback_ip();
+    sim.boot_at("m3", ip3, learner_join_user_data(&sim, "m3", &url), None);
+    wait_for_output(&sim, "m3", &format!("for {url} to list https://{ip3}:2380"));
+    let wait = format!("sh {LEARNER_JOIN_SCRIPT} wait-listed 3 {url}");
+    let output = sim.runtime.run_in_machine("m3", &wait).unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "gave up after 3 s: {url} never listed https://{ip3}:2380 (the member list has no https://{ip3}:2380)"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("etcdadm join is not run"), "{stderr}");
+    let healthy = format!("sh {LEARNER_JOIN_SCRIPT} wait-healthy 3 {url} --init-system systemd --name m3");
+    let output = sim.runtime.run_in_machine("m3", &healthy).unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("etcdadm join failed before etcd ran"), "{stderr}");
+    assert_eq!(sim.members(ip1), voting(&["m1", "m2"]));
+}
+
 #[test]
 fn etcdadm_refuses_what_upstream_refuses() {
     let sim = Sim::new();
@@ -348,6 +613,20 @@ fn etcdadm_refuses_what_upstream_refuses() {
         stderr.contains("Error: unknown flag: --cipher-suites"),
         "{stderr}"
     );
+    // A join phase without the endpoint crashes upstream's setup (a Go panic, exit 2); an
+    // unknown phase name prints the phase help and exits 0, as cobra does.
+    let standin = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_etcdadm"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let output = standin(&["join", "phase", "health"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).starts_with("panic: runtime error: index out of range"));
+    let output = standin(&["join", "phase", "healthy", "https://127.0.0.1:2379"]);
+    assert!(output.status.success());
+    assert!(String::from_utf8_lossy(&output.stdout).contains("Run health phase"));
 
     // Inside a machine: an ECDSA "CA" at the default path, an RSA CA elsewhere for the comma list.
     let ecdsa = sim
@@ -382,7 +661,7 @@ fn etcdadm_refuses_what_upstream_refuses() {
     );
     assert!(log.contains("Error: unknown flag: --cipher-suites"), "{log}");
     assert!(
-        log.contains("Error listing members: context deadline exceeded"),
+        log.contains("[membership] error listing members: context deadline exceeded"),
         "{log}"
     );
     assert!(
@@ -420,10 +699,15 @@ fn unsupported_jinja_fails_the_machine_with_the_reason() {
 fn external_runtime_hands_actions_to_the_command() {
     let dir = TempDir::new("sim-external");
     let calls = dir.path().join("calls");
+    let validities = dir.path().join("validities");
     let script = dir.path().join("runtime.sh");
     std::fs::write(
         &script,
-        format!("echo \"$@\" >> {}\n[ \"$1\" != fail ]\n", calls.display()),
+        format!(
+            "echo \"$@\" >> {}\necho \"$1 ${{SIM_MEMBER_CERT_VALIDITY_SECONDS:-unset}}\" >> {}\n[ \"$1\" != fail ]\n",
+            calls.display(),
+            validities.display()
+        ),
     )
     .unwrap();
     let runtime = ExternalRuntime::new(&format!("sh {}", script.display())).unwrap();
@@ -433,6 +717,7 @@ fn external_runtime_hands_actions_to_the_command() {
         ip: "127.0.1.9".parse().unwrap(),
         root: root.clone(),
         user_data: "#cloud-config\n".into(),
+        member_certificate_validity: None,
     };
     runtime.boot(&spec).unwrap();
     assert_eq!(
@@ -467,5 +752,19 @@ fn external_runtime_hands_actions_to_the_command() {
     assert_eq!(
         std::fs::read_to_string(&calls).unwrap(),
         format!("boot {tail}\nfault pause {tail}\nstop {tail}\n")
+    );
+
+    // A certificate validity reaches the command in its environment, for the boot it was set for.
+    runtime
+        .boot(&MachineSpec {
+            name: "x2".into(),
+            root: dir.path().join("x2"),
+            member_certificate_validity: Some(Duration::from_secs(20 * 24 * 3600)),
+            ..spec
+        })
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&validities).unwrap(),
+        "boot unset\nfault unset\nstop unset\nboot 1728000\n"
     );
 }

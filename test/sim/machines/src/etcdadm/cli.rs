@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use super::phases::{Phase, Verb};
+
 /// Defaults of upstream etcdadm.
 pub const DEFAULT_CERTS_DIR: &str = "/etc/etcd/pki";
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/etcd";
@@ -42,38 +44,70 @@ impl Default for Options {
     }
 }
 
+/// Where `init` or `join` is pointed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Init,
+    Join { endpoint: String },
+}
+
+impl Command {
+    pub fn verb(&self) -> Verb {
+        match self {
+            Command::Init => Verb::Init,
+            Command::Join { .. } => Verb::Join,
+        }
+    }
+}
+
 /// A parsed invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Invocation {
-    Init(Options),
-    Join { endpoint: String, options: Options },
+    /// `init`/`join` (every phase), or `init|join phase <name>` (that phase and what it needs).
+    Run {
+        command: Command,
+        options: Options,
+        phases: Vec<Phase>,
+    },
     Reset(Options),
-    Help,
+    /// Print this help and exit 0.
+    Help(String),
 }
 
-/// Parse `etcdadm <args>` (program name excluded). Errors are cobra's text, without the
-/// `Error: ` prefix.
-pub fn parse(args: &[String]) -> Result<Invocation, String> {
+/// Why an invocation does not run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CliError {
+    /// cobra's refusal (exit 1, usage printed), without the `Error: ` prefix.
+    Usage(String),
+    /// A Go runtime panic upstream runs into (exit 2), without the `panic: ` prefix.
+    Panic(String),
+}
+
+/// Parse `etcdadm <args>` (program name excluded).
+pub fn parse(args: &[String]) -> Result<Invocation, CliError> {
+    let usage_error = |message: String| Err(CliError::Usage(message));
     let Some((command, rest)) = args.split_first() else {
-        return Ok(Invocation::Help);
+        return Ok(Invocation::Help(usage().into()));
     };
-    match command.as_str() {
-        "init" | "join" | "reset" => {}
-        "-h" | "--help" | "help" => return Ok(Invocation::Help),
-        other if other.starts_with('-') => return Err(format!("unknown flag: {other}")),
-        other => return Err(format!("unknown command {other:?} for \"etcdadm\"")),
-    }
+    let verb = match command.as_str() {
+        "init" => Some(Verb::Init),
+        "join" => Some(Verb::Join),
+        "reset" => None,
+        "-h" | "--help" | "help" => return Ok(Invocation::Help(usage().into())),
+        other if other.starts_with('-') => return usage_error(format!("unknown flag: {other}")),
+        other => return usage_error(format!("unknown command {other:?} for \"etcdadm\"")),
+    };
     let mut options = Options::default();
     let mut positional = Vec::new();
     let mut iter = rest.iter();
     while let Some(arg) = iter.next() {
         if arg == "-h" || arg == "--help" {
-            return Ok(Invocation::Help);
+            return Ok(Invocation::Help(usage().into()));
         }
         let Some(flag) = arg.strip_prefix("--") else {
             if arg.starts_with('-') && arg.len() > 1 {
                 let shorthand = arg.trim_start_matches('-').chars().next().unwrap_or('-');
-                return Err(format!("unknown shorthand flag: '{shorthand}' in {arg}"));
+                return usage_error(format!("unknown shorthand flag: '{shorthand}' in {arg}"));
             }
             positional.push(arg.clone());
             continue;
@@ -83,14 +117,14 @@ pub fn parse(args: &[String]) -> Result<Invocation, String> {
             None => (flag, None),
         };
         if !accepts(command, name) {
-            return Err(format!("unknown flag: --{name}"));
+            return usage_error(format!("unknown flag: --{name}"));
         }
         if matches!(name, "retry" | "skip-remove-member") {
             let value = match inline.as_deref() {
                 None | Some("true") => true,
                 Some("false") => false,
                 Some(other) => {
-                    return Err(format!(
+                    return usage_error(format!(
                         "invalid argument {other:?} for \"--{name}\" flag: strconv.ParseBool: parsing {other:?}: invalid syntax"
                     ));
                 }
@@ -107,7 +141,7 @@ pub fn parse(args: &[String]) -> Result<Invocation, String> {
             None => iter
                 .next()
                 .cloned()
-                .ok_or_else(|| format!("flag needs an argument: --{name}"))?,
+                .ok_or_else(|| CliError::Usage(format!("flag needs an argument: --{name}")))?,
         };
         match name {
             "version" => options.version = Some(value.trim_start_matches('v').to_string()),
@@ -118,17 +152,42 @@ pub fn parse(args: &[String]) -> Result<Invocation, String> {
             "data-dir" => options.data_dir = value.into(),
             "name" => options.name = Some(value),
             "bind-address" => options.bind_address = Some(value),
-            _ => return Err(format!("unknown flag: --{name}")),
+            _ => return usage_error(format!("unknown flag: --{name}")),
         }
     }
-    match command.as_str() {
-        "init" => Ok(Invocation::Init(options)),
-        "reset" => Ok(Invocation::Reset(options)),
-        _ => match positional.into_iter().next() {
-            Some(endpoint) => Ok(Invocation::Join { endpoint, options }),
-            None => Err("requires at least 1 arg(s), only received 0".into()),
+    let Some(verb) = verb else {
+        return Ok(Invocation::Reset(options));
+    };
+    let single = positional.first().map(String::as_str) == Some("phase");
+    let (phases, arguments) = if single {
+        // `phase` has no action of its own: cobra prints its help for a missing or unknown
+        // phase name and exits 0.
+        let Some(phase) = positional.get(1).and_then(|name| verb.phase(name)) else {
+            return Ok(Invocation::Help(phase_usage(verb)));
+        };
+        (verb.single(phase), &positional[2..])
+    } else {
+        (verb.phases().to_vec(), &positional[..])
+    };
+    let command = match (verb, arguments.first()) {
+        (Verb::Init, _) => Command::Init,
+        (Verb::Join, Some(endpoint)) => Command::Join {
+            endpoint: endpoint.clone(),
         },
-    }
+        // A phase subcommand takes any arguments; upstream's join setup then reads the first
+        // one unchecked.
+        (Verb::Join, None) if single => {
+            return Err(CliError::Panic(
+                "runtime error: index out of range [0] with length 0".into(),
+            ));
+        }
+        (Verb::Join, None) => return usage_error("requires at least 1 arg(s), only received 0".into()),
+    };
+    Ok(Invocation::Run {
+        command,
+        options,
+        phases,
+    })
 }
 
 fn accepts(command: &str, flag: &str) -> bool {
@@ -147,10 +206,24 @@ fn accepts(command: &str, flag: &str) -> bool {
         || (command == "reset" && flag == "skip-remove-member")
 }
 
+/// What `<verb> phase` prints: the phases `phase <name>` accepts.
+pub fn phase_usage(verb: Verb) -> String {
+    let mut text = format!(
+        "Use this command to invoke single phase of the {} command\n\nUsage:\n  etcdadm {} phase [command]\n\nAvailable Commands:\n",
+        verb.name(),
+        verb.name()
+    );
+    for phase in verb.phases() {
+        text.push_str(&format!("  {:<24}Run {} phase\n", phase.name(), phase.name()));
+    }
+    text
+}
+
 /// What `--help` and a usage error print after the error line.
 pub fn usage() -> &'static str {
     "Usage:\n  etcdadm [command]\n\nAvailable Commands:\n  init        Initialize a new etcd cluster\n  \
      join        Join an existing etcd cluster\n  reset       Remove this etcd member from the cluster and uninstall etcd\n\n\
+     Single phases: etcdadm init phase <name>, etcdadm join phase <name> <endpoint>\n\n\
      Flags (init, join, reset):\n      --version string        etcd version\n      --release-url string    URL used to download etcd\n      \
      --install-dir string    install directory (default \"/opt/bin/\")\n      --init-system string    init system (default \"systemd\")\n      \
      --certs-dir string      certificates directory (default \"/etc/etcd/pki\")\n      --data-dir string       etcd data directory (default \"/var/lib/etcd\")\n      \
@@ -165,50 +238,102 @@ mod tests {
         text.split_whitespace().map(str::to_string).collect()
     }
 
+    fn run(text: &str) -> (Command, Options, Vec<Phase>) {
+        match parse(&args(text)).unwrap() {
+            Invocation::Run {
+                command,
+                options,
+                phases,
+            } => (command, options, phases),
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+
     #[test]
     fn parses_what_the_renderer_emits() {
-        let parsed = parse(&args(
+        let (command, options, phases) = run(
             "init --init-system systemd --name etcd-a1 --version 3.5.9 --release-url https://m/etcd --install-dir /opt/bin",
-        ))
-        .unwrap();
-        let Invocation::Init(options) = parsed else {
-            panic!("{parsed:?}")
-        };
+        );
+        assert_eq!(command, Command::Init);
+        assert_eq!(phases, Verb::Init.phases());
         assert_eq!(options.name.as_deref(), Some("etcd-a1"));
         assert_eq!(options.version.as_deref(), Some("3.5.9"));
         assert_eq!(options.install_dir, PathBuf::from("/opt/bin"));
-        let parsed = parse(&args("join https://10.0.0.1:2379 --name=m2 --retry=false")).unwrap();
-        let Invocation::Join { endpoint, options } = parsed else {
-            panic!("{parsed:?}")
-        };
-        assert_eq!(endpoint, "https://10.0.0.1:2379");
+        let (command, options, phases) = run("join https://10.0.0.1:2379 --name=m2 --retry=false");
+        assert_eq!(
+            command,
+            Command::Join {
+                endpoint: "https://10.0.0.1:2379".into()
+            }
+        );
+        assert_eq!(phases, Verb::Join.phases());
         assert_eq!(options.name.as_deref(), Some("m2"));
         assert!(!options.retry);
     }
 
     #[test]
-    fn refuses_what_cobra_refuses() {
+    fn a_single_phase_takes_the_commands_flags_and_runs_after_its_prerequisites() {
+        let (command, options, phases) =
+            run("join phase health https://10.0.0.1:2379 --init-system systemd --name m2");
         assert_eq!(
-            parse(&args("join https://a:2379 --cipher-suites TLS_X")).unwrap_err(),
+            command,
+            Command::Join {
+                endpoint: "https://10.0.0.1:2379".into()
+            }
+        );
+        assert_eq!(phases, [Phase::Health]);
+        assert_eq!(options.name.as_deref(), Some("m2"));
+        let (_, _, phases) = run("join --name m2 phase start https://10.0.0.1:2379");
+        assert_eq!(phases, [Phase::Membership, Phase::Start]);
+        let (command, _, phases) = run("init phase health");
+        assert_eq!((command, phases), (Command::Init, vec![Phase::Health]));
+        // The endpoint comes first: `phase` after it is just another argument.
+        let (_, _, phases) = run("join https://10.0.0.1:2379 phase health");
+        assert_eq!(phases, Verb::Join.phases());
+    }
+
+    #[test]
+    fn phase_names_upstream_lacks_print_help_as_cobra_does() {
+        for text in [
+            "join phase",
+            "join phase bogus https://a:2379",
+            "init phase membership",
+        ] {
+            match parse(&args(text)).unwrap() {
+                Invocation::Help(help) => assert!(help.contains("Run health phase"), "{help}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        assert!(
+            matches!(parse(&args("join phase")).unwrap(), Invocation::Help(h) if h.contains("Run membership phase"))
+        );
+    }
+
+    #[test]
+    fn refuses_what_cobra_refuses() {
+        let usage = |text: &str| match parse(&args(text)) {
+            Err(CliError::Usage(message)) => message,
+            other => panic!("{text}: {other:?}"),
+        };
+        assert_eq!(
+            usage("join https://a:2379 --cipher-suites TLS_X"),
             "unknown flag: --cipher-suites"
         );
-        assert_eq!(parse(&args("init --retry")).unwrap_err(), "unknown flag: --retry");
         assert_eq!(
-            parse(&args("join")).unwrap_err(),
-            "requires at least 1 arg(s), only received 0"
+            usage("join phase health https://a:2379 --cipher-suites TLS_X"),
+            "unknown flag: --cipher-suites"
         );
+        assert_eq!(usage("init --retry"), "unknown flag: --retry");
+        assert_eq!(usage("join"), "requires at least 1 arg(s), only received 0");
+        assert_eq!(usage("init --name"), "flag needs an argument: --name");
+        assert_eq!(usage("grow"), "unknown command \"grow\" for \"etcdadm\"");
+        assert!(usage("init -x").contains("unknown shorthand flag"));
+        // Upstream's join phases read the endpoint without checking there is one.
         assert_eq!(
-            parse(&args("init --name")).unwrap_err(),
-            "flag needs an argument: --name"
-        );
-        assert_eq!(
-            parse(&args("grow")).unwrap_err(),
-            "unknown command \"grow\" for \"etcdadm\""
-        );
-        assert!(
-            parse(&args("init -x"))
-                .unwrap_err()
-                .contains("unknown shorthand flag")
+            parse(&args("join phase health")),
+            Err(CliError::Panic(
+                "runtime error: index out of range [0] with length 0".into()
+            ))
         );
     }
 

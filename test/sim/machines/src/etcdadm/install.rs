@@ -75,12 +75,12 @@ pub struct Release {
 pub fn resolve(requested: Option<&str>, release_url: &str) -> Result<Release, String> {
     let unavailable = |version: &str, why: String| {
         format!(
-            "[install] Unable to fetch artifact from upstream: etcd v{version} from {release_url}: {why}; \
+            "unable to fetch artifact from upstream: etcd v{version} from {release_url}: {why}; \
              the sim installs etcd from local directories: set {RELEASES_ENV}=<major.minor>=<dir with etcd>"
         )
     };
     let map = match std::env::var(RELEASES_ENV) {
-        Ok(text) => parse_release_map(&text).map_err(|e| format!("[install] Error: {e}"))?,
+        Ok(text) => parse_release_map(&text)?,
         Err(_) => Vec::new(),
     };
     let with_etcdctl = |etcd: PathBuf, version: String| {
@@ -96,8 +96,7 @@ pub fn resolve(requested: Option<&str>, release_url: &str) -> Result<Release, St
         let (path, version) = host.ok_or_else(|| unavailable("(default)", "no etcd on this host".into()))?;
         return Ok(with_etcdctl(path, version));
     };
-    let wanted = major_minor(requested)
-        .ok_or_else(|| format!("[install] Error: invalid etcd version {requested:?}"))?;
+    let wanted = major_minor(requested).ok_or_else(|| format!("invalid etcd version {requested:?}"))?;
     if let Some((_, dir)) = map.iter().find(|(mm, _)| *mm == wanted) {
         let etcd = dir.join("etcd");
         if !etcd.is_file() {
@@ -122,8 +121,7 @@ pub fn resolve(requested: Option<&str>, release_url: &str) -> Result<Release, St
 
 /// Link the release's binaries into `install_dir`; returns the installed etcd path.
 pub fn install(release: &Release, install_dir: &Path) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(install_dir)
-        .map_err(|e| format!("[install] Error: {}: {e}", install_dir.display()))?;
+    std::fs::create_dir_all(install_dir).map_err(|e| format!("{}: {e}", install_dir.display()))?;
     let mut installed = None;
     for (name, source) in [
         ("etcd", Some(&release.etcd)),
@@ -133,12 +131,12 @@ pub fn install(release: &Release, install_dir: &Path) -> Result<PathBuf, String>
         let target = install_dir.join(name);
         let _ = std::fs::remove_file(&target);
         std::os::unix::fs::symlink(source, &target)
-            .map_err(|e| format!("[install] Error: linking {}: {e}", target.display()))?;
+            .map_err(|e| format!("linking {}: {e}", target.display()))?;
         if name == "etcd" {
             installed = Some(target);
         }
     }
-    installed.ok_or_else(|| "[install] Error: no etcd binary".to_string())
+    installed.ok_or_else(|| "no etcd binary".to_string())
 }
 
 /// Remove what [`install`] put in `install_dir`.

@@ -1,5 +1,13 @@
-//! The etcdadm stand-in: upstream's CLI and effects (`init`, `join <url>`, `reset`), with real
-//! etcd run by the machine's service manager.
+//! The etcdadm stand-in: upstream's CLI and effects (`init`, `join <url>`, `reset`, and
+//! `init|join phase <name>` for one phase), with real etcd run by the machine's service manager.
+//!
+//! As measured with upstream etcdadm and etcd 3.5.1 (SPEC-day2.md, learner joins): `join` reuses
+//! a member already listed with this machine's peer URL, such as a learner pre-added by the
+//! EtcdadmCluster controller (no MemberAdd; etcd then starts as that learner), and adds a voter
+//! otherwise; its last phase, `health`, makes a linearizable read, which a learner refuses, and
+//! gives up [`membership::LEARNER_PATIENCE`] after etcd is ready unless the member was promoted
+//! by then. Refusing a second learner, and a promotion before the learner is in sync, is etcd's
+//! own doing.
 //!
 //! Where it differs from upstream etcdadm, and why:
 //! - Addresses: upstream advertises the default-route interface's IP and also listens on
@@ -13,36 +21,46 @@
 //!   version). `--release-url` only appears in the error for an unavailable version.
 //! - Member name: `--name`, else the hostname from the machine's private UTS namespace.
 //! - Only `--init-system systemd` is supported (the stand-in `systemctl` plays systemd).
+//! - Certificates: valid 365 days as upstream's, unless the machine runtime sets
+//!   [`certs::CERT_VALIDITY_ENV`] (a scenario wanting members whose certificates expire soon).
+//! - The unit starts `<--install-dir>/etcd` (upstream: `<install dir>/etcd-v<version>/etcd`).
 
 pub mod certs;
 pub mod cli;
 pub mod config;
 pub mod install;
 pub mod membership;
+pub mod phases;
 
 use std::net::IpAddr;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cli::{Invocation, Options};
+use cli::{CliError, Invocation, Options};
 use config::{ClusterState, MemberConfig};
 use membership::MemberInfo;
+use phases::{Phase, Verb};
 
 use crate::log::go_log_line;
 
 /// The environment variable carrying the machine's IP (set by the machine runner).
 pub const MACHINE_IP_ENV: &str = "SIM_MACHINE_IP";
-/// How long a started member may take to answer a linearizable read.
+/// How long a started member may take to answer a linearizable read (a learner's refusal ends
+/// it sooner: see [`membership::LEARNER_PATIENCE`]).
 const HEALTH_BUDGET: Duration = Duration::from_secs(60);
 
 /// Run `etcdadm <args>`; returns the process exit code. Messages go to stderr as upstream's do.
 pub fn run(args: &[String]) -> i32 {
     let invocation = match cli::parse(args) {
         Ok(invocation) => invocation,
-        Err(message) => {
+        Err(CliError::Usage(message)) => {
             eprintln!("Error: {message}\n{}", cli::usage());
             return 1;
+        }
+        Err(CliError::Panic(message)) => {
+            eprintln!("panic: {message}\n\ngoroutine 1 [running]:");
+            return 2;
         }
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -56,12 +74,15 @@ pub fn run(args: &[String]) -> i32 {
         }
     };
     let result = match invocation {
-        Invocation::Help => {
-            println!("{}", cli::usage());
+        Invocation::Help(text) => {
+            println!("{text}");
             Ok(())
         }
-        Invocation::Init(options) => runtime.block_on(init(&options)),
-        Invocation::Join { endpoint, options } => runtime.block_on(join(&endpoint, &options)),
+        Invocation::Run {
+            command,
+            options,
+            phases,
+        } => runtime.block_on(run_phases(&command, &options, &phases)),
         Invocation::Reset(options) => runtime.block_on(reset(&options)),
     };
     match result {
@@ -109,151 +130,210 @@ fn systemctl(args: &[&str]) -> Result<bool, String> {
     let status = Command::new("systemctl")
         .args(args)
         .status()
-        .map_err(|e| format!("[start] Error: running systemctl: {e}"))?;
+        .map_err(|e| format!("running systemctl: {e}"))?;
     Ok(status.success())
 }
 
 fn write_file(path: &Path, content: &str) -> Result<(), String> {
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("[configure] Error: {}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
     }
-    std::fs::write(path, content).map_err(|e| format!("[configure] Error: {}: {e}", path.display()))
+    std::fs::write(path, content).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn gomaxprocs() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 
-fn remove_data_dir(options: &Options) {
+fn remove_data_dir(phase: Phase, options: &Options) {
     say(&format!(
-        "[membership] Removing existing data dir {:?}",
+        "[{}] Removing existing data dir {:?}",
+        phase.name(),
         options.data_dir.display().to_string()
     ));
     let _ = std::fs::remove_dir_all(&options.data_dir);
 }
 
-/// Everything shared by init and join before the membership step.
-struct Prepared {
+/// What every phase works with (upstream's `phaseInput`): the options and the defaults derived
+/// from them, and the initial cluster once the membership (join) has decided it.
+struct Member<'a> {
+    command: &'a cli::Command,
+    options: &'a Options,
     name: String,
     ip: IpAddr,
-    listen: String,
-    etcd: std::path::PathBuf,
+    initial_cluster: Option<String>,
 }
 
-fn prepare(options: &Options) -> Result<Prepared, String> {
+/// Run `phases` of `command` in order; the first failure ends the run as `[<phase>] <error>`.
+async fn run_phases(command: &cli::Command, options: &Options, phases: &[Phase]) -> Result<(), String> {
     check_init_system(options)?;
-    let ip = machine_ip()?;
-    let name = member_name(options)?;
-    let release = install::resolve(options.version.as_deref(), &options.release_url)?;
-    say(&format!(
-        "[install] Installing etcd {} from {}",
-        release.version,
-        release.etcd.display()
-    ));
-    let etcd = install::install(&release, &options.install_dir)?;
-    let ca = certs::load_or_create_ca(&options.certs_dir)?;
-    certs::ensure_leaf_certificates(&ca, &options.certs_dir, &name, ip)?;
+    let mut member = Member {
+        command,
+        options,
+        name: member_name(options)?,
+        ip: machine_ip()?,
+        initial_cluster: None,
+    };
+    for phase in phases {
+        run_phase(*phase, &mut member)
+            .await
+            .map_err(|e| format!("[{}] {e}", phase.name()))?;
+    }
+    match command.verb() {
+        Verb::Init if phases == Verb::Init.phases() => say("[cluster] etcd cluster initialized"),
+        Verb::Join if phases == Verb::Join.phases() => say("[cluster] etcd member joined"),
+        _ => {}
+    }
+    Ok(())
+}
+
+async fn run_phase(phase: Phase, member: &mut Member<'_>) -> Result<(), String> {
+    let options = member.options;
+    match phase {
+        Phase::Stop => disable_and_stop(),
+        Phase::Install => {
+            if member.command.verb() == Verb::Init {
+                disable_and_stop()?;
+                if options.data_dir.exists() {
+                    remove_data_dir(phase, options);
+                }
+            }
+            let release = install::resolve(options.version.as_deref(), &options.release_url)?;
+            say(&format!(
+                "[install] Installing etcd {} from {}",
+                release.version,
+                release.etcd.display()
+            ));
+            install::install(&release, &options.install_dir).map(drop)
+        }
+        Phase::Certificates => {
+            let validity = certs::validity(std::env::var(certs::CERT_VALIDITY_ENV).ok().as_deref())?;
+            certs::load_or_create_ca(&options.certs_dir)
+                .and_then(|ca| {
+                    certs::ensure_leaf_certificates(
+                        &ca,
+                        &options.certs_dir,
+                        &member.name,
+                        member.ip,
+                        validity,
+                    )
+                })
+                .map_err(|e| format!("failed creating PKI assets: {e}"))
+        }
+        // The stand-in takes no `--snapshot`; without one upstream's phase does nothing.
+        Phase::Snapshot => Ok(()),
+        Phase::Membership => {
+            let cli::Command::Join { endpoint } = member.command else {
+                return Ok(());
+            };
+            if member.initial_cluster.is_none() {
+                member.initial_cluster = Some(membership_phase(endpoint, member).await?);
+            }
+            Ok(())
+        }
+        Phase::Configure => {
+            let config = member_config(member)?;
+            write_file(Path::new(config::ENV_FILE), &config::render_env_file(&config))?;
+            write_file(
+                Path::new(config::UNIT_FILE),
+                &config::render_unit_file(&options.install_dir.join("etcd")),
+            )
+        }
+        Phase::Start => {
+            for step in [&["daemon-reload"][..], &["enable", "etcd"], &["start", "etcd"]] {
+                if !systemctl(step)? {
+                    return Err(format!(
+                        "error starting etcd: `systemctl {}` failed",
+                        step.join(" ")
+                    ));
+                }
+            }
+            Ok(())
+        }
+        Phase::Etcdctl => write_file(
+            Path::new(config::ETCDCTL_ENV_FILE),
+            &config::render_etcdctl_env(&options.certs_dir.display().to_string()),
+        ),
+        Phase::Health => {
+            say("[health] Checking local etcd endpoint health");
+            let tls = certs::etcdctl_tls(&options.certs_dir)?;
+            let own = etcdadm_shared::names::client_url(&member.ip.to_string());
+            membership::wait_healthy(&own, &tls, HEALTH_BUDGET)
+                .await
+                .map_err(|e| format!("local etcd endpoint is unhealthy: {e}"))?;
+            say("[health] Local etcd endpoint is healthy");
+            Ok(())
+        }
+        Phase::PostInitInstructions => {
+            say("To add another member to the cluster, copy the CA cert/key to its certificate dir and run:");
+            say(&format!(
+                "\tetcdadm join {}",
+                etcdadm_shared::names::client_url(&member.ip.to_string())
+            ));
+            Ok(())
+        }
+    }
+}
+
+fn disable_and_stop() -> Result<(), String> {
+    if systemctl(&["is-enabled", "--quiet", "etcd"]).unwrap_or(false) && !systemctl(&["disable", "etcd"])? {
+        return Err("error disabling and stopping etcd service: `systemctl disable etcd` failed".into());
+    }
+    if systemctl(&["is-active", "--quiet", "etcd"])? && !systemctl(&["stop", "etcd"])? {
+        return Err("error disabling and stopping etcd service: `systemctl stop etcd` failed".into());
+    }
+    Ok(())
+}
+
+/// What `etcd.env` says for this member: init founds a one-member cluster, join enters the
+/// cluster its membership phase found.
+fn member_config(member: &Member<'_>) -> Result<MemberConfig, String> {
+    let options = member.options;
+    let (initial_cluster, state) = match member.command {
+        cli::Command::Init => {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let token = format!("{}-{:x}", member.name, nanos & 0xffff_ffff);
+            let peer_url = etcdadm_shared::names::peer_url(&member.ip.to_string());
+            (format!("{}={peer_url}", member.name), ClusterState::New { token })
+        }
+        cli::Command::Join { .. } => (
+            member
+                .initial_cluster
+                .clone()
+                .ok_or("the membership phase has not run")?,
+            ClusterState::Existing,
+        ),
+    };
     let listen = options
         .bind_address
         .clone()
         .filter(|b| b.parse::<IpAddr>().is_ok_and(|ip| !ip.is_unspecified()))
-        .unwrap_or_else(|| ip.to_string());
-    Ok(Prepared {
-        name,
-        ip,
-        listen,
-        etcd,
-    })
-}
-
-fn member_config(
-    prepared: &Prepared,
-    options: &Options,
-    initial_cluster: String,
-    state: ClusterState,
-) -> MemberConfig {
-    MemberConfig {
-        name: prepared.name.clone(),
-        advertise_address: prepared.ip.to_string(),
-        listen_address: prepared.listen.clone(),
+        .unwrap_or_else(|| member.ip.to_string());
+    Ok(MemberConfig {
+        name: member.name.clone(),
+        advertise_address: member.ip.to_string(),
+        listen_address: listen,
         certs_dir: options.certs_dir.display().to_string(),
         data_dir: options.data_dir.display().to_string(),
         initial_cluster,
         state,
         gomaxprocs: gomaxprocs(),
-    }
+    })
 }
 
-async fn configure_and_start(
-    config: &MemberConfig,
-    prepared: &Prepared,
-    options: &Options,
-) -> Result<(), String> {
-    write_file(Path::new(config::ENV_FILE), &config::render_env_file(config))?;
-    write_file(
-        Path::new(config::UNIT_FILE),
-        &config::render_unit_file(&prepared.etcd),
-    )?;
-    write_file(
-        Path::new(config::ETCDCTL_ENV_FILE),
-        &config::render_etcdctl_env(&config.certs_dir),
-    )?;
-    for step in [&["daemon-reload"][..], &["enable", "etcd"], &["start", "etcd"]] {
-        if !systemctl(step)? {
-            return Err(format!("[start] Error: `systemctl {}` failed", step.join(" ")));
-        }
-    }
-    say("[health] Checking local etcd endpoint health");
+/// Upstream's join membership: a member already listed with this machine's peer URL (added by
+/// an earlier run, or pre-added as a learner) is used as it is; otherwise a voter is added.
+/// Returns the initial cluster etcd starts with.
+async fn membership_phase(endpoint: &str, member: &Member<'_>) -> Result<String, String> {
+    let options = member.options;
     let tls = certs::etcdctl_tls(&options.certs_dir)?;
-    let deadline = Instant::now() + HEALTH_BUDGET;
-    loop {
-        match membership::check_health(&config.client_url(), &tls).await {
-            Ok(()) => {
-                say("[health] Local etcd endpoint is healthy");
-                return Ok(());
-            }
-            Err(e) if Instant::now() >= deadline => {
-                return Err(format!("[health] Local etcd endpoint is unhealthy: {e}"));
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
-}
-
-async fn init(options: &Options) -> Result<(), String> {
-    let prepared = prepare(options)?;
-    let peer_url = etcdadm_shared::names::peer_url(&prepared.ip.to_string());
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let token = format!("{}-{:x}", prepared.name, nanos & 0xffff_ffff);
-    let config = member_config(
-        &prepared,
-        options,
-        format!("{}={peer_url}", prepared.name),
-        ClusterState::New { token },
-    );
-    configure_and_start(&config, &prepared, options).await?;
-    say("[cluster] etcd cluster initialized");
-    Ok(())
-}
-
-async fn join(endpoint: &str, options: &Options) -> Result<(), String> {
-    check_init_system(options)?;
-    if systemctl(&["is-active", "--quiet", "etcd"])? {
-        systemctl(&["stop", "etcd"])?;
-    }
-    if systemctl(&["is-enabled", "--quiet", "etcd"]).unwrap_or(false) {
-        systemctl(&["disable", "etcd"])?;
-    }
-    let prepared = prepare(options)?;
-    let tls = certs::etcdctl_tls(&options.certs_dir)?;
-    let peer_url = etcdadm_shared::names::peer_url(&prepared.ip.to_string());
+    let peer_url = etcdadm_shared::names::peer_url(&member.ip.to_string());
     say("[membership] Checking if this member was added");
     let members = membership::list_members(endpoint, &tls)
         .await
-        .map_err(|e| format!("[membership] Error listing members: {e}"))?;
+        .map_err(|e| format!("error listing members: {e}"))?;
     let (local, members) = match membership::member_for_peer_url(&members, &peer_url) {
         Some(local) => {
             say("[membership] Member was added");
@@ -261,29 +341,29 @@ async fn join(endpoint: &str, options: &Options) -> Result<(), String> {
         }
         None => {
             say("[membership] Member was not added");
-            remove_data_dir(options);
+            remove_data_dir(Phase::Membership, options);
             say("[membership] Adding member");
             membership::add_member(endpoint, &tls, &peer_url, options.retry).await?
         }
     };
-    let initial_cluster = if local.started() {
-        say("[membership] Member was started; keeping the data dir");
-        cluster_string(&members)
-    } else {
-        say("[membership] Member was not started");
-        remove_data_dir(options);
-        let mut desired: Vec<MemberInfo> = members.into_iter().filter(|m| m.id != local.id).collect();
-        desired.push(MemberInfo {
-            id: local.id,
-            name: prepared.name.clone(),
-            peer_urls: vec![peer_url.clone()],
-        });
-        cluster_string(&desired)
-    };
-    let config = member_config(&prepared, options, initial_cluster, ClusterState::Existing);
-    configure_and_start(&config, &prepared, options).await?;
-    say("[cluster] etcd member joined");
-    Ok(())
+    say("[membership] Checking if member was started");
+    if local.started() {
+        say("[membership] Member was started");
+        say(&format!(
+            "[membership] Keeping existing data dir {:?}",
+            options.data_dir.display().to_string()
+        ));
+        return Ok(cluster_string(&members));
+    }
+    say("[membership] Member was not started");
+    remove_data_dir(Phase::Membership, options);
+    let mut desired: Vec<MemberInfo> = members.into_iter().filter(|m| m.id != local.id).collect();
+    desired.push(MemberInfo {
+        id: local.id,
+        name: member.name.clone(),
+        peer_urls: vec![peer_url],
+    });
+    Ok(cluster_string(&desired))
 }
 
 fn cluster_string(members: &[MemberInfo]) -> String {
@@ -301,7 +381,8 @@ async fn reset(options: &Options) -> Result<(), String> {
             let ip = machine_ip()?;
             let own = etcdadm_shared::names::client_url(&ip.to_string());
             let peer_url = etcdadm_shared::names::peer_url(&ip.to_string());
-            let tls = certs::etcdctl_tls(&options.certs_dir)?;
+            let tls =
+                certs::etcdctl_tls(&options.certs_dir).map_err(|e| format!("[membership] Error: {e}"))?;
             say("[membership] Checking if this member was removed");
             let members = membership::list_members(&own, &tls)
                 .await
