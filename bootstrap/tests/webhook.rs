@@ -248,6 +248,44 @@ async fn an_invalid_template_is_denied_with_template_paths() {
 }
 
 #[tokio::test]
+async fn bottlerocket_configs_are_allowed_unless_a_field_would_be_ignored() {
+    let webhooks = Webhooks::start().await;
+    let spec = json!({
+        "format": "bottlerocket",
+        "etcdadmBuiltin": true,
+        "bottlerocketConfig": {
+            "etcdImage": "public.ecr.aws/eks-distro/etcd-io/etcd:v3.5.9-eks-1-28-9",
+            "bootstrapImage": "public.ecr.aws/l0g8r8j6/bottlerocket-bootstrap:v1-28-9-eks-a-60",
+            "pauseImage": "public.ecr.aws/eks-distro/kubernetes/pause:v1.28.9-eks-1-28-9",
+        },
+        "users": [{"name": "ec2-user", "sshAuthorizedKeys": ["ssh-rsa AAAA"], "sudo": "ALL=(ALL) NOPASSWD:ALL"}],
+    });
+    let response = webhooks.call(VALIDATE_CONFIG_PATH, &config(spec.clone())).await;
+    assert_eq!(response["allowed"], true, "{response}");
+
+    let mut ignored = spec;
+    ignored["preEtcdadmCommands"] = json!(["hostname x"]);
+    ignored["users"][0]["shell"] = json!("/bin/zsh");
+    let response = webhooks
+        .call(VALIDATE_CONFIG_TEMPLATE_PATH, &template(ignored))
+        .await;
+    assert_eq!(response["allowed"], false);
+    let fields: Vec<&str> = response["status"]["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.template.spec.preEtcdadmCommands",
+            "spec.template.spec.users[0].shell"
+        ]
+    );
+}
+
+#[tokio::test]
 async fn an_unreadable_spec_is_denied_and_deletes_are_allowed() {
     let webhooks = Webhooks::start().await;
     let response = webhooks

@@ -9,8 +9,8 @@ use super::containerd::containerd_setup;
 use super::error::RenderError;
 use super::etcdadm_command::{default_install_commands, etcdadm_runcmd};
 use super::files::{
-    FileEntry, ca_files, cert_bundle_files, check_content_sources, check_unique_paths, placeholder_file,
-    user_files,
+    ETCDADM_CERTS_DIR, FileEntry, ca_files, cert_bundle_files, check_content_sources, check_unique_paths,
+    placeholder_file, user_files,
 };
 use super::secrets::secret_refs;
 use super::yaml::{double_quoted, scalar};
@@ -76,7 +76,7 @@ pub fn render(input: &RenderInput) -> Result<String, RenderError> {
     // Missing values are reported in spec order (users, then files), whatever the layout order.
     if let Some(missing) = secret_refs(spec)
         .into_iter()
-        .find(|r| !input.secrets.contains(&r.target))
+        .find(|r| !r.optional && !input.secrets.contains(&r.target))
     {
         return Err(RenderError::UnresolvedSecret {
             field_path: missing.field_path,
@@ -85,7 +85,7 @@ pub fn render(input: &RenderInput) -> Result<String, RenderError> {
         });
     }
 
-    let mut files = ca_files(&input.ca)?;
+    let mut files = ca_files(&input.ca, ETCDADM_CERTS_DIR)?;
     files.extend(user_files(spec, input.secrets)?);
     files.extend(cert_bundle_files(spec)?);
     let containerd = containerd_setup(spec.proxy.as_ref(), spec.registry_mirror.as_ref())?;
