@@ -2,9 +2,12 @@
 //!
 //! A machine is an `etcdadm-sim-machine` process in a private mount and UTS namespace whose
 //! `/etc`, `/var`, `/run`, ... are overlays backed by the machine's root directory. It executes
-//! its cloud-config user data the way cloud-init would, with `etcdadm`, `systemctl` and
-//! `hostname` stand-ins first on PATH; the stand-ins run the real etcd binary.
+//! its cloud-config user data the way cloud-init would, or its Bottlerocket user data the way
+//! the EKS Anywhere bootstrap container would, with `etcdadm`, `systemctl` and `hostname`
+//! stand-ins first on PATH; the stand-ins run the real etcd binary.
 
+pub mod bootstrap_container;
+pub mod bottlerocket;
 pub mod cloud_config;
 pub mod error;
 pub mod etcdadm;
