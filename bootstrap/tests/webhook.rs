@@ -97,6 +97,16 @@ fn review(kind: &str, resource: &str, operation: &str, object: Option<Value>) ->
     })
 }
 
+/// The field of every cause in a denial.
+fn cause_fields(response: &Value) -> Vec<&str> {
+    response["status"]["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect()
+}
+
 fn config(spec: Value) -> Value {
     review(
         "EtcdadmConfig",
@@ -210,12 +220,7 @@ async fn an_invalid_config_is_denied_with_every_field_path() {
          spec.cloudInitConfig.version: \"v3.5.9\" is not an etcd version like 3.5.9 (drop the leading v); \
          spec.files[2].contentFrom: content and contentFrom are mutually exclusive: keep one"
     );
-    let fields: Vec<&str> = response["status"]["details"]["causes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["field"].as_str().unwrap())
-        .collect();
+    let fields = cause_fields(&response);
     assert_eq!(
         fields,
         ["spec.cloudInitConfig.version", "spec.files[2].contentFrom"]
@@ -270,12 +275,7 @@ async fn bottlerocket_configs_are_allowed_unless_a_field_would_be_ignored() {
         .call(VALIDATE_CONFIG_TEMPLATE_PATH, &template(ignored))
         .await;
     assert_eq!(response["allowed"], false);
-    let fields: Vec<&str> = response["status"]["details"]["causes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["field"].as_str().unwrap())
-        .collect();
+    let fields = cause_fields(&response);
     assert_eq!(
         fields,
         [

@@ -20,9 +20,9 @@ use etcdadm_shared::validation::validate_config_spec;
 pub use bootstrap_container::{CERTS_DIR, DEFAULT_CIPHER_SUITES, HOST_ROOT, INIT_WORD, JOIN_WORD};
 
 use self::toml_text::{basic_string, string_array};
+use super::RenderInput;
 use super::error::RenderError;
-use super::secrets::{REGISTRY_CREDENTIALS_SECRET, ResolvedSecrets};
-use super::{RenderInput, secret_refs};
+use super::secrets::{REGISTRY_CREDENTIALS_SECRET, ResolvedSecrets, check_resolved};
 
 /// The registry the mirror stands in for (EKS Anywhere's images come from there).
 const MIRRORED_REGISTRY: &str = "public.ecr.aws";
@@ -84,16 +84,7 @@ pub fn render(input: &RenderInput) -> Result<String, RenderError> {
     if let Some(problem) = validate_config_spec(spec, "spec").into_iter().next() {
         return Err(RenderError::invalid(problem.path, problem.message));
     }
-    if let Some(missing) = secret_refs(spec)
-        .into_iter()
-        .find(|r| !r.optional && !input.secrets.contains(&r.target))
-    {
-        return Err(RenderError::UnresolvedSecret {
-            field_path: missing.field_path,
-            secret_name: missing.secret_name,
-            key: missing.key,
-        });
-    }
+    check_resolved(spec, input.secrets)?;
     if input.machine_name.is_empty() {
         return Err(RenderError::invalid(
             "machine name",

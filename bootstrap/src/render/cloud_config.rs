@@ -12,7 +12,7 @@ use super::files::{
     ETCDADM_CERTS_DIR, FileEntry, ca_files, cert_bundle_files, check_content_sources, check_unique_paths,
     placeholder_file, user_files,
 };
-use super::secrets::secret_refs;
+use super::secrets::check_resolved;
 use super::yaml::{double_quoted, scalar};
 use super::{RenderInput, ResolvedSecrets};
 
@@ -74,16 +74,7 @@ pub fn render(input: &RenderInput) -> Result<String, RenderError> {
     check_unique_user_names(spec)?;
     check_content_sources(spec)?;
     // Missing values are reported in spec order (users, then files), whatever the layout order.
-    if let Some(missing) = secret_refs(spec)
-        .into_iter()
-        .find(|r| !r.optional && !input.secrets.contains(&r.target))
-    {
-        return Err(RenderError::UnresolvedSecret {
-            field_path: missing.field_path,
-            secret_name: missing.secret_name,
-            key: missing.key,
-        });
-    }
+    check_resolved(spec, input.secrets)?;
 
     let mut files = ca_files(&input.ca, ETCDADM_CERTS_DIR)?;
     files.extend(user_files(spec, input.secrets)?);

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use etcdadm_shared::api::config::{EtcdadmConfigSpec, Format};
 
+use super::error::RenderError;
+
 /// The Secret, in the config's namespace, whose `username` and `password` keys log Bottlerocket
 /// in to the registry mirror (the reference provider's convention). Optional: without it, pulls
 /// are anonymous.
@@ -87,6 +89,22 @@ pub struct SecretRefUse {
     /// A missing Secret is no error: the value is used only when the Secret exists (a key
     /// missing from an existing Secret still is).
     pub optional: bool,
+}
+
+/// The first reference the spec needs a value for and `secrets` lacks, as the error naming it
+/// (in spec order: users, then files).
+pub fn check_resolved(spec: &EtcdadmConfigSpec, secrets: &ResolvedSecrets) -> Result<(), RenderError> {
+    match secret_refs(spec)
+        .into_iter()
+        .find(|r| !r.optional && !secrets.contains(&r.target))
+    {
+        Some(missing) => Err(RenderError::UnresolvedSecret {
+            field_path: missing.field_path,
+            secret_name: missing.secret_name,
+            key: missing.key,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Every Secret key the spec refers to, in spec order.

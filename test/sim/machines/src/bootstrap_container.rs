@@ -33,13 +33,12 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use crate::bottlerocket::{BottlerocketMachine, EtcdadmWords};
 use crate::cloud_config::{Permissions, WriteFile};
 use crate::error::MachineError;
 use crate::etcdadm::config::ENV_FILE;
-use crate::executor::CommandEnvironment;
+use crate::executor::{CommandEnvironment, open_log, run_logged};
 use crate::isolation::is_isolated;
 use crate::runtime::BOOTSTRAP_SUCCESS_MARKER;
 use crate::write_files::write_entry;
@@ -105,14 +104,7 @@ pub fn run(
     environment: &CommandEnvironment,
     log_path: &Path,
 ) -> Result<bool, MachineError> {
-    if let Some(parent) = log_path.parent() {
-        std::fs::create_dir_all(parent).map_err(MachineError::io(parent))?;
-    }
-    let mut log = File::options()
-        .create(true)
-        .append(true)
-        .open(log_path)
-        .map_err(MachineError::io(log_path))?;
+    let mut log = open_log(log_path)?;
     let mut note = |line: String| {
         let _ = writeln!(log, "[sim] {line}");
     };
@@ -189,7 +181,7 @@ pub fn run(
     Ok(true)
 }
 
-/// Run `program args` with the stand-ins first on PATH, output to the log; whether it exited 0.
+/// Run `program args` (see [`run_logged`]); whether it exited 0.
 fn command(
     log: &mut File,
     log_path: &Path,
@@ -197,21 +189,10 @@ fn command(
     program: &str,
     args: &[String],
 ) -> Result<bool, MachineError> {
-    let output = log.try_clone().map_err(MachineError::io(log_path))?;
-    let errors = log.try_clone().map_err(MachineError::io(log_path))?;
-    let status = Command::new(program)
-        .args(args)
-        .current_dir("/")
-        .env("PATH", environment.path())
-        .envs(environment.vars.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(output)
-        .stderr(errors)
-        .status()
-        .map_err(|e| MachineError::Spawn {
-            program: program.into(),
-            reason: e.to_string(),
-        })?;
+    let status = run_logged(log, log_path, environment, program, args)?.map_err(|e| MachineError::Spawn {
+        program: program.into(),
+        reason: e.to_string(),
+    })?;
     let _ = writeln!(log, "[sim] {program} exited with {status}");
     Ok(status.success())
 }
