@@ -17,7 +17,7 @@ use etcdadm_shared::bottlerocket::{
 };
 use etcdadm_shared::validation::validate_config_spec;
 
-pub use bootstrap_container::{CERTS_DIR, DEFAULT_CIPHER_SUITES, HOST_ROOT, INIT_WORD, JOIN_WORD};
+pub use bootstrap_container::{DEFAULT_CIPHER_SUITES, HOST_ROOT};
 
 use self::toml_text::{basic_string, string_array};
 use super::RenderInput;

@@ -16,7 +16,7 @@ mod yaml;
 
 use etcdadm_shared::api::config::{EtcdadmConfigSpec, Format};
 
-pub use bottlerocket::{CERTS_DIR, DEFAULT_CIPHER_SUITES, HOST_ROOT, INIT_WORD, JOIN_WORD};
+pub use bottlerocket::{DEFAULT_CIPHER_SUITES, HOST_ROOT};
 pub use error::RenderError;
 pub use etcdadm_command::{DEFAULT_ETCDADM_RELEASE, SUCCESS_SENTINEL};
 pub use secrets::{REGISTRY_CREDENTIALS_SECRET, ResolvedSecrets, SecretRefUse, SecretTarget, secret_refs};

@@ -10,18 +10,18 @@ use etcdadm_shared::validation::quoted;
 
 use crate::render::error::RenderError;
 use crate::render::etcdadm_command::{cipher_suites, join_target};
-use crate::render::files::{FileEntry, ca_files, check_content_sources, check_unique_paths, user_files};
+use crate::render::files::{FileEntry, ca_files, check_unique_paths, user_files};
 use crate::render::yaml::{double_quoted, scalar};
 use crate::render::{EtcdadmCommand, RenderInput};
 
 /// Where the bootstrap image's etcdadm keeps certificates (`--certs-dir`); the image links
 /// `/var/lib/etcd` to the host's, so the CA written here is on the host.
-pub const CERTS_DIR: &str = "/var/lib/etcd/pki";
+const CERTS_DIR: &str = "/var/lib/etcd/pki";
 /// Where a superpowered host container sees the host's root filesystem.
 pub const HOST_ROOT: &str = "/.bottlerocket/rootfs";
 /// The command words the bootstrap image dispatches on.
-pub const INIT_WORD: &str = "EtcdadmInit";
-pub const JOIN_WORD: &str = "EtcdadmJoin";
+const INIT_WORD: &str = "EtcdadmInit";
+const JOIN_WORD: &str = "EtcdadmJoin";
 /// The cipher suite word when the spec names none (the image needs every word): Go's TLS 1.2
 /// ECDHE suites with AEAD ciphers, the modern part of what etcd offers by default.
 pub const DEFAULT_CIPHER_SUITES: &str = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,\
@@ -52,7 +52,6 @@ struct FileView {
 
 /// The YAML document for `input`'s machine.
 pub fn user_data(input: &RenderInput) -> Result<String, RenderError> {
-    check_content_sources(input.spec)?;
     let mut files = ca_files(&input.ca, CERTS_DIR)?;
     files.extend(user_files(input.spec, input.secrets)?);
     check_unique_paths(&files)?;
