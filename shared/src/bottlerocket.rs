@@ -17,7 +17,8 @@ use crate::api::config::{
 };
 use crate::validation::{FieldError, is_etcd_version, quoted};
 
-/// Host containers the renderer defines itself; `control` too when `controlImage` is set.
+/// The host container carrying the login user and its SSH keys (the renderer defines it, the
+/// bootstrap container, and the control container when `controlImage` is set).
 pub const ADMIN_CONTAINER: &str = "admin";
 /// The host container that runs etcdadm.
 pub const BOOTSTRAP_CONTAINER: &str = "kubeadm-bootstrap";
