@@ -1,5 +1,5 @@
-//! Bootstrap figures for BENCHMARKS.md: user-data renders per second (minimal and full spec)
-//! and etcd CA generation time. `cargo bench -p etcdadm-bootstrap --bench render`
+//! Bootstrap figures for BENCHMARKS.md: user-data renders per second (minimal and full spec,
+//! cloud-config and Bottlerocket) and etcd CA generation time. `cargo bench -p etcdadm-bootstrap --bench render`
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};
@@ -72,6 +72,17 @@ fn main() {
         secrets.insert(&reference.target, "from-a-secret".into());
     }
     renders_per_second("full spec", &full.spec, &ca, &secrets);
+    let bottlerocket = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/golden/bottlerocket-full-config.yaml"
+    ))
+    .unwrap();
+    let bottlerocket: EtcdadmConfig = serde_saphyr::from_str(&bottlerocket).unwrap();
+    let mut secrets = ResolvedSecrets::default();
+    for reference in etcdadm_bootstrap::render::secret_refs(&bottlerocket.spec) {
+        secrets.insert(&reference.target, "from-a-secret".into());
+    }
+    renders_per_second("full Bottlerocket spec", &bottlerocket.spec, &ca, &secrets);
     let (median, min, max) = timed(9, || {
         std::hint::black_box(CertificateAuthority::generate("etcd-ca").unwrap());
     });

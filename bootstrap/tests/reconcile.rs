@@ -597,7 +597,7 @@ async fn file_content_from_a_secret_is_fetched_and_rendered() {
 }
 
 #[tokio::test]
-async fn a_format_the_renderer_cannot_produce_is_an_invalid_spec() {
+async fn bottlerocket_without_its_settings_is_an_invalid_spec() {
     let env = Env::new();
     env.cluster("c1", json!({})).await;
     let m1 = env.machine("m1", None).await;
@@ -606,6 +606,89 @@ async fn a_format_the_renderer_cannot_produce_is_an_invalid_spec() {
     let config = env.reconcile("m1").await;
     let (status, reason, message) = condition(&config, "Ready");
     assert_eq!((status.as_str(), reason.as_str()), ("False", "InvalidSpec"));
-    assert!(message.contains("bottlerocket"), "{message}");
+    assert!(
+        message.starts_with("spec.bottlerocketConfig: is required with format bottlerocket"),
+        "{message}"
+    );
+    assert!(env.secret("m1").await.is_none());
+}
+
+fn bottlerocket_spec() -> Value {
+    json!({
+        "format": "bottlerocket",
+        "bottlerocketConfig": {
+            "etcdImage": "public.ecr.aws/eks-distro/etcd-io/etcd:v3.5.9-eks-1-28-9",
+            "bootstrapImage": "public.ecr.aws/l0g8r8j6/bottlerocket-bootstrap:v1-28-9-eks-a-60",
+            "pauseImage": "public.ecr.aws/eks-distro/kubernetes/pause:v1.28.9-eks-1-28-9",
+        },
+        "registryMirror": {"endpoint": "mirror.example:5000"},
+    })
+}
+
+/// The kubeadm-bootstrap container's runcmd in Bottlerocket user data.
+fn bootstrap_runcmd(user_data: &str) -> String {
+    use base64::Engine;
+    let settings: Value = serde_json::to_value(toml::from_str::<toml::Table>(user_data).unwrap()).unwrap();
+    let encoded = settings["settings"]["host-containers"]["kubeadm-bootstrap"]["user-data"]
+        .as_str()
+        .unwrap();
+    let decoded = base64::engine::general_purpose::STANDARD.decode(encoded).unwrap();
+    let container: Value = serde_saphyr::from_str(std::str::from_utf8(&decoded).unwrap()).unwrap();
+    container["runcmd"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn bottlerocket_configs_get_bottlerocket_data_secrets_for_init_and_join() {
+    let env = Env::new();
+    env.cluster("c1", json!({})).await;
+    env.create::<Secret>(json!({"metadata": {"name": "registry-credentials"},
+        "stringData": {"username": "robot", "password": "pw"}}))
+        .await;
+    let m1 = env.machine("m1", None).await;
+    env.config("m1", Some(&m1), bottlerocket_spec()).await;
+    let m2 = env.machine("m2", None).await;
+    env.config("m2", Some(&m2), bottlerocket_spec()).await;
+
+    assert!(ready(&env.reconcile("m1").await));
+    let data = env.secret("m1").await.unwrap();
+    assert_eq!(secret_value(&data, names::DATA_SECRET_FORMAT_KEY), "bottlerocket");
+    let user_data = secret_value(&data, names::DATA_SECRET_VALUE_KEY);
+    assert!(user_data.contains("hostname = \"m1\""), "{user_data}");
+    assert!(
+        user_data.contains("username = \"robot\""),
+        "the mirror login: {user_data}"
+    );
+    assert!(
+        bootstrap_runcmd(&user_data)
+            .starts_with("EtcdadmInit public.ecr.aws/eks-distro/etcd-io/etcd 3.5.9-eks-1-28-9 "),
+        "{user_data}"
+    );
+
+    env.set_address("m1", "10.0.0.7").await;
+    env.reconcile("m1").await;
+    assert!(ready(&env.reconcile("m2").await));
+    let data = env.secret("m2").await.unwrap();
+    assert_eq!(secret_value(&data, names::DATA_SECRET_FORMAT_KEY), "bottlerocket");
+    let runcmd = bootstrap_runcmd(&secret_value(&data, names::DATA_SECRET_VALUE_KEY));
+    assert!(runcmd.starts_with("EtcdadmJoin "), "{runcmd}");
+    assert!(runcmd.ends_with(" https://10.0.0.7:2379"), "{runcmd}");
+}
+
+#[tokio::test]
+async fn a_registry_login_secret_without_a_password_is_named() {
+    let env = Env::new();
+    env.cluster("c1", json!({})).await;
+    env.create::<Secret>(json!({"metadata": {"name": "registry-credentials"},
+        "stringData": {"username": "robot"}}))
+        .await;
+    let m1 = env.machine("m1", None).await;
+    env.config("m1", Some(&m1), bottlerocket_spec()).await;
+    let config = env.reconcile("m1").await;
+    let (_, reason, message) = condition(&config, "Ready");
+    assert_eq!(reason, "InvalidSpec");
+    assert_eq!(
+        message,
+        "spec.registryMirror: Secret default/registry-credentials has no UTF-8 key password"
+    );
     assert!(env.secret("m1").await.is_none());
 }

@@ -235,3 +235,50 @@ fn a_config_marked_for_a_learner_join_previews_the_learner_join() {
     assert!(!voter.contains("etcd-learner-join"), "{voter}");
     assert!(voter.contains("\"etcdadm join https://10.0.0.2:2379 --init-system systemd --name etcd-b2 && "));
 }
+
+#[test]
+fn prints_bottlerocket_settings_with_the_mirror_login_from_files() {
+    let dir = ca_dir();
+    let config = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/bottlerocket-full-config.yaml");
+    let token = write(dir.path(), "token", "t\n");
+    let username = write(dir.path(), "username", "robot");
+    let password = write(dir.path(), "password", "pw");
+    let out = run(&[
+        "-f",
+        config.to_str().unwrap(),
+        "--ca-dir",
+        dir.path().to_str().unwrap(),
+        "--join",
+        "https://10.0.0.1:2379",
+        "--secret",
+        &format!("tokens/etcd-token={token}"),
+        "--secret",
+        &format!("registry-credentials/username={username}"),
+        "--secret",
+        &format!("registry-credentials/password={password}"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let settings: toml::Table = toml::from_str(&text).unwrap();
+    let settings = &settings["settings"];
+    assert_eq!(settings["network"]["hostname"].as_str(), Some("etcd-b1c2d"));
+    assert_eq!(
+        settings["container-registry"]["credentials"][0]["username"].as_str(),
+        Some("robot")
+    );
+
+    // Without the login the machine pulls anonymously; the rest must still be given.
+    let out = run(&[
+        "-f",
+        config.to_str().unwrap(),
+        "--ca-dir",
+        dir.path().to_str().unwrap(),
+        "--init",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("spec.files[1].contentFrom: Secret tokens key etcd-token was not resolved"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -6,7 +6,8 @@ use etcdadm_bootstrap::render::{
     CaFiles, EtcdadmCommand, RenderError, RenderInput, ResolvedSecrets, render_user_data,
 };
 use etcdadm_shared::api::config::{
-    CertBundle, EtcdadmConfigSpec, File, FileSource, Format, Ntp, PasswdSource, SecretKeyRef, User,
+    BottlerocketConfig, CertBundle, EtcdadmConfigSpec, File, FileSource, Format, Ntp, PasswdSource,
+    RegistryMirrorConfiguration, SecretKeyRef, User,
 };
 use serde_json::Value;
 
@@ -107,15 +108,96 @@ fn unresolved_content_from_names_the_file_field() {
     );
 }
 
-#[test]
-fn bottlerocket_is_an_error_not_a_silent_cloud_config() {
-    let spec = EtcdadmConfigSpec {
+fn bottlerocket() -> EtcdadmConfigSpec {
+    EtcdadmConfigSpec {
         format: Some(Format::Bottlerocket),
+        bottlerocket_config: Some(BottlerocketConfig {
+            etcd_image: Some("public.ecr.aws/eks-distro/etcd-io/etcd:v3.5.9".into()),
+            bootstrap_image: "bootstrap:v1".into(),
+            pause_image: "pause:3.9".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Admission refuses these; a spec that reaches the controller anyway (webhook down, object
+/// created before it) gets the same answer from the renderer, never a document without them.
+#[test]
+fn bottlerocket_refuses_what_it_cannot_carry_by_field() {
+    assert!(render(&bottlerocket()).is_ok());
+    let cases: [(EtcdadmConfigSpec, &str); 5] = [
+        (
+            EtcdadmConfigSpec {
+                bottlerocket_config: None,
+                ..bottlerocket()
+            },
+            "spec.bottlerocketConfig",
+        ),
+        (
+            EtcdadmConfigSpec {
+                pre_etcdadm_commands: vec!["echo hi".into()],
+                ..bottlerocket()
+            },
+            "spec.preEtcdadmCommands",
+        ),
+        (
+            EtcdadmConfigSpec {
+                cloud_init_config: Some(Default::default()),
+                ..bottlerocket()
+            },
+            "spec.cloudInitConfig",
+        ),
+        (
+            EtcdadmConfigSpec {
+                files: vec![file("/etc/motd", "hi")],
+                ..bottlerocket()
+            },
+            "spec.files[0].path",
+        ),
+        (
+            EtcdadmConfigSpec {
+                users: vec![User {
+                    name: "ops".into(),
+                    shell: Some("/bin/zsh".into()),
+                    ..Default::default()
+                }],
+                ..bottlerocket()
+            },
+            "spec.users[0].shell",
+        ),
+    ];
+    for (spec, field) in cases {
+        let err = render(&spec).unwrap_err();
+        assert_eq!(err.field_path(), Some(field), "{err}");
+    }
+}
+
+#[test]
+fn a_bottlerocket_mirror_login_needs_both_keys() {
+    let spec = EtcdadmConfigSpec {
+        registry_mirror: Some(RegistryMirrorConfiguration {
+            endpoint: Some("mirror.example:5000".into()),
+            ca_cert: None,
+        }),
+        ..bottlerocket()
+    };
+    assert!(
+        !render(&spec).unwrap().contains("credentials"),
+        "no Secret: anonymous pulls"
+    );
+    let mut secrets = ResolvedSecrets {
+        registry_username: Some("robot".into()),
         ..Default::default()
     };
-    assert_eq!(
-        render(&spec).unwrap_err().to_string(),
-        "spec.format: bottlerocket is not supported by this version"
+    let err = render_with(&spec, &secrets).unwrap_err();
+    assert_eq!(err.field_path(), Some("spec.registryMirror"));
+    assert!(err.to_string().contains("both username and password"), "{err}");
+    secrets.registry_password = Some("pw".into());
+    assert!(
+        render_with(&spec, &secrets)
+            .unwrap()
+            .contains("[[settings.container-registry.credentials]]")
     );
 }
 

@@ -97,6 +97,16 @@ fn review(kind: &str, resource: &str, operation: &str, object: Option<Value>) ->
     })
 }
 
+/// The field of every cause in a denial.
+fn cause_fields(response: &Value) -> Vec<&str> {
+    response["status"]["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect()
+}
+
 fn config(spec: Value) -> Value {
     review(
         "EtcdadmConfig",
@@ -210,12 +220,7 @@ async fn an_invalid_config_is_denied_with_every_field_path() {
          spec.cloudInitConfig.version: \"v3.5.9\" is not an etcd version like 3.5.9 (drop the leading v); \
          spec.files[2].contentFrom: content and contentFrom are mutually exclusive: keep one"
     );
-    let fields: Vec<&str> = response["status"]["details"]["causes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["field"].as_str().unwrap())
-        .collect();
+    let fields = cause_fields(&response);
     assert_eq!(
         fields,
         ["spec.cloudInitConfig.version", "spec.files[2].contentFrom"]
@@ -244,6 +249,39 @@ async fn an_invalid_template_is_denied_with_template_paths() {
     assert!(
         message.contains("spec.template.spec.cipherSuites: TLS_AES_128_GCM_SHA256 is a TLS 1.3 suite"),
         "{message}"
+    );
+}
+
+#[tokio::test]
+async fn bottlerocket_configs_are_allowed_unless_a_field_would_be_ignored() {
+    let webhooks = Webhooks::start().await;
+    let spec = json!({
+        "format": "bottlerocket",
+        "etcdadmBuiltin": true,
+        "bottlerocketConfig": {
+            "etcdImage": "public.ecr.aws/eks-distro/etcd-io/etcd:v3.5.9-eks-1-28-9",
+            "bootstrapImage": "public.ecr.aws/l0g8r8j6/bottlerocket-bootstrap:v1-28-9-eks-a-60",
+            "pauseImage": "public.ecr.aws/eks-distro/kubernetes/pause:v1.28.9-eks-1-28-9",
+        },
+        "users": [{"name": "ec2-user", "sshAuthorizedKeys": ["ssh-rsa AAAA"], "sudo": "ALL=(ALL) NOPASSWD:ALL"}],
+    });
+    let response = webhooks.call(VALIDATE_CONFIG_PATH, &config(spec.clone())).await;
+    assert_eq!(response["allowed"], true, "{response}");
+
+    let mut ignored = spec;
+    ignored["preEtcdadmCommands"] = json!(["hostname x"]);
+    ignored["users"][0]["shell"] = json!("/bin/zsh");
+    let response = webhooks
+        .call(VALIDATE_CONFIG_TEMPLATE_PATH, &template(ignored))
+        .await;
+    assert_eq!(response["allowed"], false);
+    let fields = cause_fields(&response);
+    assert_eq!(
+        fields,
+        [
+            "spec.template.spec.preEtcdadmCommands",
+            "spec.template.spec.users[0].shell"
+        ]
     );
 }
 

@@ -12,7 +12,9 @@ use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterSpec, Format};
 use etcdadm_shared::duration;
 use etcdadm_shared::manager::WebhookRoutes;
 use etcdadm_shared::manager::admission::{self, AdmissionRequest, AdmissionResponse, DynamicObject};
-use etcdadm_shared::validation::{FieldError, quoted, validate_config_spec, version_change_problem};
+use etcdadm_shared::validation::{
+    FieldError, etcd_version, quoted, validate_config_spec, version_change_problem,
+};
 
 /// Defaulting webhook path (controller-runtime's naming).
 pub const MUTATE_PATH: &str = "/mutate-etcdcluster-cluster-x-k8s-io-v1beta1-etcdadmcluster";
@@ -203,17 +205,13 @@ fn health_check(spec: &EtcdadmClusterSpec) -> Vec<FieldError> {
 /// Changes that would strand the running members.
 pub fn validate_update(old: &EtcdadmClusterSpec, new: &EtcdadmClusterSpec) -> Vec<FieldError> {
     let mut errors = vec![];
-    let version = |spec: &EtcdadmClusterSpec| {
-        spec.etcdadm_config_spec
-            .cloud_init_config
-            .as_ref()
-            .and_then(|c| c.version.clone())
-    };
-    if let (Some(old_version), Some(new_version)) = (version(old), version(new))
-        && let Some(problem) = version_change_problem(&old_version, &new_version)
+    if let (Some((_, old_version)), Some((field, new_version))) = (
+        etcd_version(&old.etcdadm_config_spec),
+        etcd_version(&new.etcdadm_config_spec),
+    ) && let Some(problem) = version_change_problem(old_version, new_version)
     {
         errors.push(FieldError::new(
-            "spec.etcdadmConfigSpec.cloudInitConfig.version",
+            format!("spec.etcdadmConfigSpec.{field}"),
             problem,
         ));
     }
@@ -334,6 +332,14 @@ mod tests {
             None,
         );
         assert_eq!(paths(&errors), ["spec.etcdadmConfigSpec.files[0].path"]);
+        let errors = validate_spec(
+            &spec(
+                json!({"etcdadmConfigSpec": {"format": "bottlerocket", "preEtcdadmCommands": ["x"],
+                "bottlerocketConfig": {"etcdImage": "e:v3.5.9", "bootstrapImage": "b", "pauseImage": "p"}}}),
+            ),
+            None,
+        );
+        assert_eq!(paths(&errors), ["spec.etcdadmConfigSpec.preEtcdadmCommands"]);
     }
 
     #[test]
@@ -349,6 +355,30 @@ mod tests {
         assert!(
             validate_update(&at("3.5.9"), &at("3.5.1")).is_empty(),
             "patch releases may go back"
+        );
+    }
+
+    #[test]
+    fn a_bottlerocket_etcd_image_tag_follows_the_same_version_rules() {
+        let image = |tag: &str| {
+            spec(
+                json!({"etcdadmConfigSpec": {"format": "bottlerocket", "bottlerocketConfig": {
+                "etcdImage": format!("public.ecr.aws/eks-distro/etcd-io/etcd:{tag}"),
+                "bootstrapImage": "b", "pauseImage": "p"}}}),
+            )
+        };
+        let errors = validate_update(&image("v3.5.9-eks-1-28-9"), &image("v3.4.27"));
+        assert_eq!(
+            paths(&errors),
+            ["spec.etcdadmConfigSpec.bottlerocketConfig.etcdImage"]
+        );
+        assert!(errors[0].message.contains("downgrades the minor version"));
+        assert!(validate_update(&image("v3.4.27"), &image("v3.5.9-eks-1-28-9")).is_empty());
+        let cloud = spec(json!({"etcdadmConfigSpec": {"cloudInitConfig": {"version": "3.4.27"}}}));
+        assert_eq!(
+            paths(&validate_update(&cloud, &image("v3.6.0"))),
+            ["spec.etcdadmConfigSpec.bottlerocketConfig.etcdImage"],
+            "switching format is still one minor at a time"
         );
     }
 

@@ -4,6 +4,7 @@
 //! and never on each other.
 
 pub mod api;
+pub mod bottlerocket;
 pub mod crd;
 pub mod duration;
 pub mod etcd;

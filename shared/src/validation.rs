@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::api::config::{EtcdadmConfigSpec, Format};
+use crate::bottlerocket;
 
 /// One problem with one field. `path` is the full JSON path (`spec.files[2].contentFrom`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,73 +93,20 @@ pub fn validate_config_spec(spec: &EtcdadmConfigSpec, base: &str) -> Vec<FieldEr
     errors
 }
 
-fn blank(value: Option<&str>) -> bool {
-    value.is_none_or(|v| v.trim().is_empty())
-}
-
-/// Each format's own settings are required with it and refused without it.
+/// Each format's own settings are required with it and refused without it; what Bottlerocket
+/// cannot carry is refused (see [`crate::bottlerocket`]).
 fn format_fields(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldError>) {
-    let path = format!("{base}.bottlerocketConfig");
     match spec.format() {
         Format::CloudConfig => {
             if spec.bottlerocket_config.is_some() {
                 errors.push(FieldError::new(
-                    path,
+                    format!("{base}.bottlerocketConfig"),
                     "is only used with format bottlerocket: remove it or set format: bottlerocket",
                 ));
             }
         }
-        Format::Bottlerocket => {
-            let Some(config) = &spec.bottlerocket_config else {
-                errors.push(FieldError::new(
-                    path,
-                    "is required with format bottlerocket (etcdImage, bootstrapImage and pauseImage)",
-                ));
-                return;
-            };
-            match config.etcd_image.as_deref().map(str::trim) {
-                None | Some("") => errors.push(FieldError::new(
-                    format!("{path}.etcdImage"),
-                    "is required with format bottlerocket (the etcd image etcdadm runs, with a version tag)",
-                )),
-                Some(image) if image_tag(image).is_none() => errors.push(FieldError::new(
-                    format!("{path}.etcdImage"),
-                    format!(
-                        "{} has no tag: the tag is the etcd version (e.g. registry/etcd:v3.5.9)",
-                        quoted(image)
-                    ),
-                )),
-                Some(_) => {}
-            }
-            for (field, value) in [
-                ("bootstrapImage", config.bootstrap_image.as_str()),
-                ("pauseImage", config.pause_image.as_str()),
-            ] {
-                if value.trim().is_empty() {
-                    errors.push(FieldError::new(
-                        format!("{path}.{field}"),
-                        "is required with format bottlerocket",
-                    ));
-                }
-            }
-            if blank(spec.cipher_suites.as_deref()) {
-                errors.push(FieldError::new(
-                    format!("{base}.cipherSuites"),
-                    "is required with format bottlerocket (its etcdadm bootstrap container takes the list as an argument)",
-                ));
-            }
-        }
+        Format::Bottlerocket => errors.extend(bottlerocket::problems(spec, base)),
     }
-}
-
-/// The tag of an image reference (after the last `:` of the last path segment), if any.
-fn image_tag(image: &str) -> Option<&str> {
-    let without_digest = image.split('@').next().unwrap_or(image);
-    let last_segment = without_digest.rsplit('/').next().unwrap_or(without_digest);
-    last_segment
-        .split_once(':')
-        .map(|(_, tag)| tag)
-        .filter(|t| !t.is_empty())
 }
 
 fn cloud_init_version(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldError>) {
@@ -180,6 +128,25 @@ fn cloud_init_version(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<Fie
             format!("{base}.cloudInitConfig.version"),
             format!("{} is not an etcd version like 3.5.9{hint}", quoted(version)),
         ));
+    }
+}
+
+/// The etcd version `spec` asks for, if it names one, with the field under the spec that does:
+/// `cloudInitConfig.version` (cloud-config) or the tag of `bottlerocketConfig.etcdImage`.
+pub fn etcd_version(spec: &EtcdadmConfigSpec) -> Option<(&'static str, &str)> {
+    match spec.format() {
+        Format::CloudConfig => spec
+            .cloud_init_config
+            .as_ref()
+            .and_then(|c| c.version.as_deref())
+            .filter(|v| !v.is_empty())
+            .map(|v| ("cloudInitConfig.version", v)),
+        Format::Bottlerocket => spec
+            .bottlerocket_config
+            .as_ref()
+            .and_then(|b| b.etcd_image.as_deref())
+            .and_then(|image| bottlerocket::split_etcd_image(image.trim()))
+            .map(|(_, version)| ("bottlerocketConfig.etcdImage", version)),
     }
 }
 
@@ -420,15 +387,6 @@ fn registry_endpoint_problem(endpoint: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn image_tags() {
-        assert_eq!(image_tag("public.ecr.aws/etcd:v3.5.9"), Some("v3.5.9"));
-        assert_eq!(image_tag("registry:5000/etcd:3.5"), Some("3.5"));
-        assert_eq!(image_tag("registry:5000/etcd"), None);
-        assert_eq!(image_tag("etcd@sha256:abc"), None);
-        assert_eq!(image_tag("etcd:"), None);
-    }
 
     #[test]
     fn versions() {

@@ -101,8 +101,15 @@ fn bottlerocket_etcd_image_carries_the_version_tag() {
             json!("registry:5000/etcd"),
         ),
         "spec.bottlerocketConfig.etcdImage",
-        "has no tag",
+        "is not <repository>:<etcd version>",
     );
+    for bad in ["etcd:latest", "etcd:v3.5.9@sha256:abc", "my etcd:v3.5.9"] {
+        invalid(
+            with(bottlerocket(), "/bottlerocketConfig/etcdImage", json!(bad)),
+            "spec.bottlerocketConfig.etcdImage",
+            "the tag is the etcd version",
+        );
+    }
 }
 
 #[test]
@@ -126,30 +133,248 @@ fn bottlerocket_needs_a_pause_image() {
 }
 
 #[test]
-fn bottlerocket_needs_cipher_suites() {
-    valid(bottlerocket());
-    invalid(
-        with(bottlerocket(), "/cipherSuites", json!(" ")),
-        "spec.cipherSuites",
-        "is required with format bottlerocket",
-    );
+fn bottlerocket_renders_default_cipher_suites_when_none_are_given() {
+    valid(without(bottlerocket(), "/cipherSuites"));
+    valid(with(bottlerocket(), "/cipherSuites", json!(" ")));
+}
+
+/// What EKS Anywhere applies for etcd on Bottlerocket (vSphere template and Go builder): every
+/// field has a place in the settings, so it is accepted as is.
+#[test]
+fn an_eks_anywhere_bottlerocket_spec_is_valid() {
+    valid(merged(
+        bottlerocket(),
+        json!({
+            "etcdadmBuiltin": true,
+            "preEtcdadmCommands": [],
+            "users": [{"name": "ec2-user", "sshAuthorizedKeys": ["ssh-rsa AAAA"], "sudo": "ALL=(ALL) NOPASSWD:ALL"}],
+            "proxy": {"httpProxy": "http://proxy:3128", "httpsProxy": "http://proxy:3128", "noProxy": ["10.0.0.0/8"]},
+            "registryMirror": {"endpoint": "mirror.example:443", "caCert": "-----BEGIN CERTIFICATE-----"},
+            "bottlerocketConfig": {
+                "etcdImage": "public.ecr.aws/eks-distro/etcd-io/etcd:v3.5.9-eks-1-28-9",
+                "bootstrapImage": "public.ecr.aws/l0g8r8j6/bottlerocket-bootstrap:v1-28-9-eks-a-60",
+                "pauseImage": "public.ecr.aws/eks-distro/kubernetes/pause:v1.28.9-eks-1-28-9",
+                "adminImage": "public.ecr.aws/bottlerocket/bottlerocket-admin:v0.11.0",
+                "controlImage": "public.ecr.aws/bottlerocket/bottlerocket-control:v0.7.0",
+                "kernel": {"sysctlSettings": {"vm.max_map_count": "262144"}},
+                "boot": {"bootKernelParameters": {"console": ["tty0"]}},
+                "customBootstrapContainers": [{"name": "bottlerocket-bootstrap-snow", "image": "i", "essential": false, "mode": "always"}]
+            },
+            "ntp": {"servers": ["time.example"]},
+            "certBundles": [{"name": "corp", "data": "-----BEGIN CERTIFICATE-----"}],
+            "files": [{"path": "/var/lib/x/y.conf", "owner": "root:root", "permissions": "0600", "content": "x"}]
+        }),
+    ));
+}
+
+fn merged(mut base: Value, extra: Value) -> Value {
+    fn merge(base: &mut Value, extra: Value) {
+        match (base, extra) {
+            (Value::Object(base), Value::Object(extra)) => {
+                for (key, value) in extra {
+                    merge(base.entry(key).or_insert(Value::Null), value);
+                }
+            }
+            (base, extra) => *base = extra,
+        }
+    }
+    merge(&mut base, extra);
+    base
+}
+
+/// Every field that would be ignored on Bottlerocket is refused, at its own path.
+#[test]
+fn bottlerocket_refuses_what_it_cannot_carry() {
+    let cases = [
+        (
+            json!({"cloudInitConfig": {"version": "3.5.9"}}),
+            "spec.cloudInitConfig",
+            "only used with format cloud-config",
+        ),
+        (
+            json!({"etcdadmBuiltin": false}),
+            "spec.etcdadmBuiltin",
+            "comes with the bottlerocket bootstrap image",
+        ),
+        (
+            json!({"etcdadmInstallCommands": ["curl x"]}),
+            "spec.etcdadmInstallCommands",
+            "no shell",
+        ),
+        (
+            json!({"preEtcdadmCommands": ["echo"]}),
+            "spec.preEtcdadmCommands",
+            "no shell",
+        ),
+        (
+            json!({"postEtcdadmCommands": ["echo"]}),
+            "spec.postEtcdadmCommands",
+            "no shell",
+        ),
+        (
+            json!({"users": [{"name": "a"}, {"name": "b"}]}),
+            "spec.users[1]",
+            "one login user",
+        ),
+        (
+            json!({"users": [{"name": "a", "gecos": "A"}]}),
+            "spec.users[0].gecos",
+            "sets up its user itself",
+        ),
+        (
+            json!({"users": [{"name": "a", "groups": "wheel"}]}),
+            "spec.users[0].groups",
+            "sets up its user itself",
+        ),
+        (
+            json!({"users": [{"name": "a", "homeDir": "/h"}]}),
+            "spec.users[0].homeDir",
+            "sets up its user itself",
+        ),
+        (
+            json!({"users": [{"name": "a", "shell": "/bin/sh"}]}),
+            "spec.users[0].shell",
+            "sets up its user itself",
+        ),
+        (
+            json!({"users": [{"name": "a", "primaryGroup": "a"}]}),
+            "spec.users[0].primaryGroup",
+            "sets up its user itself",
+        ),
+        (
+            json!({"users": [{"name": "a", "inactive": true}]}),
+            "spec.users[0].inactive",
+            "sets up its user itself",
+        ),
+        (
+            json!({"users": [{"name": "a", "sudo": "ALL=(ALL) ALL"}]}),
+            "spec.users[0].sudo",
+            "always gets",
+        ),
+        (
+            json!({"users": [{"name": "a$"}]}),
+            "spec.users[0].name",
+            "ending in $",
+        ),
+        (
+            json!({"files": [{"path": "/etc/motd"}]}),
+            "spec.files[0].path",
+            "is not under /var, /opt, /local, /mnt",
+        ),
+        (
+            json!({"files": [{"path": "/var/../etc/x"}]}),
+            "spec.files[0].path",
+            "is not under",
+        ),
+        (
+            json!({"files": [{"path": "/var/x", "encoding": "base64"}]}),
+            "spec.files[0].encoding",
+            "writes content as given",
+        ),
+        (
+            json!({"files": [{"path": "/var/x", "append": true}]}),
+            "spec.files[0].append",
+            "whole files",
+        ),
+        (
+            json!({"files": [{"path": "/var/x", "owner": "etcd:etcd"}]}),
+            "spec.files[0].owner",
+            "use root:root",
+        ),
+        (
+            json!({"files": [{"path": "/var/x", "permissions": "rw-r--r--"}]}),
+            "spec.files[0].permissions",
+            "octal",
+        ),
+        (
+            json!({"proxy": {"httpProxy": "http://a:1", "httpsProxy": "http://b:1"}}),
+            "spec.proxy.httpProxy",
+            "HTTPS only",
+        ),
+        (
+            json!({"proxy": {"httpProxy": "http://a:1"}}),
+            "spec.proxy.httpProxy",
+            "HTTPS only",
+        ),
+        (
+            json!({"ntp": {"enabled": false}}),
+            "spec.ntp.enabled",
+            "always runs its NTP client",
+        ),
+        (
+            json!({"registryMirror": {"endpoint": "m.example", "caCert": "PEM"}, "certBundles": [{"name": "registry-mirror-ca", "data": "x"}]}),
+            "spec.certBundles[0].name",
+            "registry mirror's CA bundle",
+        ),
+        (
+            json!({"bottlerocketConfig": {"customHostContainers": [{"name": "admin", "image": "i", "superpowered": true}]}}),
+            "spec.bottlerocketConfig.customHostContainers[0].name",
+            "the provider defines",
+        ),
+        (
+            json!({"bottlerocketConfig": {"controlImage": "c", "customHostContainers": [{"name": "control", "image": "i", "superpowered": false}]}}),
+            "spec.bottlerocketConfig.customHostContainers[0].name",
+            "the provider defines",
+        ),
+        (
+            json!({"bottlerocketConfig": {"customHostContainers": [{"name": "a.b", "image": "i", "superpowered": false}]}}),
+            "spec.bottlerocketConfig.customHostContainers[0].name",
+            "not a container name",
+        ),
+        (
+            json!({"bottlerocketConfig": {"customHostContainers": [{"name": "h", "image": " ", "superpowered": false}]}}),
+            "spec.bottlerocketConfig.customHostContainers[0].image",
+            "is required",
+        ),
+        (
+            json!({"bottlerocketConfig": {"customHostContainers": [{"name": "h", "image": "i", "superpowered": false, "userData": "not base64!"}]}}),
+            "spec.bottlerocketConfig.customHostContainers[0].userData",
+            "not base64",
+        ),
+        (
+            json!({"bottlerocketConfig": {"customBootstrapContainers": [{"name": "b", "image": "i", "mode": "sometimes"}]}}),
+            "spec.bottlerocketConfig.customBootstrapContainers[0].mode",
+            "always, off, once",
+        ),
+        (
+            json!({"bottlerocketConfig": {"customBootstrapContainers": [{"name": "b", "image": "i", "mode": "once", "userData": "%%"}]}}),
+            "spec.bottlerocketConfig.customBootstrapContainers[0].userData",
+            "not base64",
+        ),
+        (
+            json!({"bottlerocketConfig": {"kernel": {"sysctlSettings": {" ": "1"}}}}),
+            "spec.bottlerocketConfig.kernel.sysctlSettings",
+            "empty key",
+        ),
+        (
+            json!({"bottlerocketConfig": {"boot": {"bootKernelParameters": {"": ["x"]}}}}),
+            "spec.bottlerocketConfig.boot.bootKernelParameters",
+            "empty key",
+        ),
+    ];
+    for (extra, path, words) in cases {
+        invalid(merged(bottlerocket(), extra), path, words);
+    }
+    // The same fields, set to what the admin container and Bottlerocket do anyway, pass.
+    valid(merged(
+        bottlerocket(),
+        json!({"etcdadmBuiltin": true, "users": [{"name": "ops", "inactive": false, "sudo": "ALL=(ALL) NOPASSWD: ALL",
+            "passwd": "$6$x", "lockPassword": false}], "ntp": {"enabled": true},
+            "files": [{"path": "/opt/x", "owner": "root", "permissions": "600", "append": false}]}),
+    ));
 }
 
 #[test]
 fn cloud_config_refuses_bottlerocket_settings() {
     valid(json!({"format": "cloud-config", "cipherSuites": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}));
-    let cloud = with(
-        without(bottlerocket(), "/cipherSuites"),
-        "/format",
-        json!("cloud-config"),
-    );
+    let cloud = with(bottlerocket(), "/format", json!("cloud-config"));
     invalid(
         cloud,
         "spec.bottlerocketConfig",
         "is only used with format bottlerocket",
     );
     invalid(
-        without(without(bottlerocket(), "/format"), "/cipherSuites"),
+        without(bottlerocket(), "/format"),
         "spec.bottlerocketConfig",
         "is only used with format bottlerocket",
     );

@@ -230,7 +230,8 @@ fn etcd_cluster_view(etcd: &EtcdadmCluster) -> EtcdClusterView {
     }
 }
 
-/// Fetch every Secret value the spec refers to; the first missing one becomes the spec problem.
+/// Fetch every Secret value the spec refers to; the first missing one becomes the spec problem
+/// (an optional reference's Secret may be absent, not a key of it when it exists).
 async fn resolve_secret_refs(
     secrets: &Api<Secret>,
     config: &EtcdadmConfig,
@@ -239,6 +240,9 @@ async fn resolve_secret_refs(
     let mut resolved = ResolvedSecrets::default();
     for reference in secret_refs(&config.spec) {
         let Some(secret) = secrets.get_opt(&reference.secret_name).await? else {
+            if reference.optional {
+                continue;
+            }
             let problem = format!(
                 "{}: Secret {namespace}/{} not found",
                 reference.field_path, reference.secret_name

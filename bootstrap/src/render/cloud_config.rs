@@ -11,10 +11,10 @@ use super::etcdadm_command::{
     LEARNER_JOIN_SCRIPT, LEARNER_JOIN_SCRIPT_CONTENT, default_install_commands, etcdadm_runcmd,
 };
 use super::files::{
-    FileEntry, ca_files, cert_bundle_files, check_content_sources, check_unique_paths, placeholder_file,
-    user_files,
+    ETCDADM_CERTS_DIR, FileEntry, ca_files, cert_bundle_files, check_content_sources, check_unique_paths,
+    placeholder_file, user_files,
 };
-use super::secrets::secret_refs;
+use super::secrets::check_resolved;
 use super::yaml::{double_quoted, scalar};
 use super::{EtcdadmCommand, RenderInput, ResolvedSecrets};
 
@@ -76,18 +76,9 @@ pub fn render(input: &RenderInput) -> Result<String, RenderError> {
     check_unique_user_names(spec)?;
     check_content_sources(spec)?;
     // Missing values are reported in spec order (users, then files), whatever the layout order.
-    if let Some(missing) = secret_refs(spec)
-        .into_iter()
-        .find(|r| !input.secrets.contains(&r.target))
-    {
-        return Err(RenderError::UnresolvedSecret {
-            field_path: missing.field_path,
-            secret_name: missing.secret_name,
-            key: missing.key,
-        });
-    }
+    check_resolved(spec, input.secrets)?;
 
-    let mut files = ca_files(&input.ca)?;
+    let mut files = ca_files(&input.ca, ETCDADM_CERTS_DIR)?;
     files.extend(user_files(spec, input.secrets)?);
     files.extend(cert_bundle_files(spec)?);
     let containerd = containerd_setup(spec.proxy.as_ref(), spec.registry_mirror.as_ref())?;

@@ -10,9 +10,6 @@ pub enum RenderError {
         secret_name: String,
         key: String,
     },
-    /// A format this renderer does not produce (yet).
-    #[error("spec.format: {format} is not supported by this version")]
-    UnsupportedFormat { format: &'static str },
     /// A field whose value cannot be rendered safely or meaningfully.
     #[error("{field_path}: {message}")]
     InvalidField { field_path: String, message: String },
@@ -23,7 +20,7 @@ pub enum RenderError {
     )]
     NoJoinUrl,
     /// The template engine failed (a bug: the template and its inputs are ours).
-    #[error("rendering the cloud-config template failed: {0}")]
+    #[error("rendering a user data template failed: {0}")]
     Template(#[from] askama::Error),
 }
 
@@ -40,7 +37,6 @@ impl RenderError {
         match self {
             RenderError::UnresolvedSecret { field_path, .. }
             | RenderError::InvalidField { field_path, .. } => Some(field_path),
-            RenderError::UnsupportedFormat { .. } => Some("spec.format"),
             RenderError::NoJoinUrl | RenderError::Template(_) => None,
         }
     }

@@ -134,7 +134,7 @@ pub fn etcdadm_runcmd(
 
 /// Upstream etcdadm joins through exactly one URL (a list makes it time out listing members);
 /// the EKS Anywhere build takes a comma list.
-fn join_target(urls: &[String], flavor: EtcdadmFlavor) -> Result<String, RenderError> {
+pub fn join_target(urls: &[String], flavor: EtcdadmFlavor) -> Result<String, RenderError> {
     let mut usable = urls.iter().map(|u| u.trim()).filter(|u| !u.is_empty());
     match flavor {
         EtcdadmFlavor::Upstream => usable.next().map(str::to_string).ok_or(RenderError::NoJoinUrl),

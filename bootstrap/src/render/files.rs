@@ -9,10 +9,8 @@ use etcdadm_shared::validation::quoted;
 use super::error::RenderError;
 use super::{CaFiles, ResolvedSecrets};
 
-/// Where etcdadm looks for the CA it signs member certificates with.
-pub const CA_CERT_PATH: &str = "/etc/etcd/pki/ca.crt";
-/// The CA key next to it.
-pub const CA_KEY_PATH: &str = "/etc/etcd/pki/ca.key";
+/// Where upstream etcdadm looks for the CA it signs member certificates with (`--certs-dir`).
+pub const ETCDADM_CERTS_DIR: &str = "/etc/etcd/pki";
 /// Writing a file here creates /run/cluster-api, where the success sentinel goes.
 pub const PLACEHOLDER_PATH: &str = "/run/cluster-api/placeholder";
 /// Directory `update-ca-certificates` reads extra trust anchors from.
@@ -46,8 +44,9 @@ impl FileEntry {
     }
 }
 
-/// The CA pair etcdadm needs; the key is readable by root only.
-pub fn ca_files(ca: &CaFiles) -> Result<Vec<FileEntry>, RenderError> {
+/// The CA pair etcdadm needs, as `ca.crt` and `ca.key` in `certs_dir`; the key is readable by
+/// root only.
+pub fn ca_files(ca: &CaFiles, certs_dir: &str) -> Result<Vec<FileEntry>, RenderError> {
     if ca.cert_pem.trim().is_empty() || ca.key_pem.trim().is_empty() {
         // An empty CA would make etcdadm mint its own: a member no other member trusts.
         return Err(RenderError::invalid(
@@ -56,8 +55,8 @@ pub fn ca_files(ca: &CaFiles) -> Result<Vec<FileEntry>, RenderError> {
         ));
     }
     Ok(vec![
-        FileEntry::generated(CA_CERT_PATH, "0640", ca.cert_pem.to_string()),
-        FileEntry::generated(CA_KEY_PATH, "0600", ca.key_pem.to_string()),
+        FileEntry::generated(&format!("{certs_dir}/ca.crt"), "0640", ca.cert_pem.to_string()),
+        FileEntry::generated(&format!("{certs_dir}/ca.key"), "0600", ca.key_pem.to_string()),
     ])
 }
 

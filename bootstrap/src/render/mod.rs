@@ -1,7 +1,9 @@
-//! User data rendering: EtcdadmConfigSpec + CA + init/join choice in, cloud-config bytes out.
+//! User data rendering: EtcdadmConfigSpec + CA + init/join choice in, cloud-config or
+//! Bottlerocket bytes out.
 //!
 //! Pure: Secrets are fetched by the caller (see [`secret_refs`]) and handed in resolved.
 
+mod bottlerocket;
 pub mod cli;
 mod cloud_config;
 mod containerd;
@@ -14,12 +16,13 @@ mod yaml;
 
 use etcdadm_shared::api::config::{EtcdadmConfigSpec, Format};
 
+pub use bottlerocket::{DEFAULT_CIPHER_SUITES, HOST_ROOT};
 pub use error::RenderError;
 pub use etcdadm_command::{
     DEFAULT_ETCDADM_RELEASE, LEARNER_HEALTHY_WAIT_SECONDS, LEARNER_JOIN_SCRIPT, LEARNER_LISTED_WAIT_SECONDS,
     SUCCESS_SENTINEL,
 };
-pub use secrets::{ResolvedSecrets, SecretRefUse, SecretTarget, secret_refs};
+pub use secrets::{REGISTRY_CREDENTIALS_SECRET, ResolvedSecrets, SecretRefUse, SecretTarget, secret_refs};
 
 /// The etcd CA as PEM text (certificate, and the RSA key etcdadm signs member certificates with).
 #[derive(Clone, Copy)]
@@ -63,8 +66,6 @@ pub struct RenderInput<'a> {
 pub fn render_user_data(input: &RenderInput) -> Result<String, RenderError> {
     match input.spec.format() {
         Format::CloudConfig => cloud_config::render(input),
-        Format::Bottlerocket => Err(RenderError::UnsupportedFormat {
-            format: Format::Bottlerocket.as_str(),
-        }),
+        Format::Bottlerocket => bottlerocket::render(input),
     }
 }

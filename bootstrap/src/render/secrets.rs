@@ -3,7 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use etcdadm_shared::api::config::EtcdadmConfigSpec;
+use etcdadm_shared::api::config::{EtcdadmConfigSpec, Format};
+
+use super::error::RenderError;
+
+/// The Secret, in the config's namespace, whose `username` and `password` keys log Bottlerocket
+/// in to the registry mirror (the reference provider's convention). Optional: without it, pulls
+/// are anonymous.
+pub const REGISTRY_CREDENTIALS_SECRET: &str = "registry-credentials";
 
 /// Secret-backed values already fetched by the caller.
 #[derive(Clone, Default, PartialEq)]
@@ -12,6 +19,9 @@ pub struct ResolvedSecrets {
     pub user_passwords: BTreeMap<String, String>,
     /// File contents by file path (`files[].contentFrom`).
     pub file_contents: BTreeMap<String, String>,
+    /// Registry mirror login, from [`REGISTRY_CREDENTIALS_SECRET`].
+    pub registry_username: Option<String>,
+    pub registry_password: Option<String>,
 }
 
 /// Names what is resolved, never the values (passwords, tokens).
@@ -20,6 +30,8 @@ impl std::fmt::Debug for ResolvedSecrets {
         f.debug_struct("ResolvedSecrets")
             .field("user_passwords", &self.user_passwords.keys().collect::<Vec<_>>())
             .field("file_contents", &self.file_contents.keys().collect::<Vec<_>>())
+            .field("registry_username", &self.registry_username.is_some())
+            .field("registry_password", &self.registry_password.is_some())
             .finish()
     }
 }
@@ -30,6 +42,8 @@ impl ResolvedSecrets {
         match target {
             SecretTarget::UserPassword { user } => self.user_passwords.contains_key(user),
             SecretTarget::FileContent { path } => self.file_contents.contains_key(path),
+            SecretTarget::RegistryUsername => self.registry_username.is_some(),
+            SecretTarget::RegistryPassword => self.registry_password.is_some(),
         }
     }
 
@@ -42,6 +56,8 @@ impl ResolvedSecrets {
             SecretTarget::FileContent { path } => {
                 self.file_contents.insert(path.clone(), value);
             }
+            SecretTarget::RegistryUsername => self.registry_username = Some(value),
+            SecretTarget::RegistryPassword => self.registry_password = Some(value),
         }
     }
 }
@@ -53,6 +69,10 @@ pub enum SecretTarget {
     UserPassword { user: String },
     /// The content of the file at this path.
     FileContent { path: String },
+    /// The registry mirror user name.
+    RegistryUsername,
+    /// The registry mirror password.
+    RegistryPassword,
 }
 
 /// One use of a Secret key by the spec.
@@ -66,6 +86,25 @@ pub struct SecretRefUse {
     pub key: String,
     /// Where the value goes.
     pub target: SecretTarget,
+    /// A missing Secret is no error: the value is used only when the Secret exists (a key
+    /// missing from an existing Secret still is).
+    pub optional: bool,
+}
+
+/// The first reference the spec needs a value for and `secrets` lacks, as the error naming it
+/// (in spec order: users, then files).
+pub fn check_resolved(spec: &EtcdadmConfigSpec, secrets: &ResolvedSecrets) -> Result<(), RenderError> {
+    match secret_refs(spec)
+        .into_iter()
+        .find(|r| !r.optional && !secrets.contains(&r.target))
+    {
+        Some(missing) => Err(RenderError::UnresolvedSecret {
+            field_path: missing.field_path,
+            secret_name: missing.secret_name,
+            key: missing.key,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Every Secret key the spec refers to, in spec order.
@@ -78,6 +117,7 @@ pub fn secret_refs(spec: &EtcdadmConfigSpec) -> Vec<SecretRefUse> {
             target: SecretTarget::UserPassword {
                 user: user.name.clone(),
             },
+            optional: false,
         })
     });
     let files = spec.files.iter().enumerate().filter_map(|(i, file)| {
@@ -88,9 +128,26 @@ pub fn secret_refs(spec: &EtcdadmConfigSpec) -> Vec<SecretRefUse> {
             target: SecretTarget::FileContent {
                 path: file.path.clone(),
             },
+            optional: false,
         })
     });
-    users.chain(files).collect()
+    let registry_login = (spec.format() == Format::Bottlerocket && spec.registry_mirror.is_some())
+        .then(|| {
+            [
+                ("username", SecretTarget::RegistryUsername),
+                ("password", SecretTarget::RegistryPassword),
+            ]
+            .map(|(key, target)| SecretRefUse {
+                field_path: "spec.registryMirror".into(),
+                secret_name: REGISTRY_CREDENTIALS_SECRET.into(),
+                key: key.into(),
+                target,
+                optional: true,
+            })
+        })
+        .into_iter()
+        .flatten();
+    users.chain(files).chain(registry_login).collect()
 }
 
 #[cfg(test)]
@@ -142,6 +199,7 @@ mod tests {
                     target: SecretTarget::UserPassword {
                         user: "deploy".into()
                     },
+                    optional: false,
                 },
                 SecretRefUse {
                     field_path: "spec.files[0].contentFrom".into(),
@@ -150,6 +208,7 @@ mod tests {
                     target: SecretTarget::FileContent {
                         path: "/etc/token".into()
                     },
+                    optional: false,
                 },
             ]
         );
@@ -160,5 +219,35 @@ mod tests {
         }
         assert_eq!(resolved.user_passwords["deploy"], "value of passwd");
         assert_eq!(resolved.file_contents["/etc/token"], "value of t");
+    }
+
+    #[test]
+    fn a_bottlerocket_registry_mirror_may_log_in_with_the_reference_secret() {
+        let mut spec = EtcdadmConfigSpec {
+            registry_mirror: Some(Default::default()),
+            ..Default::default()
+        };
+        assert!(secret_refs(&spec).is_empty(), "cloud-config uses no login");
+        spec.format = Some(Format::Bottlerocket);
+        let refs = secret_refs(&spec);
+        let keys: Vec<(&str, &str, bool)> = refs
+            .iter()
+            .map(|r| (r.secret_name.as_str(), r.key.as_str(), r.optional))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("registry-credentials", "username", true),
+                ("registry-credentials", "password", true)
+            ]
+        );
+        let mut resolved = ResolvedSecrets::default();
+        resolved.insert(&refs[1].target, "p".into());
+        assert!(resolved.contains(&SecretTarget::RegistryPassword));
+        assert!(!resolved.contains(&SecretTarget::RegistryUsername));
+        assert!(
+            !format!("{resolved:?}").contains("\"p\""),
+            "values are never printed"
+        );
     }
 }

@@ -207,24 +207,25 @@ pub struct CloudInitConfig {
     pub install_dir: Option<String>,
 }
 
-/// Bottlerocket settings (the Bottlerocket renderer is a later issue; the fields are accepted now
-/// so that reference manifests apply unchanged).
+/// Bottlerocket settings: the images of etcd and of the host containers that run etcdadm, extra
+/// containers, kernel and boot settings.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BottlerocketConfig {
-    /// etcd image used by etcdadm.
+    /// etcd image used by etcdadm, `<repository>:<tag>`: the tag (a leading v dropped) is the etcd
+    /// version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_image: Option<String>,
-    /// Bottlerocket bootstrap container image.
+    /// Image of the kubeadm-bootstrap host container that runs etcdadm.
     #[serde(default)]
     pub bootstrap_image: String,
-    /// Admin host container image.
+    /// Admin host container image (empty: Bottlerocket's default).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub admin_image: String,
-    /// Control host container image.
+    /// Control host container image (empty: no control container).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub control_image: String,
-    /// Pause container image.
+    /// Pause container image (`settings.kubernetes.pod-infra-container-image`).
     #[serde(default)]
     pub pause_image: String,
     /// Additional host containers, unique by name; at most 32.
@@ -255,7 +256,7 @@ pub struct BottlerocketHostContainer {
     pub superpowered: bool,
     /// Image location.
     pub image: String,
-    /// User data passed to the container.
+    /// Base64 user data passed to the container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<String>,
 }
@@ -313,7 +314,9 @@ pub struct ProxyConfiguration {
     pub no_proxy: Vec<String>,
 }
 
-/// Registry mirror settings for containerd.
+/// Registry mirror settings for containerd. With format bottlerocket, the Secret
+/// `registry-credentials` in the config's namespace (keys `username`, `password`), when it
+/// exists, logs in to the mirror.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RegistryMirrorConfiguration {

@@ -9,7 +9,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 
 use crate::cloud_config::CloudConfig;
 use crate::error::MachineError;
@@ -50,6 +50,40 @@ impl RunReport {
     }
 }
 
+/// The machine's log at `log_path`, opened for appending (its directory created).
+pub fn open_log(log_path: &Path) -> Result<File, MachineError> {
+    if let Some(parent) = log_path.parent() {
+        std::fs::create_dir_all(parent).map_err(MachineError::io(parent))?;
+    }
+    File::options()
+        .create(true)
+        .append(true)
+        .open(log_path)
+        .map_err(MachineError::io(log_path))
+}
+
+/// Run `program args` from `/` with the stand-ins first on PATH and both outputs appended to
+/// `log`. The outer error is about the log; the inner one is the program not starting.
+pub fn run_logged(
+    log: &File,
+    log_path: &Path,
+    environment: &CommandEnvironment,
+    program: &str,
+    args: &[String],
+) -> Result<std::io::Result<ExitStatus>, MachineError> {
+    let output = log.try_clone().map_err(MachineError::io(log_path))?;
+    let errors = log.try_clone().map_err(MachineError::io(log_path))?;
+    Ok(Command::new(program)
+        .args(args)
+        .current_dir("/")
+        .env("PATH", environment.path())
+        .envs(environment.vars.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(output)
+        .stderr(errors)
+        .status())
+}
+
 /// Execute `config` with `/` as the machine's root (call inside the machine view), appending
 /// to `log`. `write_files` outside the machine's private directories is refused: it would
 /// change the host.
@@ -58,14 +92,7 @@ pub fn execute(
     environment: &CommandEnvironment,
     log_path: &Path,
 ) -> Result<RunReport, MachineError> {
-    if let Some(parent) = log_path.parent() {
-        std::fs::create_dir_all(parent).map_err(MachineError::io(parent))?;
-    }
-    let mut log = File::options()
-        .create(true)
-        .append(true)
-        .open(log_path)
-        .map_err(MachineError::io(log_path))?;
+    let mut log = open_log(log_path)?;
     let note = |log: &mut File, line: String| {
         let _ = writeln!(log, "[sim] {line}");
     };
@@ -103,18 +130,7 @@ pub fn execute(
             report.exit_codes.push(None);
             continue;
         };
-        let output = log.try_clone().map_err(MachineError::io(log_path))?;
-        let errors = log.try_clone().map_err(MachineError::io(log_path))?;
-        let status = Command::new(program)
-            .args(args)
-            .current_dir("/")
-            .env("PATH", environment.path())
-            .envs(environment.vars.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(output)
-            .stderr(errors)
-            .status();
-        let code = match status {
+        let code = match run_logged(&log, log_path, environment, program, args)? {
             Ok(status) => {
                 note(&mut log, format!("runcmd[{index}] exited with {status}"));
                 status.code()

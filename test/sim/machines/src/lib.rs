@@ -2,10 +2,13 @@
 //!
 //! A machine is an `etcdadm-sim-machine` process in a private mount and UTS namespace whose
 //! `/etc`, `/var`, `/run`, ... are overlays backed by the machine's root directory. It executes
-//! its cloud-config user data the way cloud-init would, with `etcdadm`, `systemctl`, `hostname`
-//! and `ip` stand-ins first on PATH; the stand-ins run the real etcd binary. Host tools the user
-//! data uses (`sh`, `curl`, `openssl`, ...) are the host's.
+//! its cloud-config user data the way cloud-init would, or its Bottlerocket user data the way
+//! the EKS Anywhere bootstrap container would, with `etcdadm`, `systemctl`, `hostname` and `ip`
+//! stand-ins first on PATH; the stand-ins run the real etcd binary. Host tools the user data uses
+//! (`sh`, `curl`, `openssl`, ...) are the host's.
 
+pub mod bootstrap_container;
+pub mod bottlerocket;
 pub mod cloud_config;
 pub mod error;
 pub mod etcdadm;

@@ -1,16 +1,19 @@
 //! The per-machine runner (`etcdadm-sim-machine`): enters the machine's private namespaces,
-//! plays systemd for it, runs its user data, and stays alive as the machine's "PID 1".
+//! plays systemd for it, runs its user data (cloud-config, or Bottlerocket settings whose
+//! bootstrap container it plays), and stays alive as the machine's "PID 1".
 //!
 //! The runner reports through files under `<root>/sim/` (outside every overlay, so the host
 //! sees them): `status` (`booting`, `running`, `failed: <reason>`), `units/<unit>.pid` and its
 //! own log. Everything the machine itself writes lands in the overlays' upper layers, e.g.
-//! `<root>/var/log/cloud-init-output.log`.
+//! `<root>/var/log/cloud-init-output.log` or `<root>/var/log/kubeadm-bootstrap.log`.
 
 use std::net::IpAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::bootstrap_container::{self, BOOTSTRAP_LOG};
+use crate::bottlerocket;
 use crate::cloud_config::parse_user_data;
 use crate::error::MachineError;
 use crate::executor::{CommandEnvironment, OUTPUT_LOG, execute};
@@ -150,7 +153,6 @@ fn run_inside(args: &RunnerArgs) -> Result<(), MachineError> {
         notify_dir: "/run/sim-systemd".into(),
     });
     serve(manager, Path::new(CONTROL_SOCKET))?;
-    let config = parse_user_data(&user_data, &args.name)?;
     let environment = CommandEnvironment {
         standin_dir,
         vars: vec![
@@ -160,8 +162,18 @@ fn run_inside(args: &RunnerArgs) -> Result<(), MachineError> {
             ("HOME".into(), "/root".into()),
         ],
     };
-    let report = execute(&config, &environment, Path::new(OUTPUT_LOG))?;
-    eprintln!("machine {}: runcmd exit codes {:?}", args.name, report.exit_codes);
+    if bottlerocket::is_bottlerocket(&user_data) {
+        let machine = bottlerocket::parse_user_data(&user_data)?;
+        let succeeded = bootstrap_container::run(&machine, &environment, Path::new(BOOTSTRAP_LOG))?;
+        eprintln!(
+            "machine {}: Bottlerocket bootstrap succeeded: {succeeded}",
+            args.name
+        );
+    } else {
+        let config = parse_user_data(&user_data, &args.name)?;
+        let report = execute(&config, &environment, Path::new(OUTPUT_LOG))?;
+        eprintln!("machine {}: runcmd exit codes {:?}", args.name, report.exit_codes);
+    }
     write_status(&args.root, "running")
 }
 

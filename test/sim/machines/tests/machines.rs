@@ -594,6 +594,103 @@ fn rendered_learner_join_waits_for_its_member_then_for_its_promotion() {
     assert_eq!(sim.members(ip1), voting(&["m1", "m2"]));
 }
 
+/// Bottlerocket user data in the shape the bootstrap provider renders: the kubeadm-bootstrap
+/// host container's base64 YAML (CA under /var/lib/etcd/pki, a file through the host root, one
+/// etcdadm line) and the hostname setting.
+fn bottlerocket_user_data(sim: &Sim, hostname: &str, runcmd: &str) -> String {
+    use base64::Engine;
+    let mut inner = String::from("#cloud-config\nwrite_files:\n");
+    for (path, permissions, content) in [
+        ("/var/lib/etcd/pki/ca.crt", "0640", sim.ca.cert_pem()),
+        ("/var/lib/etcd/pki/ca.key", "0600", sim.ca.key_pem()),
+        ("/.bottlerocket/rootfs/opt/etcd/token", "0644", "token\n"),
+    ] {
+        inner.push_str(&format!(
+            "  - path: \"{path}\"\n    owner: \"root:root\"\n    permissions: \"{permissions}\"\n    content: |\n"
+        ));
+        inner.push_str(&block(content));
+    }
+    inner.push_str(&format!("runcmd: {}\n", serde_json::to_string(runcmd).unwrap()));
+    let encoded = base64::engine::general_purpose::STANDARD.encode(inner);
+    format!(
+        "[settings.host-containers.admin]\nenabled = true\nsuperpowered = true\n\n\
+         [settings.host-containers.kubeadm-bootstrap]\nenabled = true\nsuperpowered = true\n\
+         source = \"public.ecr.aws/l0g8r8j6/bottlerocket-bootstrap:v1\"\nuser-data = \"{encoded}\"\n\n\
+         [settings.network]\nhostname = \"{hostname}\"\n"
+    )
+}
+
+#[test]
+fn bottlerocket_members_init_and_join_through_the_bootstrap_container() {
+    let sim = Sim::new();
+    let words = "public.ecr.aws/eks-distro/etcd-io/etcd 3.4.23 TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256";
+    let ip1 = sim.boot(
+        "b1",
+        bottlerocket_user_data(&sim, "b1", &format!("EtcdadmInit {words}")),
+    );
+    sim.wait_bootstrapped("b1");
+    sim.wait_healthy(ip1, Duration::from_secs(30));
+    let root = sim.root("b1");
+    for cert in ["ca", "server", "peer", "etcdctl-etcd-client"] {
+        assert!(
+            root.join(format!("var/lib/etcd/pki/{cert}.crt")).exists(),
+            "{cert}.crt"
+        );
+    }
+    assert!(root.join("var/lib/etcd/data/member").is_dir(), "data dir");
+    assert_eq!(
+        std::fs::read_to_string(root.join("opt/etcd/token")).unwrap(),
+        "token\n"
+    );
+    let env = std::fs::read_to_string(root.join("etc/etcd/etcd.env")).unwrap();
+    assert!(
+        env.ends_with("ETCD_CIPHER_SUITES=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\n"),
+        "{env}"
+    );
+    let log = std::fs::read_to_string(root.join("var/log/kubeadm-bootstrap.log")).unwrap();
+    assert!(
+        log.contains(
+            "etcdadm init --version 3.4.23 --certs-dir /var/lib/etcd/pki --data-dir /var/lib/etcd/data"
+        ),
+        "{log}"
+    );
+    assert_eq!(
+        sim.members(ip1),
+        voting(&["b1"]),
+        "member name = the hostname setting"
+    );
+
+    let ip2 = sim.boot(
+        "b2",
+        bottlerocket_user_data(&sim, "b2", &format!("EtcdadmJoin {words} https://{ip1}:2379")),
+    );
+    sim.wait_bootstrapped("b2");
+    sim.wait_healthy(ip2, Duration::from_secs(60));
+    assert_eq!(sim.members(ip2), voting(&["b1", "b2"]));
+
+    // A line the bootstrap image would refuse (no endpoint) fails the machine, saying so.
+    sim.boot(
+        "b3",
+        bottlerocket_user_data(&sim, "b3", &format!("EtcdadmJoin {words}")),
+    );
+    let deadline = Instant::now() + BOOT_TIMEOUT;
+    loop {
+        match sim.runtime.state("b3") {
+            MachineState::Failed { reason } => {
+                assert!(
+                    reason.contains("invalid bootstrap etcdadm join command"),
+                    "{reason}"
+                );
+                break;
+            }
+            MachineState::Booting => {}
+            other => panic!("expected a failure, got {other:?}\n{}", sim.diagnostics("b3")),
+        }
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn etcdadm_refuses_what_upstream_refuses() {
     let sim = Sim::new();
