@@ -8,9 +8,9 @@ pub mod webhook;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmSnapshot};
 
 /// The CRDs this controller serves.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![EtcdadmCluster::crd()]
+    vec![EtcdadmCluster::crd(), EtcdadmSnapshot::crd()]
 }

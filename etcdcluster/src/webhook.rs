@@ -12,7 +12,9 @@ use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterSpec, Format};
 use etcdadm_shared::duration;
 use etcdadm_shared::manager::WebhookRoutes;
 use etcdadm_shared::manager::admission::{self, AdmissionRequest, AdmissionResponse, DynamicObject};
-use etcdadm_shared::validation::{FieldError, quoted, validate_config_spec, version_change_problem};
+use etcdadm_shared::validation::{
+    FieldError, quoted, validate_backup, validate_config_spec, validate_restore, version_change_problem,
+};
 
 /// Defaulting webhook path (controller-runtime's naming).
 pub const MUTATE_PATH: &str = "/mutate-etcdcluster-cluster-x-k8s-io-v1beta1-etcdadmcluster";
@@ -130,6 +132,12 @@ pub fn validate_spec(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<
         ));
     }
     errors.extend(health_check(spec));
+    if let Some(backup) = &spec.backup {
+        errors.extend(validate_backup(backup, "spec.backup"));
+    }
+    if let Some(restore) = &spec.restore {
+        errors.extend(validate_restore(restore, "spec.restore"));
+    }
     errors.extend(validate_config_spec(
         &spec.etcdadm_config_spec,
         "spec.etcdadmConfigSpec",
@@ -224,6 +232,17 @@ pub fn validate_update(old: &EtcdadmClusterSpec, new: &EtcdadmClusterSpec) -> Ve
             "spec.infrastructureTemplate.namespace",
             "is immutable",
         ));
+    }
+    match (&old.restore, &new.restore) {
+        (None, Some(_)) => errors.push(FieldError::new(
+            "spec.restore",
+            "can only be set when the EtcdadmCluster is created: a running cluster's data is \
+             never replaced (create a new EtcdadmCluster restored from the snapshot)",
+        )),
+        (Some(old), new) if new.as_ref() != Some(old) => {
+            errors.push(FieldError::new("spec.restore", "is immutable"))
+        }
+        _ => {}
     }
     errors
 }
@@ -350,6 +369,49 @@ mod tests {
             validate_update(&at("3.5.9"), &at("3.5.1")).is_empty(),
             "patch releases may go back"
         );
+    }
+
+    #[test]
+    fn backup_and_restore_are_validated_under_their_paths() {
+        let store = json!({"s3": {"endpoint": "https://s3.example.com", "bucket": "b",
+                                  "credentialsSecretRef": {"name": "c"}}});
+        let errors = validate_spec(
+            &spec(
+                json!({"backup": {"store": store, "schedule": "0 25 * * *", "retention": {"keep": 0}},
+                         "restore": {"snapshot": {}}}),
+            ),
+            None,
+        );
+        assert_eq!(
+            paths(&errors),
+            [
+                "spec.backup.store.s3.bucket",
+                "spec.backup.schedule",
+                "spec.backup.retention.keep",
+                "spec.restore.snapshot"
+            ]
+        );
+        assert!(errors[1].message.contains("hour field"), "{}", errors[1].message);
+    }
+
+    #[test]
+    fn restore_is_set_only_at_creation_and_never_changed() {
+        let plain = spec(json!({}));
+        let from = |name: &str| spec(json!({"restore": {"snapshot": {"name": name}}}));
+        let errors = validate_update(&plain, &from("s1"));
+        assert_eq!(paths(&errors), ["spec.restore"]);
+        assert!(
+            errors[0]
+                .message
+                .contains("only be set when the EtcdadmCluster is created")
+        );
+        assert_eq!(
+            paths(&validate_update(&from("s1"), &from("s2"))),
+            ["spec.restore"]
+        );
+        assert_eq!(paths(&validate_update(&from("s1"), &plain)), ["spec.restore"]);
+        assert!(validate_update(&from("s1"), &from("s1")).is_empty());
+        assert!(validate_update(&plain, &plain).is_empty());
     }
 
     #[test]

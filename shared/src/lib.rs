@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod crd;
+pub mod cron;
 pub mod duration;
 pub mod etcd;
 pub mod manager;
