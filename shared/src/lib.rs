@@ -11,6 +11,7 @@ pub mod etcd;
 pub mod manager;
 pub mod names;
 pub mod pki;
+pub mod store;
 pub mod validation;
 
 #[cfg(feature = "testing")]
