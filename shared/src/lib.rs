@@ -4,6 +4,7 @@
 //! and never on each other.
 
 pub mod api;
+pub mod backup;
 pub mod crd;
 pub mod cron;
 pub mod duration;

@@ -48,7 +48,7 @@ use super::conditions::Condition;
         name = "Size",
         type_ = "integer",
         json_path = ".status.size",
-        description = "Bytes of the database in the store"
+        description = "Bytes of the snapshot file in the store"
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -105,13 +105,15 @@ pub struct EtcdadmSnapshotStatus {
     /// snapshot can be found without its cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<SnapshotStore>,
-    /// Size of the database in bytes (etcd's trailing checksum not included).
+    /// Bytes of the object: the database, then etcd's 32-byte SHA-256 of it (the file `etcdctl
+    /// snapshot save` writes, which `snapshot restore` checks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<i64>,
     /// The etcd revision the snapshot holds: every write up to it is in the snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<i64>,
-    /// SHA-256 of the database (hex), as etcd computed it and this controller checked it.
+    /// SHA-256 of the object (hex; what `sha256sum` of the downloaded file prints). etcd's own
+    /// checksum of the database was checked before the object was stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
     /// The member (Machine) it was taken from.
