@@ -98,7 +98,7 @@ impl Env {
     /// says what the EtcdadmCluster controller would after checking `members`.
     async fn cluster(&self, backup: Value, members: Vec<Value>) -> EtcdadmCluster {
         let mut spec_backup = json!({"store": {"s3": serde_json::to_value(self.s3.store(BUCKET)).unwrap()}});
-        merge(&mut spec_backup, backup);
+        json_patch::merge(&mut spec_backup, &backup);
         let cluster: EtcdadmCluster = serde_json::from_value(json!({
             "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmCluster",
             "metadata": {"name": ETCD, "labels": {names::CLUSTER_NAME_LABEL: "c1"}},
@@ -191,17 +191,6 @@ impl Env {
     }
 }
 
-fn merge(base: &mut Value, patch: Value) {
-    match (base, patch) {
-        (Value::Object(base), Value::Object(patch)) => {
-            for (k, v) in patch {
-                merge(base.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (base, patch) => *base = patch,
-    }
-}
-
 /// A member entry as the EtcdadmCluster controller writes it for a healthy member.
 fn member(name: &str, client_url: &str, leader: bool) -> Value {
     json!({"name": name, "machineRef": {"name": name}, "memberID": format!("{:x}", name.len()),
@@ -220,6 +209,14 @@ fn ready_reason(snapshot: &EtcdadmSnapshot) -> String {
 
 fn client_tls() -> EtcdTls {
     EtcdTls::issued_by(test_ca(), "test", Duration::from_secs(600)).unwrap()
+}
+
+/// A one-member etcd, healthy, and its entry in the cluster's status.
+async fn one_member() -> (TlsEtcd, Value) {
+    let etcd = TlsEtcd::start(test_ca());
+    healthy(&etcd.client_url).await;
+    let entry = member("m0", &etcd.client_url, true);
+    (etcd, entry)
 }
 
 async fn healthy(url: &str) -> MemberClient {
@@ -307,9 +304,8 @@ async fn an_on_demand_snapshot_is_taken_from_a_follower_during_writes_never_duri
 #[tokio::test]
 async fn each_failure_cause_is_named_on_the_snapshot_and_in_an_event() {
     let env = Env::new().await;
-    let etcd = TlsEtcd::start(test_ca());
-    healthy(&etcd.client_url).await;
-    let members = vec![member("m0", &etcd.client_url, true)];
+    let (etcd, m0) = one_member().await;
+    let members = vec![m0];
 
     // A bucket that does not exist.
     env.cluster(
@@ -498,13 +494,9 @@ async fn an_attempt_a_controller_died_in_is_aborted_and_taken_again() {
 #[tokio::test]
 async fn retention_keeps_exactly_the_newest_n_and_the_schedule_fires() {
     let env = Env::new().await;
-    let etcd = TlsEtcd::start(test_ca());
-    healthy(&etcd.client_url).await;
-    env.cluster(
-        json!({"retention": {"keep": 2}}),
-        vec![member("m0", &etcd.client_url, true)],
-    )
-    .await;
+    let (etcd, m0) = one_member().await;
+    env.cluster(json!({"retention": {"keep": 2}}), vec![m0.clone()])
+        .await;
     for name in ["s1", "s2", "s3", "s4"] {
         env.snapshot(name).await;
         env.reconcile().await;
@@ -535,12 +527,8 @@ async fn retention_keeps_exactly_the_newest_n_and_the_schedule_fires() {
         .patch(ETCD, &PatchParams::default(), &Patch::Merge(&schedule))
         .await
         .unwrap();
-    env.set_members(
-        cluster.metadata.generation,
-        vec![member("m0", &etcd.client_url, true)],
-        "True",
-    )
-    .await;
+    env.set_members(cluster.metadata.generation, vec![m0], "True")
+        .await;
     let deadline = std::time::Instant::now() + Duration::from_secs(75);
     let scheduled = loop {
         let action = env.reconcile().await;

@@ -644,60 +644,33 @@ async fn restore_and_a_snapshots_cluster_are_fixed_at_creation() {
         .await
         .unwrap();
 
-    let refused = |result: Result<DynamicObject, kube::Error>| match result {
-        Err(kube::Error::Api(status)) => status.message,
-        other => panic!("the update was not refused: {other:?}"),
-    };
-    let params = PatchParams::default();
-    let message = refused(
-        clusters
-            .patch(
-                "plain",
-                &params,
-                &Patch::Merge(json!({"spec": {"restore": {"snapshot": {"name": "s1"}}}})),
-            )
-            .await,
-    );
+    let message = refused_update(
+        &clusters,
+        "plain",
+        json!({"spec": {"restore": {"snapshot": {"name": "s1"}}}}),
+    )
+    .await;
     assert!(
         message.contains("spec.restore")
             && message.contains("restore can only be set when the EtcdadmCluster is created"),
         "{message}"
     );
-    let message = refused(
-        clusters
-            .patch(
-                "restored",
-                &params,
-                &Patch::Merge(json!({"spec": {"restore": {"snapshot": {"name": "s2"}}}})),
-            )
-            .await,
-    );
+    let message = refused_update(
+        &clusters,
+        "restored",
+        json!({"spec": {"restore": {"snapshot": {"name": "s2"}}}}),
+    )
+    .await;
     assert!(
         message.contains("spec.restore") && message.contains("restore is immutable"),
         "{message}"
     );
-    let message = refused(
-        clusters
-            .patch(
-                "restored",
-                &params,
-                &Patch::Merge(json!({"spec": {"restore": null}})),
-            )
-            .await,
-    );
+    let message = refused_update(&clusters, "restored", json!({"spec": {"restore": null}})).await;
     assert!(
         message.contains("restore can only be set when the EtcdadmCluster is created"),
         "{message}"
     );
-    let message = refused(
-        snapshots
-            .patch(
-                "s",
-                &params,
-                &Patch::Merge(json!({"spec": {"clusterName": "restored"}})),
-            )
-            .await,
-    );
+    let message = refused_update(&snapshots, "s", json!({"spec": {"clusterName": "restored"}})).await;
     assert!(
         message.contains("spec.clusterName") && message.contains("clusterName is immutable"),
         "{message}"
@@ -706,11 +679,22 @@ async fn restore_and_a_snapshots_cluster_are_fixed_at_creation() {
     clusters
         .patch(
             "restored",
-            &params,
+            &PatchParams::default(),
             &Patch::Merge(json!({"spec": {"backup": backup()}})),
         )
         .await
         .unwrap();
+}
+
+/// The server's message refusing a merge patch of `name`.
+async fn refused_update(api: &Api<DynamicObject>, name: &str, patch: Value) -> String {
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Err(kube::Error::Api(status)) => status.message,
+        other => panic!("the update of {name} was not refused: {other:?}"),
+    }
 }
 
 fn merged(mut base: Value, patch: Value) -> Value {

@@ -106,7 +106,7 @@ pub fn plan(o: &Observed) -> Step {
         let attempts = running.status.as_ref().and_then(|s| s.attempts).unwrap_or(1);
         return Step::Interrupted {
             snapshot: running.name_any(),
-            retry: attempts < MAX_ATTEMPTS && cluster.metadata.deletion_timestamp.is_none(),
+            retry: attempts < MAX_ATTEMPTS,
         };
     }
 
@@ -414,19 +414,8 @@ mod tests {
                                        "lastTransitionTime": "2026-11-24T09:00:00Z"}],
                        "members": [member("m1", true), member("m2", false), member("m3", false)]},
         });
-        merge(&mut value, extra);
+        json_patch::merge(&mut value, &extra);
         serde_json::from_value(value).unwrap()
-    }
-
-    fn merge(base: &mut Value, patch: Value) {
-        match (base, patch) {
-            (Value::Object(base), Value::Object(patch)) => {
-                for (k, v) in patch {
-                    merge(base.entry(k).or_insert(Value::Null), v);
-                }
-            }
-            (base, patch) => *base = patch,
-        }
     }
 
     fn snapshot(name: &str, created: &str, status: Value) -> EtcdadmSnapshot {
@@ -555,7 +544,7 @@ mod tests {
     }
 
     fn merged(mut base: Value, patch: Value) -> Value {
-        merge(&mut base, patch);
+        json_patch::merge(&mut base, &patch);
         base
     }
 

@@ -94,7 +94,9 @@ pub async fn stream_to_store(
             })
         }
         Err(e) => {
-            abort(store, key, upload_id).await;
+            if let Err(abort) = writer.abort().await {
+                warn_unaborted(key, upload_id, &abort);
+            }
             Err(e)
         }
     }
@@ -105,7 +107,7 @@ type Filled = (Verified, [u8; 32], i64, bool);
 
 async fn fill(
     member: &MemberClient,
-    writer: &mut MultipartWriter<'_>,
+    writer: &mut MultipartWriter,
     idle: Duration,
 ) -> Result<Filled, SnapshotError> {
     let before = member.local_revision().await?;
@@ -132,6 +134,10 @@ async fn fill(
 
 async fn abort(store: &StoreClient, key: &str, upload_id: &str) {
     if let Err(e) = store.abort_multipart_upload(key, upload_id).await {
-        warn!(key, upload_id, error = %e, "aborting the snapshot upload failed; its parts stay until the store expires them");
+        warn_unaborted(key, upload_id, &e);
     }
+}
+
+fn warn_unaborted(key: &str, upload_id: &str, error: &StoreError) {
+    warn!(key, upload_id, %error, "aborting the snapshot upload failed; its parts stay until the store expires them");
 }

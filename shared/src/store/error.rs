@@ -60,6 +60,8 @@ pub enum StoreError {
     },
     #[error("invalid object store settings: {0}")]
     InvalidConfig(String),
+    #[error("{0}")]
+    Interrupted(String),
 }
 
 impl StoreError {
@@ -73,6 +75,7 @@ impl StoreError {
             StoreError::NoSuchUpload { .. } => "NoSuchUpload",
             StoreError::Refused { .. } => "StoreError",
             StoreError::InvalidConfig(_) => "InvalidStore",
+            StoreError::Interrupted(_) => "StoreError",
         }
     }
 }

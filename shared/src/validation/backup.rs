@@ -150,19 +150,8 @@ mod tests {
     fn backup(value: serde_json::Value) -> Backup {
         let mut base = json!({"store": {"s3": {"endpoint": "https://s3.example.com", "bucket": "etcd-backups",
                               "credentialsSecretRef": {"name": "s3-creds"}}}});
-        merge(&mut base, value);
+        json_patch::merge(&mut base, &value);
         serde_json::from_value(base).unwrap()
-    }
-
-    fn merge(base: &mut serde_json::Value, patch: serde_json::Value) {
-        match (base, patch) {
-            (serde_json::Value::Object(base), serde_json::Value::Object(patch)) => {
-                for (k, v) in patch {
-                    merge(base.entry(k).or_insert(serde_json::Value::Null), v);
-                }
-            }
-            (base, patch) => *base = patch,
-        }
     }
 
     fn paths(errors: &[FieldError]) -> Vec<&str> {
