@@ -76,15 +76,6 @@ pub enum SnapshotPhase {
 }
 
 impl SnapshotPhase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SnapshotPhase::Pending => "Pending",
-            SnapshotPhase::Running => "Running",
-            SnapshotPhase::Succeeded => "Succeeded",
-            SnapshotPhase::Failed => "Failed",
-        }
-    }
-
     /// Succeeded and Failed never change again.
     pub fn is_finished(self) -> bool {
         matches!(self, SnapshotPhase::Succeeded | SnapshotPhase::Failed)

@@ -158,10 +158,6 @@ impl StoreClient {
         format!("{}/{key}", self.bucket.name())
     }
 
-    pub fn bucket_name(&self) -> &str {
-        self.bucket.name()
-    }
-
     /// Create the bucket (tests and demos; snapshots never create buckets).
     pub async fn create_bucket(&self) -> Result<(), StoreError> {
         let action = self.bucket.create_bucket(&self.credentials);

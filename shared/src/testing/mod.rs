@@ -420,4 +420,4 @@ pub use kube_apiserver::{
 };
 
 mod seaweedfs;
-pub use seaweedfs::{CREDENTIALS_SECRET, SEAWEEDFS_INSTALL_HINT, SEAWEEDFS_VERSION, SeaweedFs, weed_binary};
+pub use seaweedfs::{CREDENTIALS_SECRET, SEAWEEDFS_INSTALL_HINT, SeaweedFs, weed_binary};

