@@ -52,6 +52,8 @@ pub struct SeaweedFs {
     access_key_id: String,
     secret_access_key: String,
     process: Child,
+    /// gRPC ports, whose unix sockets weed puts in /tmp whatever it is told.
+    grpc_ports: Vec<u16>,
     dir: TempDir,
 }
 
@@ -67,6 +69,9 @@ impl Drop for SeaweedFs {
     fn drop(&mut self) {
         let _ = self.process.kill();
         let _ = self.process.wait();
+        for (service, port) in ["master", "volume", "filer", "s3"].iter().zip(&self.grpc_ports) {
+            let _ = std::fs::remove_file(format!("/tmp/seaweedfs-{service}-grpc-{port}.sock"));
+        }
     }
 }
 
@@ -120,12 +125,16 @@ impl SeaweedFs {
             "-s3.port.iceberg=0".into(),
             "-s3.port.lance=0".into(),
             format!("-s3.config={}", config.display()),
+            format!("-filer.localSocket={}", dir.path().join("filer.sock").display()),
+            format!("-s3.localSocket={}", dir.path().join("s3.sock").display()),
             "-master.volumeSizeLimitMB=1024".into(),
             "-volume.max=32".into(),
         ];
         let process = Command::new(&weed)
             .args(&args)
             .current_dir(dir.path())
+            // Its own logs (glog writes to the temporary directory) stay in its directory.
+            .env("TMPDIR", dir.path())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log handle"))
             .stderr(log)
@@ -136,6 +145,7 @@ impl SeaweedFs {
             access_key_id,
             secret_access_key,
             process,
+            grpc_ports: vec![p[1], p[3], p[5], p[7]],
             dir,
         };
         server.wait_ready(Duration::from_secs(60)).await;
