@@ -3,6 +3,7 @@
 
 use etcdadm_shared::etcd::EtcdError;
 use etcdadm_shared::pki::PkiError;
+use etcdadm_shared::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -16,6 +17,8 @@ pub enum Error {
     Etcd(#[from] EtcdError),
     #[error("encoding an object failed: {0}")]
     Json(#[from] serde_json::Error),
+    #[error("{0}")]
+    Store(#[from] StoreError),
 }
 
 impl Error {
@@ -27,6 +30,7 @@ impl Error {
             Error::Pki(_) => "PkiError",
             Error::Etcd(e) => e.category(),
             Error::Json(_) => "EncodingError",
+            Error::Store(e) => e.category(),
         }
     }
 }

@@ -21,8 +21,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the EtcdadmCluster controller (and its admission webhooks) against the cluster from the
-    /// kubeconfig or the in-cluster config.
+    /// Run the EtcdadmCluster and snapshot controllers (and the admission webhooks) against the
+    /// cluster from the kubeconfig or the in-cluster config.
     Run(Box<ManagerArgs>),
     /// Print the CRDs this provider serves, or write them into a directory.
     Crd {
@@ -37,7 +37,12 @@ fn main() -> ExitCode {
         Command::Run(args) => {
             let manager = Manager::new(*args, "etcdadm-controller", DEFAULT_LEADER_ELECTION_ID)
                 .webhooks(etcdadm_etcdcluster::webhook::routes());
-            manager.main(etcdadm_etcdcluster::controller::run)
+            manager.main(|ctx| async move {
+                futures::join!(
+                    etcdadm_etcdcluster::controller::run(ctx.clone()),
+                    etcdadm_etcdcluster::snapshot::run(ctx),
+                );
+            })
         }
         Command::Crd { out_dir } => {
             match etcdadm_shared::crd::emit(&etcdadm_etcdcluster::crds(), out_dir.as_deref()) {

@@ -163,6 +163,47 @@ async fn invalid_clusters_are_denied_with_every_field_path() {
 }
 
 #[tokio::test]
+async fn backup_settings_are_checked_and_a_restore_is_refused_for_now() {
+    let webhooks = Webhooks::start().await;
+    let store = json!({"s3": {"endpoint": "minio:9000", "bucket": "etcd-backups",
+                              "credentialsSecretRef": {"name": "s3"}}});
+    let bad = json!({"infrastructureTemplate": template(),
+        "backup": {"store": store, "schedule": "every day", "retention": {"keep": 0}}});
+    let response = webhooks
+        .call(VALIDATE_PATH, &review("CREATE", cluster(bad), None))
+        .await;
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    for path in [
+        "spec.backup.store.s3.endpoint",
+        "spec.backup.schedule",
+        "spec.backup.retention.keep",
+    ] {
+        assert!(message.contains(path), "{path} missing from {message}");
+    }
+    let good = json!({"infrastructureTemplate": template(),
+        "backup": {"store": {"s3": {"endpoint": "http://minio:9000", "bucket": "etcd-backups",
+                                    "credentialsSecretRef": {"name": "s3"}}},
+                   "schedule": "0 */6 * * *", "retention": {"keep": 3}}});
+    let response = webhooks
+        .call(VALIDATE_PATH, &review("CREATE", cluster(good), None))
+        .await;
+    assert_eq!(response["allowed"], true, "{response}");
+
+    let restored = cluster(json!({"infrastructureTemplate": template(),
+        "restore": {"snapshot": {"name": "c1-snap"}}}));
+    let response = webhooks
+        .call(VALIDATE_PATH, &review("CREATE", restored, None))
+        .await;
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.restore") && message.contains("not available"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
 async fn an_etcd_downgrade_or_minor_skip_is_denied_on_update() {
     let webhooks = Webhooks::start().await;
     let at = |v: &str| {

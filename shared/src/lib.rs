@@ -4,13 +4,16 @@
 //! and never on each other.
 
 pub mod api;
+pub mod backup;
 pub mod bottlerocket;
 pub mod crd;
+pub mod cron;
 pub mod duration;
 pub mod etcd;
 pub mod manager;
 pub mod names;
 pub mod pki;
+pub mod store;
 pub mod validation;
 
 #[cfg(feature = "testing")]

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use etcdadm_shared::testing::{KubeApiServer, read_crds};
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
@@ -19,7 +19,7 @@ fn crd_dir() -> PathBuf {
 async fn server_with_crds() -> KubeApiServer {
     let server = KubeApiServer::start().await;
     let crds = read_crds(&crd_dir());
-    assert_eq!(crds.len(), 3, "config/crd/bases should hold our three CRDs");
+    assert_eq!(crds.len(), 4, "config/crd/bases should hold our four CRDs");
     if let Err(problems) = server.install_crds(&crds).await {
         panic!("a real kube-apiserver refused our CRDs:\n{problems}");
     }
@@ -89,6 +89,21 @@ fn config(spec: Value) -> Value {
 fn template(spec: Value) -> Value {
     json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmConfigTemplate",
            "metadata": {"name": "t"}, "spec": {"template": {"spec": spec}}})
+}
+
+fn s3_store() -> Value {
+    json!({"s3": {"endpoint": "https://s3.eu-west-1.amazonaws.com", "bucket": "etcd-backups",
+                  "prefix": "prod/", "region": "eu-west-1", "forcePathStyle": false,
+                  "credentialsSecretRef": {"name": "s3-credentials"}, "caSecretRef": {"name": "s3-ca"}}})
+}
+
+fn backup() -> Value {
+    json!({"store": s3_store(), "schedule": "0 */6 * * *", "retention": {"keep": 7}})
+}
+
+fn snapshot(spec: Value) -> Value {
+    json!({"apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmSnapshot",
+           "metadata": {"name": "s"}, "spec": spec})
 }
 
 fn cluster(spec: Value) -> Value {
@@ -162,6 +177,16 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
         ),
         ("full template", template(full_config_spec())),
         ("full cluster", cluster(json!({}))),
+        ("cluster with backups", cluster(json!({"backup": backup()}))),
+        (
+            "cluster restored from a snapshot by name",
+            cluster(json!({"restore": {"snapshot": {"name": "c1-snap"}}})),
+        ),
+        (
+            "cluster restored from a store and key",
+            cluster(json!({"restore": {"snapshot": {"store": s3_store(), "key": "prod/default/c1/s.db"}}})),
+        ),
+        ("snapshot", snapshot(json!({"clusterName": "c1-etcd"}))),
         (
             "one member",
             cluster(json!({"replicas": 1, "failureDomains": ["only"]})),
@@ -451,6 +476,102 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             &["spec.healthCheck.remediation", "Unsupported value"],
         ),
         (
+            "a backup store without a bucket",
+            cluster(
+                json!({"backup": {"store": {"s3": {"endpoint": "https://s3.example.com", "credentialsSecretRef": {"name": "c"}}}}}),
+            ),
+            &["spec.backup.store.s3.bucket", "Required value"],
+        ),
+        (
+            "a backup store without credentials",
+            cluster(
+                json!({"backup": {"store": {"s3": {"endpoint": "https://s3.example.com", "bucket": "etcd-backups"}}}}),
+            ),
+            &["spec.backup.store.s3.credentialsSecretRef", "Required value"],
+        ),
+        (
+            "a bucket name of two characters",
+            cluster(json!({"backup": merged(backup(), json!({"store": {"s3": {"bucket": "ab"}}}))})),
+            &["spec.backup.store.s3.bucket", "at least 3 chars long"],
+        ),
+        (
+            "a bucket name of 64 characters",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"bucket": "b".repeat(64)}}}))}),
+            ),
+            &["spec.backup.store.s3.bucket", "Too long", "63"],
+        ),
+        (
+            "an endpoint that is not http",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"endpoint": "s3.example.com"}}}))}),
+            ),
+            &[
+                "spec.backup.store.s3.endpoint",
+                "endpoint must be an http:// or https:// URL",
+            ],
+        ),
+        (
+            "a long endpoint",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"endpoint": format!("https://{}", "e".repeat(2048))}}}))}),
+            ),
+            &["spec.backup.store.s3.endpoint", "Too long", "2048"],
+        ),
+        (
+            "a long prefix",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"prefix": "p".repeat(513)}}}))}),
+            ),
+            &["spec.backup.store.s3.prefix", "Too long", "512"],
+        ),
+        (
+            "a long schedule",
+            cluster(json!({"backup": merged(backup(), json!({"schedule": "*".repeat(129)}))})),
+            &["spec.backup.schedule", "Too long", "128"],
+        ),
+        (
+            "retention keeping none",
+            cluster(json!({"backup": merged(backup(), json!({"retention": {"keep": 0}}))})),
+            &[
+                "spec.backup.retention.keep",
+                "should be greater than or equal to 1",
+            ],
+        ),
+        (
+            "retention keeping too many",
+            cluster(json!({"backup": merged(backup(), json!({"retention": {"keep": 10001}}))})),
+            &[
+                "spec.backup.retention.keep",
+                "should be less than or equal to 10000",
+            ],
+        ),
+        (
+            "a restore naming nothing",
+            cluster(json!({"restore": {"snapshot": {}}})),
+            &["spec.restore.snapshot", "set either name, or store and key"],
+        ),
+        (
+            "a restore naming a snapshot and a key",
+            cluster(json!({"restore": {"snapshot": {"name": "s", "store": s3_store(), "key": "k"}}})),
+            &["spec.restore.snapshot", "set either name, or store and key"],
+        ),
+        (
+            "a restore key without its store",
+            cluster(json!({"restore": {"snapshot": {"key": "k"}}})),
+            &["spec.restore.snapshot", "store and key go together"],
+        ),
+        (
+            "a snapshot of no cluster",
+            snapshot(json!({"clusterName": ""})),
+            &["spec.clusterName", "at least 1 chars long"],
+        ),
+        (
+            "a snapshot without a cluster",
+            snapshot(json!({})),
+            &["spec.clusterName", "Required value"],
+        ),
+        (
             "a cluster config spec with two users of one name",
             cluster(json!({"etcdadmConfigSpec": {"users": [{"name": "a"}, {"name": "a"}]}})),
             &["spec.etcdadmConfigSpec.users[1]", "Duplicate value"],
@@ -484,6 +605,96 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
         accepted.len() + refused.len(),
         failures.join("\n")
     );
+}
+
+/// The transition rules: `spec.restore` only at creation and never changed afterwards, and a
+/// snapshot's cluster fixed. Checked with real objects (a dry-run create has no old object).
+#[tokio::test]
+async fn restore_and_a_snapshots_cluster_are_fixed_at_creation() {
+    let server = server_with_crds().await;
+    let client = server.client().await;
+    let resource = |kind: &str| {
+        ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "etcdcluster.cluster.x-k8s.io",
+            "v1beta1",
+            kind,
+        ))
+    };
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &resource("EtcdadmCluster"));
+    let snapshots: Api<DynamicObject> = Api::namespaced_with(client, "default", &resource("EtcdadmSnapshot"));
+    let create = |object: Value| -> DynamicObject { serde_json::from_value(object).unwrap() };
+    let mut plain = cluster(json!({}));
+    plain["metadata"]["name"] = "plain".into();
+    clusters
+        .create(&PostParams::default(), &create(plain))
+        .await
+        .unwrap();
+    let mut restored = cluster(json!({"restore": {"snapshot": {"name": "s1"}}}));
+    restored["metadata"]["name"] = "restored".into();
+    clusters
+        .create(&PostParams::default(), &create(restored))
+        .await
+        .unwrap();
+    snapshots
+        .create(
+            &PostParams::default(),
+            &create(snapshot(json!({"clusterName": "plain"}))),
+        )
+        .await
+        .unwrap();
+
+    let message = refused_update(
+        &clusters,
+        "plain",
+        json!({"spec": {"restore": {"snapshot": {"name": "s1"}}}}),
+    )
+    .await;
+    assert!(
+        message.contains("spec.restore")
+            && message.contains("restore can only be set when the EtcdadmCluster is created"),
+        "{message}"
+    );
+    let message = refused_update(
+        &clusters,
+        "restored",
+        json!({"spec": {"restore": {"snapshot": {"name": "s2"}}}}),
+    )
+    .await;
+    assert!(
+        message.contains("spec.restore") && message.contains("restore is immutable"),
+        "{message}"
+    );
+    let message = refused_update(&clusters, "restored", json!({"spec": {"restore": null}})).await;
+    assert!(
+        message.contains("restore can only be set when the EtcdadmCluster is created"),
+        "{message}"
+    );
+    let message = refused_update(&snapshots, "s", json!({"spec": {"clusterName": "restored"}})).await;
+    assert!(
+        message.contains("spec.clusterName") && message.contains("clusterName is immutable"),
+        "{message}"
+    );
+    // Everything else in the spec still changes.
+    clusters
+        .patch(
+            "restored",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"backup": backup()}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// The server's message refusing a merge patch of `name`.
+async fn refused_update(api: &Api<DynamicObject>, name: &str, patch: Value) -> String {
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Err(kube::Error::Api(status)) => status.message,
+        other => panic!("the update of {name} was not refused: {other:?}"),
+    }
 }
 
 fn merged(mut base: Value, patch: Value) -> Value {

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::conditions::Condition;
 use super::config::{EtcdadmConfigSpec, ObjectMetaTemplate};
+use super::snapshot::{Backup, Restore, RestoredFrom};
 use crate::duration;
 
 /// Desired state of an external etcd cluster made of CAPI Machines.
@@ -68,6 +69,7 @@ use crate::duration;
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.restore) == has(oldSelf.restore)").message("restore can only be set when the EtcdadmCluster is created").field_path(".restore"))]
 pub struct EtcdadmClusterSpec {
     /// Number of members: odd and at least 1 (3 or 5 for HA). Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,6 +109,17 @@ pub struct EtcdadmClusterSpec {
     /// Metadata and version for the member Machines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_template: Option<MachineTemplate>,
+
+    /// Snapshots to an object store: on demand (EtcdadmSnapshot objects), on a schedule, and how
+    /// many are kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<Backup>,
+
+    /// Create the cluster from a snapshot: the first member's data is restored from it, the
+    /// others join as usual. Only when the cluster is created; immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("restore is immutable"))]
+    pub restore: Option<Restore>,
 }
 
 /// Default number of members.
@@ -271,6 +284,9 @@ pub struct EtcdadmClusterStatus {
     /// Expiry of the certificates this controller manages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificates: Option<CertificatesStatus>,
+    /// The snapshot the cluster's data was restored from (`spec.restore`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<RestoredFrom>,
     /// `Ready` summary and the detailed conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

@@ -4,6 +4,7 @@ pub mod capi;
 pub mod cluster;
 pub mod conditions;
 pub mod config;
+pub mod snapshot;
 
 pub use cluster::{EtcdadmCluster, EtcdadmClusterSpec, EtcdadmClusterStatus, MemberStatus};
 pub use conditions::{Condition, ConditionStatus, NewCondition, Severity};
@@ -11,3 +12,4 @@ pub use config::{
     EtcdadmConfig, EtcdadmConfigSpec, EtcdadmConfigStatus, EtcdadmConfigTemplate, EtcdadmConfigTemplateSpec,
     Format,
 };
+pub use snapshot::{EtcdadmSnapshot, EtcdadmSnapshotSpec, EtcdadmSnapshotStatus, SnapshotPhase};

@@ -282,7 +282,7 @@ impl MemberClient {
     }
 
     /// Run one gRPC call on this member's connection, under the deadline.
-    async fn call<T, F, Fut>(&self, operation: &'static str, request: F) -> Result<T, EtcdError>
+    pub(super) async fn call<T, F, Fut>(&self, operation: &'static str, request: F) -> Result<T, EtcdError>
     where
         F: FnOnce(etcd_client::Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,

@@ -9,8 +9,10 @@ mod client;
 mod error;
 mod health;
 mod member;
+mod snapshot;
 
 pub use client::{EtcdTls, MemberClient};
 pub use error::{EtcdError, Refusal};
 pub use health::{Health, health_from_response};
 pub use member::{Alarm, AlarmKind, Member, MemberStatus, member_id_hex, parse_member_id};
+pub use snapshot::SnapshotStream;

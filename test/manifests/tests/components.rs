@@ -116,7 +116,7 @@ fn one_namespace_and_every_object_labelled_and_in_it() {
 }
 
 #[test]
-fn crds_are_the_three_generated_ones_with_contract_labels() {
+fn crds_are_the_four_generated_ones_with_contract_labels() {
     let crds: BTreeSet<&str> = of_kind("CustomResourceDefinition")
         .into_iter()
         .map(name)
@@ -127,6 +127,7 @@ fn crds_are_the_three_generated_ones_with_contract_labels() {
             "etcdadmconfigs.bootstrap.cluster.x-k8s.io",
             "etcdadmconfigtemplates.bootstrap.cluster.x-k8s.io",
             "etcdadmclusters.etcdcluster.cluster.x-k8s.io",
+            "etcdadmsnapshots.etcdcluster.cluster.x-k8s.io",
         ])
     );
     for crd in of_kind("CustomResourceDefinition") {
@@ -338,6 +339,7 @@ fn rbac_is_least_privilege() {
         ("", "secrets", "delete"),
         ("", "secrets", "list"),
         (B, "etcdadmconfigs", "update"),
+        (E, "etcdadmsnapshots", "get"),
         ("controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes", "patch"),
     ] {
         assert!(
@@ -350,6 +352,10 @@ fn rbac_is_least_privilege() {
         (E, "etcdadmclusters", "patch"),
         (E, "etcdadmclusters/status", "patch"),
         (E, "etcdadmclusters/finalizers", "update"),
+        (E, "etcdadmsnapshots", "watch"),
+        (E, "etcdadmsnapshots", "create"),
+        (E, "etcdadmsnapshots", "delete"),
+        (E, "etcdadmsnapshots/status", "patch"),
         (C, "clusters", "watch"),
         (C, "machines", "create"),
         (C, "machines", "delete"),
@@ -418,6 +424,8 @@ fn capi_core_manager_gets_our_kinds_through_aggregation() {
         ("bootstrap.cluster.x-k8s.io", "etcdadmconfigtemplates"),
         ("etcdcluster.cluster.x-k8s.io", "etcdadmclusters"),
         ("etcdcluster.cluster.x-k8s.io", "etcdadmclusters/status"),
+        ("etcdcluster.cluster.x-k8s.io", "etcdadmsnapshots"),
+        ("etcdcluster.cluster.x-k8s.io", "etcdadmsnapshots/status"),
     ] {
         for verb in ["get", "list", "watch", "create", "update", "patch", "delete"] {
             assert!(

@@ -1,6 +1,8 @@
 //! Cheap stand-ins for etcd members, for the scale benchmark: real mutual TLS on the member's
 //! client URL, answering `/health` and the three RPCs the health check makes (Status,
-//! MemberList, Alarm) from a fixed membership, and counting when each member was probed.
+//! MemberList, Alarm) from a fixed membership, and counting when each member was probed. And a
+//! member that only serves a snapshot stream (Maintenance.Snapshot, plus the Range a snapshot's
+//! revision is read with) of bytes the test chooses, so a corrupted stream can be sent.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -13,7 +15,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode};
 use axum::routing::{get, post};
 use axum_server::tls_rustls::RustlsConfig;
-use http_body_util::{BodyExt, Full};
+use http_body::Frame;
+use http_body_util::{BodyExt, Full, StreamBody};
 use prost::Message;
 
 use etcdadm_shared::names;
@@ -118,6 +121,46 @@ pub async fn serve(
     Ok(())
 }
 
+/// What a snapshot-serving fake member streams: `database` in etcd's 32 KiB messages, then
+/// `checksum` (etcd sends the database's SHA-256; a test sends anything else to corrupt it).
+#[derive(Clone, Debug)]
+pub struct FakeSnapshot {
+    pub database: Arc<Vec<u8>>,
+    pub checksum: [u8; 32],
+    /// The revision the member reports.
+    pub revision: i64,
+}
+
+/// Serve `snapshot` on `<ip>:2379` over mutual TLS (server certificate from `ca`) until the
+/// runtime ends.
+pub async fn serve_snapshot(
+    ca: &CertificateAuthority,
+    ip: IpAddr,
+    snapshot: FakeSnapshot,
+) -> Result<(), SimError> {
+    let setup = |e: &dyn std::fmt::Display| SimError::Setup(format!("fake etcd: {e}"));
+    let mut request = LeafRequest::member("fake-etcd", vec![], vec![ip]);
+    request.key_type = KeyType::EcdsaP256;
+    let leaf = ca.issue(&request).map_err(|e| setup(&e))?;
+    let tls = RustlsConfig::from_config(Arc::new(
+        server_tls(ca.cert_pem(), &leaf.cert_pem, &leaf.key_pem).map_err(|e| setup(&e))?,
+    ));
+    let app = Router::new()
+        .route("/etcdserverpb.Maintenance/Snapshot", post(snapshot_stream))
+        .route("/etcdserverpb.KV/Range", post(range))
+        .with_state(Arc::new(snapshot));
+    let addr = SocketAddr::new(ip, names::ETCD_CLIENT_PORT);
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| setup(&format!("{addr}: {e}")))?;
+    listener.set_nonblocking(true).map_err(|e| setup(&e))?;
+    let server = axum_server::tls_rustls::from_tcp_rustls(listener, tls).map_err(|e| setup(&e))?;
+    tokio::spawn(async move {
+        if let Err(e) = server.serve(app.into_make_service()).await {
+            tracing::warn!(%addr, error = %e, "fake etcd snapshot member stopped");
+        }
+    });
+    Ok(())
+}
+
 /// Mutual TLS as etcd does it with `--client-cert-auth`: only clients with a certificate from
 /// the cluster's CA; HTTP/2 for gRPC and `/health` (the controller asks both on one connection),
 /// HTTP/1.1 for `/health` too.
@@ -200,6 +243,24 @@ struct MemberListResponse {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
+struct SnapshotResponse {
+    #[prost(message, optional, tag = "1")]
+    header: Option<ResponseHeader>,
+    #[prost(uint64, tag = "2")]
+    remaining_bytes: u64,
+    #[prost(bytes = "vec", tag = "3")]
+    blob: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RangeResponse {
+    #[prost(message, optional, tag = "1")]
+    header: Option<ResponseHeader>,
+    #[prost(int64, tag = "4")]
+    count: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
 struct AlarmResponse {
     #[prost(message, optional, tag = "1")]
     header: Option<ResponseHeader>,
@@ -273,17 +334,71 @@ async fn alarms(State(member): State<Member>) -> Response<Body> {
     })
 }
 
-/// A unary gRPC answer: one length-prefixed message, then `grpc-status: 0` in the trailers.
-fn grpc(message: impl Message) -> Response<Body> {
+/// etcd's snapshot message size.
+const SNAPSHOT_CHUNK: usize = 32 * 1024;
+
+/// The database in etcd's chunks (no response header, as etcd sends none), then the checksum.
+async fn snapshot_stream(State(snapshot): State<Arc<FakeSnapshot>>) -> Response<Body> {
+    let total = snapshot.database.len();
+    let mut frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = snapshot
+        .database
+        .chunks(SNAPSHOT_CHUNK)
+        .scan(0usize, |sent, chunk| {
+            *sent += chunk.len();
+            Some(SnapshotResponse {
+                header: None,
+                remaining_bytes: (total - *sent) as u64,
+                blob: chunk.to_vec(),
+            })
+        })
+        .chain(std::iter::once(SnapshotResponse {
+            header: None,
+            remaining_bytes: 0,
+            blob: snapshot.checksum.to_vec(),
+        }))
+        .map(|message| Ok(Frame::data(Bytes::from(framed(&message)))))
+        .collect();
+    frames.push(Ok(Frame::trailers(ok_trailers())));
+    grpc_response(Body::new(StreamBody::new(futures::stream::iter(frames))))
+}
+
+async fn range(State(snapshot): State<Arc<FakeSnapshot>>) -> Response<Body> {
+    grpc(RangeResponse {
+        header: Some(ResponseHeader {
+            cluster_id: 1,
+            member_id: 1,
+            revision: snapshot.revision,
+            raft_term: 2,
+        }),
+        count: 0,
+    })
+}
+
+/// One gRPC message: a compression flag, its length, its bytes.
+fn framed(message: &impl Message) -> Vec<u8> {
     let encoded = message.encode_to_vec();
     let mut framed = Vec::with_capacity(encoded.len() + 5);
     framed.push(0);
     framed.extend_from_slice(&(encoded.len() as u32).to_be_bytes());
     framed.extend_from_slice(&encoded);
+    framed
+}
+
+fn ok_trailers() -> HeaderMap {
     let mut trailers = HeaderMap::new();
     trailers.insert("grpc-status", HeaderValue::from_static("0"));
-    let body = Full::new(Bytes::from(framed)).with_trailers(async move { Some(Ok(trailers)) });
-    let mut response = Response::new(Body::new(body));
+    trailers
+}
+
+/// A unary gRPC answer: one length-prefixed message, then `grpc-status: 0` in the trailers.
+fn grpc(message: impl Message) -> Response<Body> {
+    let trailers = ok_trailers();
+    let body = Full::new(Bytes::from(framed(&message))).with_trailers(async move { Some(Ok(trailers)) });
+    grpc_response(Body::new(body))
+}
+
+fn grpc_response(body: Body) -> Response<Body> {
+    let mut response = Response::new(body);
     *response.status_mut() = StatusCode::OK;
     response
         .headers_mut()

@@ -1,6 +1,11 @@
 //! Pure checks of an EtcdadmConfigSpec, shared by every admission webhook that embeds one
 //! (EtcdadmConfig, EtcdadmConfigTemplate, EtcdadmCluster), so a bad spec is rejected with the
-//! exact field path before any controller tries to render it.
+//! exact field path before any controller tries to render it; `backup` checks the snapshot
+//! settings the same way.
+
+mod backup;
+
+pub use backup::{validate_backup, validate_restore, validate_store};
 
 use std::collections::BTreeMap;
 use std::fmt;

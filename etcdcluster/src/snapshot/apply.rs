@@ -1,0 +1,161 @@
+//! The writes of one planned step. Each is safe to repeat: a scheduled snapshot has one name per
+//! schedule time, deleting an object or a snapshot that is gone succeeds, aborting an upload that
+//! is gone succeeds.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, PostParams};
+use tracing::info;
+
+use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, EtcdadmSnapshotSpec, S3Store};
+
+use super::observe::store_client;
+use super::plan::{MAX_ATTEMPTS, SCHEDULED_FOR_ANNOTATION, reason};
+use super::take::patch_status;
+use super::{Context, FIELD_MANAGER, status};
+use crate::error::Error;
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+/// Record why the snapshot waits.
+pub async fn wait(ctx: &Context, snapshot: &EtcdadmSnapshot, why: &str, message: &str) -> Result<(), Error> {
+    let api = snapshots(ctx, snapshot);
+    patch_status(&api, snapshot, status::waiting(snapshot, why, message, &now())).await
+}
+
+/// Fail the snapshot for `why`, with a Warning Event naming it.
+pub async fn fail(ctx: &Context, snapshot: &EtcdadmSnapshot, why: &str, message: &str) -> Result<(), Error> {
+    let api = snapshots(ctx, snapshot);
+    patch_status(&api, snapshot, status::failed(snapshot, why, message, &now())).await?;
+    ctx.event(snapshot, true, why, message.to_string()).await;
+    Ok(())
+}
+
+/// A controller stopped during `snapshot`: abort its upload, then retry it or give up.
+pub async fn interrupted(ctx: &Context, snapshot: &EtcdadmSnapshot, retry: bool) -> Result<(), Error> {
+    let attempts = snapshot.status.as_ref().and_then(|s| s.attempts).unwrap_or(1);
+    let aborted = abort_upload(ctx, snapshot).await?;
+    let api = snapshots(ctx, snapshot);
+    if retry {
+        let message = format!(
+            "the controller stopped during attempt {attempts} of {MAX_ATTEMPTS}; {aborted}; trying again"
+        );
+        patch_status(&api, snapshot, status::retrying(snapshot, &message, &now())).await?;
+        ctx.event(snapshot, true, status::RETRYING, message).await;
+    } else {
+        let message = format!(
+            "the controller stopped during each of {attempts} attempts; {aborted}; create a new \
+             EtcdadmSnapshot to try again"
+        );
+        fail(ctx, snapshot, reason::TOO_MANY_ATTEMPTS, &message).await?;
+    }
+    Ok(())
+}
+
+/// Abort the upload a Running snapshot recorded; what happened, for the condition.
+async fn abort_upload(ctx: &Context, snapshot: &EtcdadmSnapshot) -> Result<String, Error> {
+    let status = snapshot.status.clone().unwrap_or_default();
+    let (Some(store), Some(upload_id), Some((_, key))) = (
+        status.store.as_ref(),
+        status.upload_id.as_deref(),
+        super::plan::object_of(snapshot),
+    ) else {
+        return Ok("it had no upload to abort".into());
+    };
+    let namespace = snapshot.namespace().unwrap_or_default();
+    match store_client(&ctx.client, &namespace, &store.s3).await? {
+        Ok(client) => {
+            client.abort_multipart_upload(&key, upload_id).await?;
+            Ok(format!("its upload of {key} was aborted"))
+        }
+        // Without credentials nothing can be aborted; a store's lifecycle rule will drop it.
+        Err(e) => Ok(format!("its upload of {key} could not be aborted ({e})")),
+    }
+}
+
+/// Create the snapshot the schedule asks for at `tick` (an existing one of that name is it).
+pub async fn schedule(
+    ctx: &Context,
+    cluster: &EtcdadmCluster,
+    name: &str,
+    tick: Timestamp,
+) -> Result<(), Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let api: Api<EtcdadmSnapshot> = Api::namespaced(ctx.client.clone(), &namespace);
+    let snapshot = EtcdadmSnapshot {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(namespace.clone()),
+            labels: cluster
+                .labels()
+                .get(etcdadm_shared::names::CLUSTER_NAME_LABEL)
+                .map(|c| [(etcdadm_shared::names::CLUSTER_NAME_LABEL.to_string(), c.clone())].into()),
+            annotations: Some([(SCHEDULED_FOR_ANNOTATION.to_string(), tick.to_string())].into()),
+            ..Default::default()
+        },
+        spec: EtcdadmSnapshotSpec {
+            cluster_name: cluster.name_any(),
+        },
+        status: None,
+    };
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&params, &snapshot).await {
+        Ok(_) => {
+            info!(etcdcluster = %cluster.name_any(), snapshot = name, %tick, "scheduled snapshot created");
+            let note = format!("created EtcdadmSnapshot {name} for the schedule time {tick}");
+            ctx.event(cluster, false, "SnapshotScheduled", note).await;
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Delete a snapshot beyond retention: its object first, so a crash in between leaves the
+/// snapshot to be retired again rather than an object nobody knows of.
+pub async fn retire(
+    ctx: &Context,
+    cluster: &EtcdadmCluster,
+    snapshot: &str,
+    object: Option<&(S3Store, String)>,
+) -> Result<(), Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    if let Some((store, key)) = object {
+        let client = store_client(&ctx.client, &namespace, store)
+            .await?
+            .map_err(Error::Store)?;
+        client.delete_object(key).await.map_err(Error::Store)?;
+    }
+    let api: Api<EtcdadmSnapshot> = Api::namespaced(ctx.client.clone(), &namespace);
+    match api.delete(snapshot, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let note = match object {
+        Some((store, key)) => format!(
+            "deleted EtcdadmSnapshot {snapshot} and its object {}/{key} (beyond spec.backup.retention.keep)",
+            store.bucket
+        ),
+        None => format!("deleted EtcdadmSnapshot {snapshot} (beyond spec.backup.retention.keep)"),
+    };
+    ctx.event(cluster, false, "SnapshotRetired", note).await;
+    Ok(())
+}
+
+/// `spec.backup.schedule` does not parse: say so on the cluster.
+pub async fn invalid_schedule(ctx: &Context, cluster: &EtcdadmCluster, message: &str) {
+    ctx.event(cluster, true, reason::INVALID_SCHEDULE, message.to_string())
+        .await;
+}
+
+fn snapshots(ctx: &Context, snapshot: &EtcdadmSnapshot) -> Api<EtcdadmSnapshot> {
+    Api::namespaced(ctx.client.clone(), &snapshot.namespace().unwrap_or_default())
+}

@@ -1,0 +1,313 @@
+//! The snapshot controller: per EtcdadmCluster, observe (the cluster and its EtcdadmSnapshots)
+//! → plan one step → apply, until nothing is left to do; it takes on-demand and scheduled
+//! snapshots into the cluster's object store and applies retention (SPEC-day2.md section 2).
+//!
+//! Reconciles are keyed by EtcdadmCluster, and kube-runtime never runs two for one key at once:
+//! that, and taking a snapshot inside the reconcile, is what keeps one snapshot in flight per
+//! cluster. Snapshots naming a cluster that does not exist are failed by a second, small
+//! controller keyed by snapshot (the first never hears of a cluster it has no object for).
+//!
+//! A controller that dies while taking a snapshot leaves it Running with its upload recorded;
+//! the next reconcile aborts that upload and takes the snapshot again, at most
+//! [`plan::MAX_ATTEMPTS`] times in all.
+
+pub mod apply;
+pub mod observe;
+pub mod plan;
+pub mod status;
+pub mod take;
+
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PatchParams};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{PredicateConfig, WatchStreamExt};
+use kube::{Client, Resource, ResourceExt};
+use tracing::warn;
+
+use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
+use etcdadm_shared::manager::invalid::report_invalid_object;
+use etcdadm_shared::manager::{ManagerContext, ShutdownSignal};
+
+use self::plan::{Observed, Step};
+use self::take::Outcome;
+use crate::error::Error;
+
+/// Field manager of this controller's writes.
+pub const FIELD_MANAGER: &str = "etcdadm-controller/snapshots";
+/// Name of the controllers in metrics and logs.
+pub const CONTROLLER_NAME: &str = "etcdadmsnapshot";
+/// Default time the snapshot stream may stall before the attempt fails.
+pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a snapshot of a cluster that does not exist waits for it (both may be applied at
+/// once) before it fails.
+pub const MISSING_CLUSTER_GRACE: Duration = Duration::from_secs(30);
+/// Steps applied in one reconcile before yielding.
+const MAX_STEPS: usize = 16;
+/// Retry after an error.
+const ERROR_REQUEUE: Duration = Duration::from_secs(10);
+
+type GuardedCluster = DeserializeGuard<EtcdadmCluster>;
+type GuardedSnapshot = DeserializeGuard<EtcdadmSnapshot>;
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    /// Resolves when the controller must stop: a snapshot being taken is aborted.
+    pub shutdown: Option<ShutdownSignal>,
+    /// How long the member's snapshot stream may stall.
+    pub stream_idle_timeout: Duration,
+    /// How long a snapshot of a cluster that does not exist waits for it.
+    pub missing_cluster_grace: Duration,
+}
+
+impl Context {
+    pub fn new(client: Client) -> Self {
+        let reporter = Reporter {
+            controller: "etcdadm-controller".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            shutdown: None,
+            stream_idle_timeout: STREAM_IDLE_TIMEOUT,
+            missing_cluster_grace: MISSING_CLUSTER_GRACE,
+        }
+    }
+
+    /// Publish an Event about `object`; a failure to publish is logged, never fatal.
+    pub async fn event<K>(&self, object: &K, warning: bool, reason: &str, note: String)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: "Snapshot".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
+            warn!(object = ?object.meta().name, error = %e, "publishing event failed");
+        }
+    }
+}
+
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+/// Everything snapshot-related for one EtcdadmCluster, a step at a time.
+pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = etcd.namespace().unwrap_or_default();
+    let name = etcd.name_any();
+    let clusters: Api<EtcdadmCluster> = Api::namespaced(ctx.client.clone(), &namespace);
+    for _ in 0..MAX_STEPS {
+        let Some(cluster) = clusters.get_opt(&name).await? else {
+            return Ok(Action::await_change());
+        };
+        let snapshots = observe::snapshots_of(&ctx.client, &namespace, &name).await?;
+        let step = plan::plan(&Observed {
+            cluster: &cluster,
+            snapshots: &snapshots,
+            now: Timestamp::now(),
+        });
+        let find = |wanted: &str| {
+            snapshots
+                .iter()
+                .find(|s| s.name_any() == wanted)
+                .ok_or_else(|| Error::InvalidObject(format!("EtcdadmSnapshot {wanted} disappeared")))
+        };
+        match step {
+            Step::Idle { requeue } => {
+                return Ok(requeue.map_or_else(Action::await_change, Action::requeue));
+            }
+            Step::Interrupted { snapshot, retry } => {
+                apply::interrupted(&ctx, find(&snapshot)?, retry).await?;
+            }
+            Step::Fail {
+                snapshot,
+                reason,
+                message,
+            } => apply::fail(&ctx, find(&snapshot)?, reason, &message).await?,
+            Step::Wait {
+                snapshot,
+                reason,
+                message,
+            } => apply::wait(&ctx, find(&snapshot)?, reason, &message).await?,
+            Step::Take {
+                snapshot,
+                target,
+                store,
+            } => {
+                let outcome = take::take_snapshot(&ctx, &cluster, find(&snapshot)?, &target, &store).await?;
+                if outcome == Outcome::Stopped {
+                    return Ok(Action::await_change());
+                }
+            }
+            Step::Retire { snapshot, object } => {
+                apply::retire(&ctx, &cluster, &snapshot, object.as_ref()).await?;
+            }
+            Step::Schedule { name, tick } => apply::schedule(&ctx, &cluster, &name, tick).await?,
+            Step::InvalidSchedule { message } => {
+                apply::invalid_schedule(&ctx, &cluster, &message).await;
+                return Ok(Action::await_change());
+            }
+        }
+    }
+    Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+/// A snapshot whose EtcdadmCluster does not exist (after a grace period) fails.
+pub async fn reconcile_orphan(snapshot: Arc<EtcdadmSnapshot>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if snapshot.phase().is_finished() {
+        return Ok(Action::await_change());
+    }
+    let namespace = snapshot.namespace().unwrap_or_default();
+    let clusters: Api<EtcdadmCluster> = Api::namespaced(ctx.client.clone(), &namespace);
+    if clusters.get_opt(&snapshot.spec.cluster_name).await?.is_some() {
+        return Ok(Action::await_change());
+    }
+    let age = snapshot
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| Timestamp::now().duration_since(t.0).unsigned_abs())
+        .unwrap_or(ctx.missing_cluster_grace);
+    if age < ctx.missing_cluster_grace {
+        return Ok(Action::requeue(ctx.missing_cluster_grace - age));
+    }
+    let api: Api<EtcdadmSnapshot> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(current) = api.get_opt(&snapshot.name_any()).await? else {
+        return Ok(Action::await_change());
+    };
+    if !current.phase().is_finished() {
+        let message = format!(
+            "EtcdadmCluster {namespace}/{} does not exist",
+            snapshot.spec.cluster_name
+        );
+        apply::fail(&ctx, &current, plan::reason::CLUSTER_NOT_FOUND, &message).await?;
+    }
+    Ok(Action::await_change())
+}
+
+fn error_policy<K: Resource>(object: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
+    warn!(object = ?object.meta().name, category = error.category(), %error, "snapshot reconcile failed");
+    Action::requeue(ERROR_REQUEUE)
+}
+
+/// What a change to an EtcdadmCluster must differ in to concern snapshots: its spec, pause
+/// annotations and deletion. Status changes are not waited for (a waiting snapshot looks again
+/// every few seconds).
+fn worth_reconciling(etcd: &GuardedCluster) -> Option<u64> {
+    let meta = etcd.meta();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    meta.deletion_timestamp.is_some().hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// The EtcdadmCluster a snapshot is of.
+fn cluster_of(snapshot: &GuardedSnapshot) -> Option<ObjectRef<GuardedCluster>> {
+    let namespace = snapshot.namespace()?;
+    let cluster = snapshot.0.as_ref().ok()?.spec.cluster_name.clone();
+    Some(ObjectRef::new(&cluster).within(&namespace))
+}
+
+/// Run both controllers until the manager's shutdown signal.
+pub async fn run(manager: ManagerContext) {
+    let ManagerContext {
+        client,
+        settings,
+        readiness,
+        shutdown,
+        metrics,
+        ..
+    } = manager;
+    let mut context = Context::new(client.clone());
+    context.shutdown = Some(shutdown.clone());
+    let ctx = Arc::new(context);
+
+    let (clusters, cluster_changes) = settings.watch_own_kind::<GuardedCluster>(&client, readiness.clone());
+    let cluster_changes = cluster_changes.predicate_filter(worth_reconciling, PredicateConfig::default());
+    let (snapshots, snapshot_changes) = settings.watch_own_kind::<GuardedSnapshot>(&client, readiness);
+
+    let cluster_metrics = metrics.clone();
+    let per_cluster = Controller::for_stream(cluster_changes, clusters)
+        .with_config(settings.controller_config())
+        .watches(
+            settings.api::<GuardedSnapshot>(&client),
+            settings.watcher_config(),
+            |snapshot| cluster_of(&snapshot),
+        )
+        .reconcile_all_on(settings.resync_ticks())
+        .graceful_shutdown_on(shutdown.clone().wait())
+        .run(
+            move |guarded: Arc<GuardedCluster>, ctx: Arc<Context>| {
+                let timer = cluster_metrics.reconcile_started(CONTROLLER_NAME);
+                async move {
+                    // A cluster this version cannot read is reported by the EtcdadmCluster
+                    // controller; nothing here can act on it.
+                    let result = match &guarded.0 {
+                        Ok(etcd) => reconcile(Arc::new(etcd.clone()), ctx).await,
+                        Err(_) => Ok(Action::await_change()),
+                    };
+                    timer.finish(&result, Error::category);
+                    result
+                }
+            },
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                warn!(error = %e, "snapshot controller event");
+            }
+        });
+
+    let orphans = Controller::for_stream(snapshot_changes, snapshots)
+        .with_config(settings.controller_config())
+        .graceful_shutdown_on(shutdown.wait())
+        .run(
+            move |guarded: Arc<GuardedSnapshot>, ctx: Arc<Context>| async move {
+                match &guarded.0 {
+                    Ok(snapshot) => reconcile_orphan(Arc::new(snapshot.clone()), ctx).await,
+                    Err(invalid) => report_invalid_object::<EtcdadmSnapshot>(
+                        &ctx.client,
+                        &ctx.recorder,
+                        FIELD_MANAGER,
+                        invalid,
+                    )
+                    .await
+                    .map(|()| Action::await_change())
+                    .map_err(Error::from),
+                }
+            },
+            error_policy,
+            ctx,
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                warn!(error = %e, "snapshot controller event");
+            }
+        });
+    futures::join!(per_cluster, orphans);
+}

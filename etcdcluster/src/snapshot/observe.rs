@@ -1,0 +1,105 @@
+//! The reads the snapshot controller plans from: the EtcdadmCluster and its snapshots, listed
+//! fresh from the API (a cached list could still show an attempt this controller just finished
+//! as Running), and the Secrets a snapshot needs.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+
+use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::api::snapshot::{CA_BUNDLE_KEY, EtcdadmSnapshot, S3Store};
+use etcdadm_shared::names;
+use etcdadm_shared::pki::{CertificateAuthority, ca_from_secret};
+use etcdadm_shared::store::{StoreClient, StoreCredentials, StoreError};
+
+use crate::error::Error;
+
+/// The snapshots of the EtcdadmCluster `cluster` in `namespace`, as the API has them now.
+pub async fn snapshots_of(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+) -> Result<Vec<EtcdadmSnapshot>, Error> {
+    let api: Api<EtcdadmSnapshot> = Api::namespaced(client.clone(), namespace);
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|s| s.spec.cluster_name == cluster)
+        .collect())
+}
+
+/// The CAPI Cluster an EtcdadmCluster serves: its cluster-name label, else the Cluster that owns
+/// it (the EKS-A fork links them by reference; the EtcdadmCluster controller then adds the
+/// owner reference).
+pub fn capi_cluster_name(etcd: &EtcdadmCluster) -> Option<String> {
+    etcd.labels().get(names::CLUSTER_NAME_LABEL).cloned().or_else(|| {
+        etcd.owner_references()
+            .iter()
+            .find(|o| o.kind == "Cluster" && o.api_version.starts_with("cluster.x-k8s.io/"))
+            .map(|o| o.name.clone())
+    })
+}
+
+/// The etcd CA of `etcd`'s cluster, or why it cannot be had.
+pub async fn cluster_ca(
+    client: &Client,
+    etcd: &EtcdadmCluster,
+) -> Result<Result<CertificateAuthority, String>, Error> {
+    let namespace = etcd.namespace().unwrap_or_default();
+    let Some(cluster) = capi_cluster_name(etcd) else {
+        return Ok(Err(format!(
+            "EtcdadmCluster {} names no Cluster (label {})",
+            etcd.name_any(),
+            names::CLUSTER_NAME_LABEL
+        )));
+    };
+    let name = names::ca_secret_name(&cluster);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    Ok(match secrets.get_opt(&name).await? {
+        None => Err(format!("the etcd CA Secret {namespace}/{name} does not exist")),
+        Some(secret) => ca_from_secret(&secret, &namespace, &name),
+    })
+}
+
+/// A client of `store` with the credentials (and CA) from its Secrets in `namespace`; a missing
+/// Secret or key is a store problem ([`StoreError::InvalidConfig`]).
+pub async fn store_client(
+    client: &Client,
+    namespace: &str,
+    store: &S3Store,
+) -> Result<Result<StoreClient, StoreError>, Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let credentials_name = &store.credentials_secret_ref.name;
+    let Some(credentials) = secrets.get_opt(credentials_name).await? else {
+        return Ok(Err(StoreError::InvalidConfig(format!(
+            "the credentials Secret {namespace}/{credentials_name} does not exist"
+        ))));
+    };
+    let data = credentials.data.unwrap_or_default();
+    let credentials =
+        match StoreCredentials::from_secret_data(&format!("{namespace}/{credentials_name}"), &data) {
+            Ok(credentials) => credentials,
+            Err(e) => return Ok(Err(e)),
+        };
+    let ca_pem = match &store.ca_secret_ref {
+        None => None,
+        Some(reference) => {
+            let missing = |what: &str| {
+                StoreError::InvalidConfig(format!("the CA Secret {namespace}/{} {what}", reference.name))
+            };
+            let Some(secret) = secrets.get_opt(&reference.name).await? else {
+                return Ok(Err(missing("does not exist")));
+            };
+            let Some(bytes) = secret.data.unwrap_or_default().remove(CA_BUNDLE_KEY) else {
+                return Ok(Err(missing(&format!("has no {CA_BUNDLE_KEY}"))));
+            };
+            match String::from_utf8(bytes.0) {
+                Ok(pem) => Some(pem),
+                Err(_) => return Ok(Err(missing(&format!("has a {CA_BUNDLE_KEY} that is not PEM")))),
+            }
+        }
+    };
+    Ok(StoreClient::new(store, credentials, ca_pem.as_deref()))
+}

@@ -1,0 +1,321 @@
+//! `etcdcluster.cluster.x-k8s.io/v1beta1` EtcdadmSnapshot, and the object store settings an
+//! EtcdadmCluster's `spec.backup` and `spec.restore` share with it (SPEC-day2.md section 2).
+// kube's `printcolumn(...)` attributes repeat the same keys by design.
+#![allow(clippy::duplicated_attributes)]
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::conditions::Condition;
+
+/// A copy of one EtcdadmCluster's etcd data, taken from one member and kept in the cluster's
+/// object store. Created by `kubectl create` (on demand) or by `spec.backup.schedule`.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "etcdcluster.cluster.x-k8s.io",
+    version = "v1beta1",
+    kind = "EtcdadmSnapshot",
+    namespaced,
+    status = "EtcdadmSnapshotStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    shortname = "etcdsnap",
+    category = "cluster-api",
+    doc = "EtcdadmSnapshot is a snapshot of an EtcdadmCluster's etcd data in the cluster's object store.",
+    label("cluster.x-k8s.io/v1beta1", "v1beta1"),
+    label("cluster.x-k8s.io/v1beta2", "v1beta1"),
+    label("cluster.x-k8s.io/provider", "bootstrap-etcdadm"),
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".spec.clusterName",
+        description = "EtcdadmCluster the snapshot is of"
+    ),
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Pending, Running, Succeeded or Failed"
+    ),
+    printcolumn(
+        name = "Revision",
+        type_ = "integer",
+        json_path = ".status.revision",
+        description = "etcd revision the snapshot holds"
+    ),
+    printcolumn(
+        name = "Size",
+        type_ = "integer",
+        json_path = ".status.size",
+        description = "Bytes of the snapshot file in the store"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdadmSnapshotSpec {
+    /// The EtcdadmCluster (in this namespace) to take the snapshot of; immutable. At most 253
+    /// characters (an object name).
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("clusterName is immutable"))]
+    pub cluster_name: String,
+}
+
+/// Where a snapshot is in its life.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum SnapshotPhase {
+    /// Waiting for its turn or for a healthy member.
+    #[default]
+    Pending,
+    /// Being streamed from a member into the store.
+    Running,
+    /// In the store, its SHA-256 checked.
+    Succeeded,
+    /// Not taken; the `Ready` condition says why.
+    Failed,
+}
+
+impl SnapshotPhase {
+    /// Succeeded and Failed never change again.
+    pub fn is_finished(self) -> bool {
+        matches!(self, SnapshotPhase::Succeeded | SnapshotPhase::Failed)
+    }
+}
+
+/// What happened to the snapshot.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdadmSnapshotStatus {
+    /// Pending (absent counts as Pending), Running, Succeeded or Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<SnapshotPhase>,
+    /// `<bucket>/<key>` of the object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// The store the object is in (the cluster's `spec.backup.store` when it was taken), so the
+    /// snapshot can be found without its cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<SnapshotStore>,
+    /// Bytes of the object: the database, then etcd's 32-byte SHA-256 of it (the file `etcdctl
+    /// snapshot save` writes, which `snapshot restore` checks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<i64>,
+    /// The etcd revision the snapshot holds: every write up to it is in the snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// SHA-256 of the object (hex; what `sha256sum` of the downloaded file prints). etcd's own
+    /// checksum of the database was checked before the object was stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// The member (Machine) it was taken from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    /// etcd version of that member: a restore needs the same minor version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_version: Option<String>,
+    /// When the current attempt started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When it succeeded or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// The multipart upload of the running attempt, aborted if the controller stops during it.
+    #[serde(rename = "uploadID", default, skip_serializing_if = "Option::is_none")]
+    pub upload_id: Option<String>,
+    /// Attempts started (a controller restart during an attempt starts another).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<i32>,
+    /// `Ready`: True once Succeeded; otherwise why not (what it waits for, or why it failed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+impl EtcdadmSnapshot {
+    /// The phase, Pending when not set yet.
+    pub fn phase(&self) -> SnapshotPhase {
+        self.status.as_ref().and_then(|s| s.phase).unwrap_or_default()
+    }
+}
+
+/// An object store for snapshots. S3-compatible stores only, for now.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotStore {
+    /// An S3-compatible store (AWS S3, MinIO, SeaweedFS, Ceph RGW, ...).
+    pub s3: S3Store,
+}
+
+/// An S3-compatible bucket, and the Secrets holding what the controller needs to reach it.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct S3Store {
+    /// Base URL of the S3 API, `https://s3.eu-west-1.amazonaws.com` or
+    /// `http://minio.storage:9000`; at most 2048 characters.
+    #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = Rule::new("self.startsWith('https://') || self.startsWith('http://')").message("endpoint must be an http:// or https:// URL"))]
+    pub endpoint: String,
+    /// Bucket name (3 to 63 characters); it must exist.
+    #[schemars(length(min = 3, max = 63))]
+    pub bucket: String,
+    /// Key prefix of this cluster's snapshots (`backups/prod/`); at most 512 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub prefix: Option<String>,
+    /// Region requests are signed for (default `us-east-1`); at most 64 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub region: Option<String>,
+    /// Address the bucket in the path (`<endpoint>/<bucket>/<key>`) instead of the host name
+    /// (`<bucket>.<endpoint host>`); most stores other than AWS need it. Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force_path_style: Option<bool>,
+    /// Secret (in this namespace) with the keys `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`.
+    pub credentials_secret_ref: SecretReference,
+    /// Secret (in this namespace) whose `ca.crt` is the CA bundle the endpoint's certificate
+    /// is checked against, instead of the system's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret_ref: Option<SecretReference>,
+}
+
+/// Default region requests are signed for.
+pub const DEFAULT_REGION: &str = "us-east-1";
+/// Key of the access key ID in the credentials Secret.
+pub const ACCESS_KEY_ID_KEY: &str = "AWS_ACCESS_KEY_ID";
+/// Key of the secret access key in the credentials Secret.
+pub const SECRET_ACCESS_KEY_KEY: &str = "AWS_SECRET_ACCESS_KEY";
+/// Key of the CA bundle in the CA Secret.
+pub const CA_BUNDLE_KEY: &str = "ca.crt";
+
+impl S3Store {
+    /// The region, with the default applied.
+    pub fn region(&self) -> &str {
+        self.region
+            .as_deref()
+            .filter(|r| !r.is_empty())
+            .unwrap_or(DEFAULT_REGION)
+    }
+
+    /// The object key of `name` under the prefix (a `/` is put between them when the prefix
+    /// does not end with one).
+    pub fn key(&self, name: &str) -> String {
+        match self.prefix.as_deref().unwrap_or_default() {
+            "" => name.to_string(),
+            prefix if prefix.ends_with('/') => format!("{prefix}{name}"),
+            prefix => format!("{prefix}/{name}"),
+        }
+    }
+}
+
+/// A Secret in the same namespace.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SecretReference {
+    /// Secret name (at most 253 characters).
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// Snapshots of an EtcdadmCluster: where they go, when they are taken, how many are kept.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Backup {
+    /// The object store every snapshot of this cluster goes to.
+    pub store: SnapshotStore,
+    /// When to take snapshots: a 5-field cron expression (minute hour day-of-month month
+    /// day-of-week, UTC; `*/15 * * * *`, `0 3 * * 1-5`, `@daily`). None: on demand only. At most
+    /// 128 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    pub schedule: Option<String>,
+    /// Which snapshots are kept. None: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Retention>,
+}
+
+/// How many snapshots are kept.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Retention {
+    /// Succeeded snapshots kept (1 to 10000): beyond it the oldest are deleted with their
+    /// objects. Failed ones beyond it are deleted too (they have no object).
+    #[schemars(range(min = 1, max = 10000))]
+    pub keep: i32,
+}
+
+/// Where a new cluster's data comes from.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Restore {
+    /// The snapshot the first member is restored from.
+    pub snapshot: RestoreSource,
+}
+
+/// A snapshot to restore: an EtcdadmSnapshot by name, or an object in a store.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[x_kube(validation = Rule::new("has(self.name) != (has(self.store) && has(self.key))").message("set either name, or store and key"))]
+#[x_kube(validation = Rule::new("has(self.store) == has(self.key)").message("store and key go together"))]
+pub struct RestoreSource {
+    /// A Succeeded EtcdadmSnapshot in this namespace (at most 253 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub name: Option<String>,
+    /// The store holding `key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<SnapshotStore>,
+    /// Object key of an etcd snapshot file in `store` (at most 1024 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub key: Option<String>,
+}
+
+/// Where a restored cluster's data came from.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoredFrom {
+    /// The EtcdadmSnapshot, when restored from one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// `<bucket>/<key>` of the object restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// The revision of the restored data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// When the first member was restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(prefix: Option<&str>) -> S3Store {
+        S3Store {
+            prefix: prefix.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn keys_join_the_prefix_with_one_slash() {
+        assert_eq!(store(None).key("a/b.db"), "a/b.db");
+        assert_eq!(store(Some("")).key("a.db"), "a.db");
+        assert_eq!(store(Some("backups")).key("a.db"), "backups/a.db");
+        assert_eq!(store(Some("backups/")).key("a.db"), "backups/a.db");
+    }
+
+    #[test]
+    fn the_region_defaults_to_us_east_1() {
+        assert_eq!(store(None).region(), "us-east-1");
+        let eu = S3Store {
+            region: Some("eu-west-1".into()),
+            ..Default::default()
+        };
+        assert_eq!(eu.region(), "eu-west-1");
+    }
+
+    #[test]
+    fn a_snapshot_without_status_is_pending() {
+        let snapshot = EtcdadmSnapshot::new("s", EtcdadmSnapshotSpec::default());
+        assert_eq!(snapshot.phase(), SnapshotPhase::Pending);
+        assert!(!snapshot.phase().is_finished());
+        assert!(SnapshotPhase::Failed.is_finished());
+    }
+}

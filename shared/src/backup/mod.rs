@@ -1,0 +1,143 @@
+//! One etcd member's snapshot streamed into an object store as it arrives: etcd's messages go
+//! into a multipart upload as they are, and past the checksum trailer, and the upload is
+//! completed only once etcd's SHA-256 matched, aborted otherwise: the key holds a verified
+//! snapshot or nothing. The object is what `etcdctl snapshot save` writes (the database, then
+//! etcd's 32-byte SHA-256 of it), so `snapshot restore` and `etcdadm init --snapshot` take it
+//! and check it again.
+//!
+//! The revision: etcd's snapshot answer carries none, so the member's own revision is read (a
+//! serializable read, which needs no quorum) before asking for the snapshot and again once its
+//! first message arrived, when the snapshot's read transaction is already open. The snapshot
+//! holds a revision between the two; when they differ, the lower one is reported (every write up
+//! to it is in the snapshot) and marked inexact.
+
+mod checksum;
+
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tracing::warn;
+
+pub use self::checksum::{CHECKSUM_LEN, ChecksumError, ChecksumTrailer, Verified, hex};
+use crate::etcd::{EtcdError, MemberClient};
+use crate::store::{MultipartWriter, StoreClient, StoreError};
+
+/// What was stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredSnapshot {
+    /// Bytes of the object: the database and etcd's 32-byte checksum.
+    pub size: u64,
+    /// SHA-256 of the object, hex (what `sha256sum` of the downloaded file prints).
+    pub sha256: String,
+    /// SHA-256 of the database alone, hex (etcd's own, the object's last 32 bytes).
+    pub database_sha256: String,
+    /// Every write up to this revision is in the snapshot.
+    pub revision: i64,
+    /// The snapshot holds exactly `revision` (no write landed while it began).
+    pub revision_exact: bool,
+}
+
+/// Why a snapshot was not stored; the upload was aborted.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("{0}")]
+    Member(#[from] EtcdError),
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Checksum(#[from] ChecksumError),
+}
+
+impl SnapshotError {
+    /// A stable CamelCase cause for Events, conditions and metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            SnapshotError::Member(EtcdError::Unreachable { .. } | EtcdError::Timeout { .. }) => {
+                "MemberUnreachable"
+            }
+            SnapshotError::Member(EtcdError::Tls { .. }) => "MemberTLSError",
+            SnapshotError::Member(EtcdError::Refused { .. }) => "MemberRefused",
+            SnapshotError::Member(e) => e.category(),
+            SnapshotError::Store(e) => e.category(),
+            SnapshotError::Checksum(ChecksumError::Mismatch { .. }) => "HashMismatch",
+            SnapshotError::Checksum(_) => "SnapshotTruncated",
+        }
+    }
+}
+
+/// Stream `member`'s snapshot into the multipart upload `upload_id` of `key` (already created,
+/// so a caller can record it before any data moves) and complete it once etcd's checksum
+/// matched; on any failure the upload is aborted. Each etcd message must arrive within `idle`.
+pub async fn stream_to_store(
+    member: &MemberClient,
+    store: &StoreClient,
+    key: &str,
+    upload_id: &str,
+    idle: Duration,
+) -> Result<StoredSnapshot, SnapshotError> {
+    let mut writer = MultipartWriter::new(store, key, upload_id);
+    match fill(member, &mut writer, idle).await {
+        Ok((verified, object_sha256, revision, revision_exact)) => {
+            let size = match writer.complete().await {
+                Ok(size) => size,
+                Err(e) => {
+                    abort(store, key, upload_id).await;
+                    return Err(e.into());
+                }
+            };
+            Ok(StoredSnapshot {
+                size,
+                sha256: hex(&object_sha256),
+                database_sha256: hex(&verified.sha256),
+                revision,
+                revision_exact,
+            })
+        }
+        Err(e) => {
+            if let Err(abort) = writer.abort().await {
+                warn_unaborted(key, upload_id, &abort);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The verified database, the object's SHA-256, the revision and whether it is exact.
+type Filled = (Verified, [u8; 32], i64, bool);
+
+async fn fill(
+    member: &MemberClient,
+    writer: &mut MultipartWriter,
+    idle: Duration,
+) -> Result<Filled, SnapshotError> {
+    let before = member.local_revision().await?;
+    let mut stream = member.snapshot(idle).await?;
+    let mut trailer = ChecksumTrailer::default();
+    let mut object = Sha256::new();
+    let mut after = None;
+    while let Some(piece) = stream.next().await? {
+        if after.is_none() {
+            after = Some(member.local_revision().await?);
+        }
+        trailer.push(&piece);
+        object.update(&piece);
+        writer.write(&piece).await?;
+    }
+    let verified = trailer.finish(stream.database_size())?;
+    let (revision, exact) = match (stream.header_revision(), after) {
+        (Some(revision), _) => (revision, true),
+        (None, Some(after)) => (before, after == before),
+        (None, None) => (before, false),
+    };
+    Ok((verified, object.finalize().into(), revision, exact))
+}
+
+async fn abort(store: &StoreClient, key: &str, upload_id: &str) {
+    if let Err(e) = store.abort_multipart_upload(key, upload_id).await {
+        warn_unaborted(key, upload_id, &e);
+    }
+}
+
+fn warn_unaborted(key: &str, upload_id: &str, error: &StoreError) {
+    warn!(key, upload_id, %error, "aborting the snapshot upload failed; its parts stay until the store expires them");
+}

@@ -1,0 +1,271 @@
+//! Checks of `spec.backup` and `spec.restore`: the admission webhook rejects what fails them, and
+//! the snapshot controller fails a snapshot with the same words when an object bypassed it.
+
+use super::{FieldError, quoted};
+use crate::api::snapshot::{Backup, Restore, S3Store};
+use crate::cron::Schedule;
+
+/// Every problem with `backup` (whose path is `base`, e.g. `spec.backup`).
+pub fn validate_backup(backup: &Backup, base: &str) -> Vec<FieldError> {
+    let mut errors = validate_store(&backup.store.s3, &format!("{base}.store.s3"));
+    if let Some(schedule) = backup.schedule.as_deref()
+        && let Err(e) = Schedule::parse(schedule)
+    {
+        errors.push(FieldError::new(format!("{base}.schedule"), e.to_string()));
+    }
+    if let Some(retention) = &backup.retention
+        && retention.keep < 1
+    {
+        errors.push(FieldError::new(
+            format!("{base}.retention.keep"),
+            format!(
+                "{}: must be at least 1 (to keep every snapshot, leave retention out)",
+                retention.keep
+            ),
+        ));
+    }
+    errors
+}
+
+/// Every problem with an S3 store (whose path is `base`, e.g. `spec.backup.store.s3`).
+pub fn validate_store(store: &S3Store, base: &str) -> Vec<FieldError> {
+    let mut errors = vec![];
+    if let Some(problem) = endpoint_problem(&store.endpoint) {
+        errors.push(FieldError::new(format!("{base}.endpoint"), problem));
+    }
+    if let Some(problem) = bucket_problem(&store.bucket) {
+        errors.push(FieldError::new(format!("{base}.bucket"), problem));
+    }
+    if store.credentials_secret_ref.name.trim().is_empty() {
+        errors.push(FieldError::new(
+            format!("{base}.credentialsSecretRef.name"),
+            "is required: the Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+        ));
+    }
+    if let Some(ca) = &store.ca_secret_ref
+        && ca.name.trim().is_empty()
+    {
+        errors.push(FieldError::new(
+            format!("{base}.caSecretRef.name"),
+            "must name a Secret (or leave caSecretRef out to trust the system's CAs)",
+        ));
+    }
+    if let Some(prefix) = store.prefix.as_deref()
+        && prefix.starts_with('/')
+    {
+        errors.push(FieldError::new(
+            format!("{base}.prefix"),
+            format!(
+                "{}: must not start with '/' (keys are relative to the bucket)",
+                quoted(prefix)
+            ),
+        ));
+    }
+    errors
+}
+
+/// Every problem with `restore` on its own (whose path is `base`, e.g. `spec.restore`).
+pub fn validate_restore(restore: &Restore, base: &str) -> Vec<FieldError> {
+    let source = &restore.snapshot;
+    let path = format!("{base}.snapshot");
+    let by_name = source.name.as_deref().is_some_and(|n| !n.is_empty());
+    let by_key = source.key.as_deref().is_some_and(|k| !k.is_empty());
+    let mut errors = vec![];
+    match (by_name, by_key, &source.store) {
+        (true, false, None) => {}
+        (false, true, Some(store)) => errors.extend(validate_store(&store.s3, &format!("{path}.store.s3"))),
+        (false, true, None) => errors.push(FieldError::new(
+            format!("{path}.store"),
+            "is required with key: the store holding the object",
+        )),
+        (false, false, Some(_)) => errors.push(FieldError::new(
+            format!("{path}.key"),
+            "is required with store: the object key of the snapshot file",
+        )),
+        (false, false, None) => errors.push(FieldError::new(
+            path,
+            "names no snapshot: set name (an EtcdadmSnapshot), or store and key",
+        )),
+        (true, _, _) => errors.push(FieldError::new(
+            path,
+            "set either name (an EtcdadmSnapshot), or store and key, not both",
+        )),
+    }
+    errors
+}
+
+fn endpoint_problem(endpoint: &str) -> Option<String> {
+    if endpoint.trim().is_empty() {
+        return Some(
+            "is required: the base URL of the S3 API, e.g. https://s3.eu-west-1.amazonaws.com".into(),
+        );
+    }
+    let url = match reqwest::Url::parse(endpoint) {
+        Ok(url) => url,
+        Err(e) => return Some(format!("{} is not a URL: {e}", quoted(endpoint))),
+    };
+    let plain = url.username().is_empty()
+        && url.password().is_none()
+        && url.query().is_none()
+        && url.fragment().is_none();
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() || !plain {
+        return Some(format!(
+            "{} must be an http:// or https:// URL with a host and without credentials, query \
+             or fragment",
+            quoted(endpoint)
+        ));
+    }
+    None
+}
+
+/// S3's bucket naming rules, which every S3-compatible store accepts.
+fn bucket_problem(bucket: &str) -> Option<String> {
+    if bucket.is_empty() {
+        return Some("is required: the bucket snapshots are stored in".into());
+    }
+    let chars_ok = bucket
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-');
+    let ends_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if !(3..=63).contains(&bucket.len())
+        || !chars_ok
+        || !ends_ok(bucket.chars().next())
+        || !ends_ok(bucket.chars().last())
+    {
+        return Some(format!(
+            "{} is not a bucket name: 3 to 63 lower-case letters, digits, '.' and '-', starting \
+             and ending with a letter or digit",
+            quoted(bucket)
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use serde_json::json;
+
+    fn backup(value: serde_json::Value) -> Backup {
+        let mut base = json!({"store": {"s3": {"endpoint": "https://s3.example.com", "bucket": "etcd-backups",
+                              "credentialsSecretRef": {"name": "s3-creds"}}}});
+        json_patch::merge(&mut base, &value);
+        serde_json::from_value(base).unwrap()
+    }
+
+    fn paths(errors: &[FieldError]) -> Vec<&str> {
+        errors.iter().map(|e| e.path.as_str()).collect()
+    }
+
+    #[test]
+    fn a_plain_backup_is_valid() {
+        let valid = backup(json!({"schedule": "0 */6 * * *", "retention": {"keep": 7},
+                                  "store": {"s3": {"prefix": "prod/", "region": "eu-west-1", "forcePathStyle": true,
+                                                   "caSecretRef": {"name": "s3-ca"}}}}));
+        assert_eq!(validate_backup(&valid, "spec.backup"), vec![]);
+    }
+
+    #[test]
+    fn endpoint_bucket_and_credentials_are_required() {
+        let errors = validate_backup(
+            &backup(
+                json!({"store": {"s3": {"endpoint": "", "bucket": "", "credentialsSecretRef": {"name": ""}}}}),
+            ),
+            "spec.backup",
+        );
+        assert_eq!(
+            paths(&errors),
+            [
+                "spec.backup.store.s3.endpoint",
+                "spec.backup.store.s3.bucket",
+                "spec.backup.store.s3.credentialsSecretRef.name"
+            ]
+        );
+        assert!(errors[0].message.contains("is required"));
+    }
+
+    #[test]
+    fn endpoints_are_plain_http_urls_and_buckets_follow_s3_rules() {
+        for bad in [
+            "s3.example.com",
+            "ftp://s3.example.com",
+            "https://user:pw@s3.example.com",
+            "https://s3.example.com/?x=1",
+        ] {
+            let errors = validate_backup(
+                &backup(json!({"store": {"s3": {"endpoint": bad}}})),
+                "spec.backup",
+            );
+            assert_eq!(paths(&errors), ["spec.backup.store.s3.endpoint"], "{bad}");
+        }
+        for good in [
+            "http://127.0.0.1:8333",
+            "https://minio.storage.svc:9000/",
+            "https://s3.amazonaws.com",
+        ] {
+            assert!(
+                validate_backup(
+                    &backup(json!({"store": {"s3": {"endpoint": good}}})),
+                    "spec.backup"
+                )
+                .is_empty(),
+                "{good}"
+            );
+        }
+        for bad in ["ab", "Upper", "with_underscore", "-dash", "dot.", &"b".repeat(64)] {
+            let errors = validate_backup(&backup(json!({"store": {"s3": {"bucket": bad}}})), "spec.backup");
+            assert_eq!(paths(&errors), ["spec.backup.store.s3.bucket"], "{bad}");
+        }
+    }
+
+    #[test]
+    fn schedules_must_parse_and_retention_keeps_at_least_one() {
+        let errors = validate_backup(&backup(json!({"schedule": "every hour"})), "spec.backup");
+        assert_eq!(paths(&errors), ["spec.backup.schedule"]);
+        assert!(
+            errors[0].message.contains("has 2 fields"),
+            "{}",
+            errors[0].message
+        );
+        let errors = validate_backup(&backup(json!({"retention": {"keep": 0}})), "spec.backup");
+        assert_eq!(paths(&errors), ["spec.backup.retention.keep"]);
+        let errors = validate_backup(
+            &backup(json!({"store": {"s3": {"prefix": "/abs"}}})),
+            "spec.backup",
+        );
+        assert_eq!(paths(&errors), ["spec.backup.store.s3.prefix"]);
+    }
+
+    #[test]
+    fn a_restore_names_a_snapshot_or_a_store_and_key() {
+        let restore = |value: serde_json::Value| -> Restore {
+            serde_json::from_value(json!({"snapshot": value})).unwrap()
+        };
+        let store = json!({"s3": {"endpoint": "https://s3.example.com", "bucket": "etcd-backups",
+                                  "credentialsSecretRef": {"name": "s3-creds"}}});
+        assert!(validate_restore(&restore(json!({"name": "c1-snap"})), "spec.restore").is_empty());
+        assert!(
+            validate_restore(&restore(json!({"store": store, "key": "a/b.db"})), "spec.restore").is_empty()
+        );
+        for (value, path) in [
+            (json!({}), "spec.restore.snapshot"),
+            (
+                json!({"name": "n", "store": store, "key": "k"}),
+                "spec.restore.snapshot",
+            ),
+            (json!({"key": "k"}), "spec.restore.snapshot.store"),
+            (json!({"store": store}), "spec.restore.snapshot.key"),
+            (
+                json!({"store": {"s3": {"endpoint": "x", "bucket": "etcd-backups", "credentialsSecretRef": {"name": "c"}}}, "key": "k"}),
+                "spec.restore.snapshot.store.s3.endpoint",
+            ),
+        ] {
+            assert_eq!(
+                paths(&validate_restore(&restore(value.clone()), "spec.restore")),
+                [path],
+                "{value}"
+            );
+        }
+    }
+}
