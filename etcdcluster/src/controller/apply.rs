@@ -415,7 +415,7 @@ pub fn member_machine(
     let mut annotations = template_meta.annotations.clone();
     annotations.insert(names::PRE_TERMINATE_HOOK_ANNOTATION.into(), String::new());
     if let Some(record) = m.remediation_for {
-        annotations.insert(super::observe::REMEDIATION_FOR_ANNOTATION.into(), record.into());
+        annotations.insert(super::plan::REMEDIATION_FOR_ANNOTATION.into(), record.into());
     }
     let mut owner = controller_ref(m.etcd)?;
     owner.block_owner_deletion = Some(true);
@@ -548,7 +548,7 @@ pub async fn delete_machine(client: &Client, ns: &str, name: &str) -> Result<(),
 pub async fn record_remediation(client: &Client, etcd: &EtcdadmCluster, record: &Value) -> Result<(), Error> {
     let api: Api<EtcdadmCluster> = Api::namespaced(client.clone(), &etcd.namespace().unwrap_or_default());
     let patch = json!({ "metadata": { "annotations": {
-        super::observe::REMEDIATION_ANNOTATION: record.to_string()
+        super::plan::REMEDIATION_ANNOTATION: record.to_string()
     } } });
     api.patch(&etcd.name_any(), &patch_params(), &Patch::Merge(&patch))
         .await?;

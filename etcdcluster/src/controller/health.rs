@@ -13,7 +13,7 @@ use etcdadm_shared::etcd::{EtcdError, EtcdTls, Health, Member, MemberClient, Mem
 use etcdadm_shared::names;
 use etcdadm_shared::pki::CertificateAuthority;
 
-use super::plan::{EtcdView, MachineView, MemberView, machine_for_member};
+use super::plan::{EtcdView, MachineView, MemberView, UnhealthyClock, machine_for_member};
 use crate::error::Error;
 
 /// Members probed at the same time, per cluster.
@@ -168,8 +168,9 @@ pub struct CheckInput<'a> {
     pub key: &'a str,
     pub ca: &'a CertificateAuthority,
     pub machines: &'a [MachineView],
-    /// `status.members` as stored: who was ever healthy.
+    /// `status.members` as stored: who was ever healthy, and since when who is not.
     pub previous: &'a [StoredMember],
+    pub clock: &'a UnhealthyClock,
     pub timeout: Duration,
 }
 
@@ -245,7 +246,7 @@ pub async fn check(clients: &EtcdClients, input: &CheckInput<'_>) -> Result<Etcd
                 .map(names::client_url)
                 .or_else(|| member.client_urls.first().cloned());
             let probe = url.as_ref().and_then(|u| probes.get(u));
-            member_view(member, machine, probe, leader, &alarms, input.previous)
+            member_view(member, machine, probe, leader, &alarms, input)
         })
         .collect();
     Ok(EtcdView::Members(views))
@@ -285,7 +286,7 @@ fn member_view(
     probe: Option<&Probe>,
     leader: Option<u64>,
     alarms: &[(u64, String)],
-    previous: &[StoredMember],
+    input: &CheckInput<'_>,
 ) -> MemberView {
     let member_alarms: Vec<String> = alarms
         .iter()
@@ -304,8 +305,12 @@ fn member_view(
         },
     };
     let id_hex = etcdadm_shared::etcd::member_id_hex(member.id);
+    let stored = input
+        .previous
+        .iter()
+        .find(|s| s.member_id.as_deref() == Some(id_hex.as_str()));
     let ever_healthy = healthy
-        || previous.iter().any(|s| {
+        || input.previous.iter().any(|s| {
             s.last_healthy_time.is_some()
                 && (s.member_id.as_deref() == Some(id_hex.as_str())
                     || machine.is_some_and(|name| s.name == name))
@@ -325,7 +330,6 @@ fn member_view(
         etcd_version: status.map(|s| s.version.clone()),
         db_size: status.and_then(|s| i64::try_from(s.db_size).ok()),
         alarms: member_alarms,
-        // Timed by `Observation::observed`, from the stored status.
-        unhealthy_for: std::time::Duration::ZERO,
+        unhealthy_for: input.clock.unhealthy_for(stored),
     }
 }

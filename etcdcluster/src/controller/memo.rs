@@ -142,7 +142,6 @@ mod tests {
             member_spec_problem: None,
             missing_infra_template: None,
             infra_machine: None,
-            machine_facts: vec![],
         }
     }
 

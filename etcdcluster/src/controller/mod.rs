@@ -9,7 +9,6 @@ pub mod health;
 pub mod memo;
 pub mod observe;
 pub mod plan;
-pub mod rollout;
 pub mod status;
 
 use std::hash::{Hash, Hasher};
@@ -40,7 +39,7 @@ use kube::core::DeserializeGuard;
 use self::health::{CheckInput, EtcdClients};
 use self::memo::Observations;
 use self::observe::Observation;
-use self::plan::{EtcdView, Growth, Removal, Step};
+use self::plan::{EtcdView, Growth, MachineView, Removal, Step, UnhealthyClock};
 use crate::error::Error;
 use crate::metrics::EtcdClusterMetrics;
 
@@ -143,15 +142,17 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
             ctx.observations.forget(&key);
             return Ok(Action::await_change());
         };
+        let clock = obs.clock(k8s_openapi::jiff::Timestamp::now());
+        let machines = obs.machine_views(&clock);
         let view = match &etcd_view {
             Some(view) => view.clone(),
             None => {
-                let view = check_health(&ctx, &obs).await?;
+                let view = check_health(&ctx, &obs, &machines, &clock).await?;
                 etcd_view = Some(view.clone());
                 view
             }
         };
-        let observed = obs.observed(view, k8s_openapi::jiff::Timestamp::now());
+        let observed = obs.observed(machines, view, &clock);
         let step = plan::plan(&observed);
         if step.writes() && !fresh {
             read_afresh = true;
@@ -200,23 +201,23 @@ async fn observe(
     Ok(Some((obs, true)))
 }
 
-async fn check_health(ctx: &Context, obs: &Observation) -> Result<EtcdView, Error> {
+async fn check_health(
+    ctx: &Context,
+    obs: &Observation,
+    machines: &[MachineView],
+    clock: &UnhealthyClock,
+) -> Result<EtcdView, Error> {
     let Some(ca) = &obs.ca else {
         return Ok(EtcdView::NotChecked);
     };
     let settings = obs.etcd_cluster.spec.health_settings();
-    let previous = obs
-        .etcd_cluster
-        .status
-        .as_ref()
-        .map(|s| s.members.clone())
-        .unwrap_or_default();
     let key = obs.cache_key();
     let input = CheckInput {
         key: &key,
         ca,
-        machines: &obs.machines,
-        previous: &previous,
+        machines,
+        previous: obs.stored_members(),
+        clock,
         timeout: settings.timeout,
     };
     let started = std::time::Instant::now();
@@ -315,7 +316,7 @@ async fn apply_step(ctx: &Context, obs: &Observation, step: Step) -> Result<Next
             let infra = required(&obs.infra_machine, "infrastructure machine kind")?;
             let version = obs.machine_version();
             let remediation_for = match purpose {
-                Growth::Replacement => etcd.annotations().get(observe::REMEDIATION_ANNOTATION),
+                Growth::Replacement => etcd.annotations().get(plan::REMEDIATION_ANNOTATION),
                 _ => None,
             };
             let new = apply::NewMember {
