@@ -4,6 +4,8 @@
 //! and never on each other.
 
 pub mod api;
+pub mod category;
+pub mod contract;
 pub mod crd;
 pub mod duration;
 pub mod etcd;

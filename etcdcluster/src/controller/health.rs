@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
+use kube::ResourceExt;
 use tracing::debug;
 
 use etcdadm_shared::api::MemberStatus as StoredMember;
@@ -13,8 +14,10 @@ use etcdadm_shared::etcd::{EtcdError, EtcdTls, Health, Member, MemberClient, Mem
 use etcdadm_shared::names;
 use etcdadm_shared::pki::CertificateAuthority;
 
+use super::observe::Observation;
 use super::plan::{EtcdView, MachineView, MemberView, UnhealthyClock, machine_for_member};
 use crate::error::Error;
+use crate::metrics::EtcdClusterMetrics;
 
 /// Members probed at the same time, per cluster.
 pub const PROBE_CONCURRENCY: usize = 8;
@@ -71,7 +74,7 @@ impl EtcdClients {
         let mut clusters = self
             .clusters
             .lock()
-            .map_err(|_| Error::InvalidObject("etcd client cache poisoned".into()))?;
+            .map_err(|_| Error::Internal("the etcd client cache was poisoned by a panic".into()))?;
         let now = SystemTime::now();
         if let Some(known) = clusters.get(key)
             && known.ca_pem == ca.cert_pem()
@@ -172,6 +175,46 @@ pub struct CheckInput<'a> {
     pub previous: &'a [StoredMember],
     pub clock: &'a UnhealthyClock,
     pub timeout: Duration,
+}
+
+/// The etcd side of `obs`: every member checked (none without a usable CA), timed and measured
+/// into `metrics`.
+pub async fn check_observed(
+    clients: &EtcdClients,
+    metrics: Option<&EtcdClusterMetrics>,
+    obs: &Observation,
+    machines: &[MachineView],
+    clock: &UnhealthyClock,
+) -> Result<EtcdView, Error> {
+    let Some(ca) = &obs.ca else {
+        return Ok(EtcdView::NotChecked);
+    };
+    let key = obs.cache_key();
+    let input = CheckInput {
+        key: &key,
+        ca,
+        machines,
+        previous: obs.stored_members(),
+        clock,
+        timeout: obs.etcd_cluster.spec.health_settings().timeout,
+    };
+    let started = std::time::Instant::now();
+    let view = check(clients, &input).await;
+    if let Some(m) = metrics {
+        let (ns, name) = (obs.namespace.as_str(), obs.etcd_cluster.name_any());
+        m.observe_health_check(ns, &name, started.elapsed());
+        if let Ok(EtcdView::Members(members)) = &view {
+            let mut alarms = vec![];
+            for member in members {
+                if let Some(bytes) = member.db_size.and_then(|b| u64::try_from(b).ok()) {
+                    m.observe_db_size(ns, &name, &member.name, bytes);
+                }
+                alarms.extend(member.alarms.iter().cloned());
+            }
+            m.observe_alarms(ns, &name, &alarms);
+        }
+    }
+    view
 }
 
 /// Check every member: `/health` and Status per member, the member list from a healthy one,

@@ -9,14 +9,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Client, Resource, ResourceExt};
+use rand::Rng;
 
 use etcdadm_shared::api::capi::{Cluster, ControlPlaneEtcd, KubeadmControlPlane, Machine};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig, EtcdadmConfigSpec, MemberStatus};
+use etcdadm_shared::contract::ca::read_ca;
+use etcdadm_shared::contract::init_secret::InitSecret;
 use etcdadm_shared::names;
-use etcdadm_shared::pki::{CertificateAuthority, ca_from_secret};
+use etcdadm_shared::pki::CertificateAuthority;
 
 use super::plan::{
-    CaView, ClusterView, DesiredSpec, EtcdView, InitSecretView, KcpView, MachineView, MemberSpec, Observed,
+    CaView, ClusterView, DesiredSpec, EtcdView, KcpView, MachineView, MemberSpec, Observed,
     REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION, RemediationRecord, UnhealthyClock, outdated_reason,
     remediation_policy,
 };
@@ -27,6 +30,8 @@ pub const ETCD_CLUSTER_GROUP: &str = "etcdcluster.cluster.x-k8s.io";
 pub const ETCD_CLUSTER_KIND: &str = "EtcdadmCluster";
 const KCP_KIND: &str = "KubeadmControlPlane";
 const KCP_GROUP: &str = "controlplane.cluster.x-k8s.io";
+/// Length of the random suffix of member object names.
+const NAME_SUFFIX_LEN: usize = 5;
 
 /// What was read, for the plan and for `apply`.
 #[derive(Clone)]
@@ -40,7 +45,7 @@ pub struct Observation {
     /// Member Machines, oldest first.
     pub machines: Vec<MachineRecord>,
     pub leftovers: Vec<String>,
-    pub init_secret: Option<InitSecretView>,
+    pub init_secret: Option<InitSecret>,
     pub kcp: Option<KubeadmControlPlane>,
     pub kcp_view: KcpView,
     pub control_plane_machines: usize,
@@ -236,8 +241,19 @@ impl Observation {
             creation_complete: status.creation_complete,
             kcp: self.kcp_view.clone(),
             control_plane_machines: self.control_plane_machines,
+            new_member_name: member_name(&e.name_any()),
         }
     }
+}
+
+/// `<etcdadmcluster>-<5 random lowercase alphanumerics>`: a name for a new member's objects.
+fn member_name(etcd: &str) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::thread_rng();
+    let suffix: String = (0..NAME_SUFFIX_LEN)
+        .map(|_| char::from(ALPHABET[rng.gen_range(0..ALPHABET.len())]))
+        .collect();
+    format!("{etcd}-{suffix}")
 }
 
 /// Read everything around `etcd_cluster` (as just read).
@@ -337,19 +353,12 @@ pub async fn observe_around(
     let (ca, ca_view, init_secret) = match &cluster_name {
         None => (None, CaView::Missing, None),
         Some(cluster) => {
-            let ca_name = names::ca_secret_name(cluster);
-            let (ca, view) = match secrets.get_opt(&ca_name).await? {
-                None => (None, CaView::Missing),
-                Some(secret) => match ca_from_secret(&secret, namespace, &ca_name) {
-                    Ok(ca) => (Some(Arc::new(ca)), CaView::Valid),
-                    Err(problem) => (None, CaView::Corrupt(problem)),
-                },
-            };
+            let (view, ca) = read_ca(&secrets, namespace, cluster).await?;
             let init = secrets
                 .get_opt(&names::init_secret_name(cluster))
                 .await?
-                .map(|s| init_secret_view(&s));
-            (ca, view, init)
+                .map(|s| InitSecret::from_secret(&s));
+            (ca.map(Arc::new), view, init)
         }
     };
 
@@ -541,32 +550,6 @@ fn find_leftovers(mut metas: Vec<ObjectMeta>, machines: &BTreeSet<String>) -> Ve
         }
     }
     names
-}
-
-fn secret_text(secret: &Secret, key: &str) -> Option<String> {
-    secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .and_then(|v| String::from_utf8(v.0.clone()).ok())
-        .or_else(|| secret.string_data.as_ref().and_then(|d| d.get(key)).cloned())
-}
-
-fn init_secret_view(secret: &Secret) -> InitSecretView {
-    InitSecretView {
-        address: secret_text(secret, names::INIT_ADDRESS_KEY)
-            .map(|a| a.trim().to_string())
-            .filter(|a| !a.is_empty()),
-        client_urls: secret_text(secret, names::INIT_CLIENT_URLS_KEY)
-            .map(|urls| {
-                urls.split(',')
-                    .map(str::trim)
-                    .filter(|u| !u.is_empty())
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default(),
-    }
 }
 
 async fn observe_kcp(

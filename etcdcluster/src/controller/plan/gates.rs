@@ -306,7 +306,8 @@ mod tests {
         assert_eq!(
             plan(&o),
             Step::CreateMachine {
-                adopt: None,
+                name: "c1-etcd-fresh".into(),
+                resume: false,
                 failure_domain: None,
                 purpose: Growth::ScaleUp,
             }
@@ -637,7 +638,7 @@ mod tests {
             } else {
                 EtcdView::Members(members)
             };
-            o.init_secret = Some(InitSecretView {
+            o.init_secret = Some(InitSecret {
                 address: Some("10.0.0.1".into()),
                 client_urls: healthy_client_urls(&o),
             });

@@ -113,8 +113,13 @@ pub(super) fn create_machine(o: &Observed, allowed_domains: &[String], purpose: 
             ),
         };
     }
+    let (name, resume) = match o.leftovers.first() {
+        Some(leftover) => (leftover.clone(), true),
+        None => (o.new_member_name.clone(), false),
+    };
     Step::CreateMachine {
-        adopt: o.leftovers.first().cloned(),
+        name,
+        resume,
         failure_domain: pick_failure_domain(allowed_domains, &o.machines),
         purpose: if o.replacement_pending() {
             Growth::Replacement
@@ -279,7 +284,8 @@ mod tests {
         assert_eq!(
             plan(&o),
             Step::CreateMachine {
-                adopt: None,
+                name: "c1-etcd-fresh".into(),
+                resume: false,
                 failure_domain: None,
                 purpose: Growth::ScaleUp,
             }
@@ -300,7 +306,7 @@ mod tests {
             }
         );
         // Published, first member not answering yet: no second Machine.
-        o.init_secret = Some(InitSecretView {
+        o.init_secret = Some(InitSecret {
             address: Some("10.0.0.1".into()),
             client_urls: vec!["https://10.0.0.1:2379".into()],
         });
@@ -317,7 +323,8 @@ mod tests {
         assert_eq!(
             plan(&o),
             Step::CreateMachine {
-                adopt: Some("c1-etcd-abcde".into()),
+                name: "c1-etcd-abcde".into(),
+                resume: true,
                 failure_domain: None,
                 purpose: Growth::ScaleUp,
             }
@@ -336,7 +343,7 @@ mod tests {
     #[test]
     fn init_secret_urls_follow_the_healthy_voters_once_ready() {
         let mut o = running(3);
-        o.init_secret = Some(InitSecretView {
+        o.init_secret = Some(InitSecret {
             address: Some("10.0.0.1".into()),
             client_urls: vec!["https://10.0.0.1:2379".into()],
         });

@@ -25,8 +25,8 @@ mod testing;
 pub use self::gates::quorum;
 pub use self::growth::{MIN_JOIN_DEADLINE, MIN_JOIN_INTERVALS, join_deadline};
 pub use self::observed::{
-    CaView, ClusterView, EtcdView, InitSecretView, KcpView, LastRemediation, MachineView, MemberView,
-    Observed, RemediationPolicy, healthy_client_urls, is_ready, machine_for_member, up_to_date_machines,
+    CaView, ClusterView, EtcdView, InitSecret, KcpView, LastRemediation, MachineView, MemberView, Observed,
+    RemediationPolicy, healthy_client_urls, is_ready, machine_for_member, up_to_date_machines,
     voting_endpoints,
 };
 pub use self::placement::{allowed_failure_domains, pick_failure_domain, pick_victim};
@@ -35,7 +35,7 @@ pub use self::remediation::{
     RemediationRecord, UnhealthyClock, remediation_backoff, remediation_policy,
 };
 pub use self::rollout::{DesiredSpec, MemberSpec, config_hash, outdated_reason};
-pub use self::step::{Growth, Removal, Step, reason, removal_reason};
+pub use self::step::{EventNote, Growth, Removal, Step, reason, removal_reason};
 
 use self::rollout::Want;
 

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+pub use etcdadm_shared::contract::ca::CaView;
+pub use etcdadm_shared::contract::init_secret::InitSecret;
 use etcdadm_shared::names;
 
 /// The Cluster this etcd serves, as far as the plan needs it.
@@ -18,15 +20,6 @@ pub enum ClusterView {
         /// Failure domains the infrastructure offers, sorted.
         failure_domains: Vec<String>,
     },
-}
-
-/// The etcd CA Secret `<cluster>-managed-etcd`.
-#[derive(Clone, Debug, PartialEq)]
-pub enum CaView {
-    Missing,
-    Valid,
-    /// Present but unusable: reported, never regenerated over the top.
-    Corrupt(String),
 }
 
 /// One member Machine of this EtcdadmCluster.
@@ -116,13 +109,6 @@ pub enum EtcdView {
     Members(Vec<MemberView>),
 }
 
-/// `<cluster>-etcd-init`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct InitSecretView {
-    pub address: Option<String>,
-    pub client_urls: Vec<String>,
-}
-
 /// The KubeadmControlPlane of the Cluster.
 #[derive(Clone, Debug, PartialEq)]
 pub enum KcpView {
@@ -207,7 +193,7 @@ pub struct Observed {
     /// oldest first.
     pub leftovers: Vec<String>,
     pub etcd: EtcdView,
-    pub init_secret: Option<InitSecretView>,
+    pub init_secret: Option<InitSecret>,
     /// `status.initialized` as stored.
     pub initialized: bool,
     /// `status.creationComplete` as stored.
@@ -215,6 +201,9 @@ pub struct Observed {
     pub kcp: KcpView,
     /// Control plane Machines of the Cluster (only counted while deleting).
     pub control_plane_machines: usize,
+    /// The name a member Machine created now gets (`<etcdadmcluster>-<5 random>`, drawn anew
+    /// for every plan).
+    pub new_member_name: String,
 }
 
 /// Rule 5: the Machine a member runs on, by name (= Machine name, etcdadm `--name`) and by peer

@@ -124,7 +124,7 @@ mod tests {
             members.push(member(i as u64 + 1, &name, &address));
             o.etcd = EtcdView::Members(members);
             o.initialized = true;
-            o.init_secret = Some(InitSecretView {
+            o.init_secret = Some(InitSecret {
                 address: Some("10.0.0.1".into()),
                 client_urls: healthy_client_urls(&o),
             });
@@ -204,7 +204,7 @@ mod tests {
         // Planned: 5 → 3 deletes the annotated Machine first.
         o.replicas = 3;
         o.machines[4].delete_requested = true;
-        o.init_secret = Some(InitSecretView {
+        o.init_secret = Some(InitSecret {
             address: Some("10.0.0.1".into()),
             client_urls: healthy_client_urls(&o),
         });

@@ -471,7 +471,7 @@ mod tests {
                 ..member(10 + i, &name, &address)
             });
         }
-        o.init_secret = Some(InitSecretView {
+        o.init_secret = Some(InitSecret {
             address: Some("10.0.0.1".into()),
             client_urls: healthy_client_urls(&o),
         });

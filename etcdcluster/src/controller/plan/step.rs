@@ -1,5 +1,10 @@
-//! The steps a plan can choose, what each says in the `Ready` condition while it is next, and
-//! the condition reasons the plan uses.
+//! The steps a plan can choose, what each says in the `Ready` condition while it is next and
+//! in the Event it leaves once applied, and the condition reasons the plan uses.
+
+use etcdadm_shared::etcd::member_id_hex;
+use etcdadm_shared::names;
+
+use super::observed::{ClusterView, KcpView, Observed};
 
 /// Why a Machine is deleted (its member is removed first, through the pre-terminate hook).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,10 +60,11 @@ pub enum Step {
     UpdateInitSecretUrls {
         client_urls: Vec<String>,
     },
-    /// Create the infra machine, EtcdadmConfig and Machine of one new member. `adopt` names an
-    /// interrupted creation to finish instead of starting a new name.
+    /// Create the infra machine, EtcdadmConfig and Machine of one new member, all named `name`:
+    /// a fresh name, or the name of an interrupted creation to finish (`resume`).
     CreateMachine {
-        adopt: Option<String>,
+        name: String,
+        resume: bool,
         failure_domain: Option<String>,
         purpose: Growth,
     },
@@ -231,6 +237,153 @@ impl Step {
         }
     }
 
+    /// The Event this step leaves once applied: a pure function of the plan's input and output.
+    /// Steps that only tidy up (ownership, finalizer, join URLs) and those that write nothing
+    /// leave none.
+    pub fn event(&self, o: &Observed) -> Option<EventNote> {
+        let cluster = match &o.cluster {
+            ClusterView::Found { name, .. } => name.as_str(),
+            ClusterView::Missing => "",
+        };
+        let kcp = match &o.kcp {
+            KcpView::Found { name, .. } | KcpView::Missing { name } => name.as_str(),
+            KcpView::None => "",
+        };
+        let (reason, note) = match self {
+            Step::Wait { .. }
+            | Step::Refuse { .. }
+            | Step::Paused
+            | Step::Steady
+            | Step::AddClusterOwnerRef
+            | Step::AddFinalizer
+            | Step::UpdateInitSecretUrls { .. }
+            | Step::RemoveFinalizer => return None,
+            Step::PauseKcp => (
+                "ControlPlanePaused",
+                format!("paused KubeadmControlPlane {kcp} until etcd is ready"),
+            ),
+            Step::CreateCa => (
+                "CACreated",
+                format!(
+                    "generated the etcd CA in Secret {}",
+                    names::ca_secret_name(cluster)
+                ),
+            ),
+            Step::PublishInitSecret { address, .. } => (
+                "InitSecretPublished",
+                format!(
+                    "published Secret {} with the first member's address {address}",
+                    names::init_secret_name(cluster)
+                ),
+            ),
+            Step::CreateMachine {
+                name,
+                resume,
+                failure_domain,
+                purpose,
+            } => {
+                let machines = o.active_machines().count() + 1;
+                let replicas = o.replicas;
+                let mut note = match purpose {
+                    Growth::ScaleUp => {
+                        format!("created Machine {name} (Machine {machines} for {replicas} replicas)")
+                    }
+                    Growth::Rollout => format!(
+                        "rolling update: created Machine {name} of the current spec ({machines} Machines for {replicas} replicas)"
+                    ),
+                    Growth::Replacement => format!(
+                        "created Machine {name} to replace the remediated member ({machines} Machines for {replicas} replicas)"
+                    ),
+                };
+                if let Some(domain) = failure_domain {
+                    note.push_str(&format!(" in failure domain {domain}"));
+                }
+                if *resume {
+                    note.push_str(", finishing an interrupted creation");
+                }
+                ("MachineCreated", note)
+            }
+            Step::AdoptMachine { machine } => {
+                let orphan = o.machines.iter().any(|m| m.name == *machine && m.orphan);
+                let note = if orphan {
+                    format!(
+                        "adopted Machine {machine}: it carries this EtcdadmCluster's label but had no controller"
+                    )
+                } else {
+                    format!(
+                        "restored the pre-terminate hook on Machine {machine}: its deletion must remove its member first"
+                    )
+                };
+                ("MachineAdopted", note)
+            }
+            Step::DeleteMachine { purpose, message, .. } => {
+                let (warning, reason) = match purpose {
+                    Removal::ScaleDown => (false, "ScalingDown"),
+                    Removal::Rollout => (false, "RollingUpdate"),
+                    Removal::Remediation { .. } => (true, "MemberRemediation"),
+                    Removal::OrphanMachine => (true, "OrphanMachineDeleted"),
+                    Removal::FailedJoin => (true, "MemberJoinFailed"),
+                };
+                return Some(EventNote {
+                    warning,
+                    reason,
+                    note: message.clone(),
+                });
+            }
+            Step::DeleteLeftovers { names } => (
+                "LeftoversDeleted",
+                format!("deleted leftovers of interrupted creations: {}", names.join(", ")),
+            ),
+            Step::WriteKcpEndpoints { endpoints } => (
+                "ControlPlaneEndpointsUpdated",
+                format!(
+                    "wrote etcd endpoints {} into KubeadmControlPlane {kcp}",
+                    endpoints.join(",")
+                ),
+            ),
+            Step::CreateKcpSecrets => (
+                "ControlPlaneSecretsCreated",
+                format!(
+                    "created Secrets {} and {} for the control plane (one that existed is kept)",
+                    names::kcp_etcd_ca_secret_name(cluster),
+                    names::apiserver_client_secret_name(cluster)
+                ),
+            ),
+            Step::UnpauseKcp => (
+                "ControlPlaneUnpaused",
+                format!("etcd is ready: un-paused KubeadmControlPlane {kcp}"),
+            ),
+            Step::MoveLeader { to, machine, .. } => (
+                "LeadershipMoved",
+                format!(
+                    "moved etcd leadership to member {} before removing Machine {machine}'s member",
+                    member_id_hex(*to)
+                ),
+            ),
+            Step::RemoveMember {
+                member_id,
+                member,
+                why,
+                ..
+            } => (
+                "MemberRemoved",
+                format!("removed the etcd {member} ({}): {why}", member_id_hex(*member_id)),
+            ),
+            Step::ReleaseHook { machine } => (
+                "PreTerminateHookReleased",
+                format!("Machine {machine} has no etcd member; released its pre-terminate hook"),
+            ),
+            Step::ReleaseAndDeleteMachines { names } => (
+                "MachinesDeleted",
+                format!(
+                    "deleting etcd Machines {} (their pre-terminate hooks released)",
+                    names.join(", ")
+                ),
+            ),
+        };
+        Some(EventNote::normal(reason, note))
+    }
+
     /// Whether this step writes anything (used to check the "no writes" rules).
     pub fn writes(&self) -> bool {
         !matches!(
@@ -258,5 +411,67 @@ pub fn removal_reason(purpose: Removal) -> &'static str {
         Removal::Remediation { .. } => reason::REMEDIATING,
         Removal::OrphanMachine => reason::ORPHAN_MACHINE,
         Removal::FailedJoin => reason::MEMBER_JOIN_FAILED,
+    }
+}
+
+/// An Event to publish on the EtcdadmCluster: what a step did, or a change of state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventNote {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub note: String,
+}
+
+impl EventNote {
+    pub fn normal(reason: &'static str, note: String) -> Self {
+        EventNote {
+            warning: false,
+            reason,
+            note,
+        }
+    }
+
+    pub fn warning(reason: &'static str, note: String) -> Self {
+        EventNote {
+            warning: true,
+            reason,
+            note,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::super::testing::*;
+    use super::super::*;
+
+    #[test]
+    fn each_step_names_its_event_from_the_plan_alone() {
+        let o = running(2);
+        let create = plan(&o);
+        let event = create.event(&o).unwrap();
+        assert_eq!(
+            (event.warning, event.reason, event.note.as_str()),
+            (
+                false,
+                "MachineCreated",
+                "created Machine c1-etcd-fresh (Machine 3 for 3 replicas)"
+            )
+        );
+        let mut sick = running(3);
+        members_mut(&mut sick)[1] = unhealthy(members_mut(&mut sick)[1].clone(), "connection refused");
+        members_mut(&mut sick)[1].unhealthy_for = sick.remediation.unhealthy_after * 2;
+        let remediate = plan(&sick);
+        let event = remediate.event(&sick).unwrap();
+        assert!(event.warning, "{remediate:?}");
+        assert_eq!(event.reason, "MemberRemediation");
+        assert_eq!(event.note, remediate.reason().1);
+        let mut adopt = running(3);
+        adopt.machines[1].orphan = true;
+        let note = plan(&adopt).event(&adopt).unwrap().note;
+        assert!(note.starts_with("adopted Machine c1-etcd-m1"), "{note}");
+        assert_eq!(Step::AddFinalizer.event(&o), None);
+        assert_eq!(Step::Steady.event(&o), None);
     }
 }

@@ -85,6 +85,7 @@ pub(super) fn base() -> Observed {
         creation_complete: false,
         kcp: KcpView::None,
         control_plane_machines: 0,
+        new_member_name: "c1-etcd-fresh".into(),
     }
 }
 
@@ -108,7 +109,7 @@ pub(super) fn running(n: usize) -> Observed {
             .collect(),
     );
     o.initialized = true;
-    o.init_secret = Some(InitSecretView {
+    o.init_secret = Some(InitSecret {
         address: Some("10.0.0.1".into()),
         client_urls: healthy_client_urls(&o),
     });
@@ -256,7 +257,7 @@ impl World {
                 }
             }
             Step::UpdateInitSecretUrls { client_urls } => {
-                self.o.init_secret = Some(InitSecretView {
+                self.o.init_secret = Some(InitSecret {
                     address: Some("10.0.0.1".into()),
                     client_urls: client_urls.clone(),
                 });
