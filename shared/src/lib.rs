@@ -12,6 +12,7 @@ pub mod etcd;
 pub mod manager;
 pub mod names;
 pub mod pki;
+pub mod ssa;
 pub mod validation;
 
 #[cfg(feature = "testing")]

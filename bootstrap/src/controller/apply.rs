@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
@@ -17,6 +17,8 @@ use etcdadm_shared::contract::{
     bytes, ca, cluster_secret, controller_reference, create_if_absent, init_lock, init_secret,
 };
 use etcdadm_shared::names;
+use etcdadm_shared::ssa;
+use serde_json::json;
 
 use super::observe::Observation;
 use super::plan::{Step, reason};
@@ -25,8 +27,10 @@ use crate::error::Error;
 use crate::metrics::{BootstrapMetrics, DataSecretOutcome};
 use crate::render::{CaFiles, EtcdadmCommand, RenderInput, render_user_data};
 
-/// Field manager for every write of this controller but status.
+/// Field manager of this controller's creations.
 pub const FIELD_MANAGER: &str = "etcdadm-bootstrap";
+/// The apply site of a data Secret's data.
+const DATA_MANAGER: &str = "etcdadm-bootstrap/data-secret";
 /// How long to wait before looking again while waiting on another actor.
 pub const WAIT_REQUEUE: Duration = Duration::from_secs(5);
 /// A config in a state only a human can fix is still looked at now and then.
@@ -241,15 +245,13 @@ async fn write_data_secret(
     );
     let api: Api<Secret> = Api::namespaced(client.clone(), ns);
     if !create_if_absent(&api, &secret, FIELD_MANAGER).await? {
-        // Only reached when observe saw no Secret: a racing writer of ours made it; make it current.
-        let patch = serde_json::json!({ "data": data });
+        // Only reached when observe saw no Secret: a racing writer of ours made it; make its
+        // data current (this config's to decide, so forced).
+        let body = ssa::configuration::<Secret>(&config.name_any(), json!({}), json!({ "data": data }));
         api.patch(
             &config.name_any(),
-            &PatchParams {
-                field_manager: Some(FIELD_MANAGER.into()),
-                ..Default::default()
-            },
-            &Patch::Merge(&patch),
+            &ssa::params(DATA_MANAGER, true),
+            &Patch::Apply(body),
         )
         .await?;
     }

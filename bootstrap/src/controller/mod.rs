@@ -12,11 +12,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::core::DeserializeGuard;
 use kube::core::error_boundary::InvalidObject;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
-use tracing::warn;
+use tracing::{instrument, warn};
 
 use etcdadm_shared::api::capi::{Cluster, Machine};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig};
@@ -27,6 +27,8 @@ use self::apply::{Next, Outputs, WAIT_REQUEUE};
 use crate::error::Error;
 use crate::metrics::BootstrapMetrics;
 
+/// The apply site of the condition an unreadable object gets.
+const INVALID_OBJECT_MANAGER: &str = "etcdadm-bootstrap/invalid-object";
 /// Steps (lock, CA, render, init address) done in one reconcile before yielding.
 const MAX_STEPS: usize = 6;
 
@@ -58,6 +60,7 @@ impl Context {
 }
 
 /// Reconcile one EtcdadmConfig.
+#[instrument(skip_all, fields(namespace = config.namespace().unwrap_or_default(), name = config.name_any()))]
 pub async fn reconcile(config: Arc<EtcdadmConfig>, ctx: Arc<Context>) -> Result<Action, Error> {
     let out = Outputs {
         client: &ctx.client,
@@ -76,7 +79,8 @@ pub async fn reconcile(config: Arc<EtcdadmConfig>, ctx: Arc<Context>) -> Result<
 }
 
 fn error_policy(config: Arc<DeserializeGuard<EtcdadmConfig>>, error: &Error, _ctx: Arc<Context>) -> Action {
-    warn!(config = %config.name_any(), category = %error.category(), %error, "reconcile failed");
+    // The one place a failed reconcile is logged.
+    warn!(namespace = config.namespace().unwrap_or_default(), name = config.name_any(), category = %error.category(), %error, "reconcile failed");
     Action::requeue(WAIT_REQUEUE)
 }
 
@@ -110,7 +114,8 @@ async fn measured_reconcile(
 /// An EtcdadmConfig this version cannot read (say, an enum value it does not know) gets a
 /// condition and an Event naming the problem; the watch and every other config go on.
 async fn report_invalid(ctx: &Context, invalid: &InvalidObject) -> Result<Action, Error> {
-    report_invalid_object::<EtcdadmConfig>(&ctx.client, &ctx.recorder, apply::FIELD_MANAGER, invalid).await?;
+    report_invalid_object::<EtcdadmConfig>(&ctx.client, &ctx.recorder, INVALID_OBJECT_MANAGER, invalid)
+        .await?;
     Ok(Action::await_change())
 }
 
@@ -155,8 +160,10 @@ pub async fn run(manager: ManagerContext, metrics: BootstrapMetrics) {
         .graceful_shutdown_on(shutdown.wait())
         .run(measured_reconcile, error_policy, ctx)
         .for_each(|result| async move {
-            if let Err(e) = result {
-                warn!(error = %e, "controller event");
+            match result {
+                // Logged by `error_policy` already.
+                Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
+                Err(e) => warn!(error = %e, "controller event"),
             }
         })
         .await;

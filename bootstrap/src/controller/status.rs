@@ -3,11 +3,12 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 
 use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
 use etcdadm_shared::api::config::BootstrapInitialization;
 use etcdadm_shared::api::{EtcdadmConfig, EtcdadmConfigStatus};
+use etcdadm_shared::ssa;
 
 use super::plan::reason;
 use crate::error::Error;
@@ -17,7 +18,7 @@ pub const READY: &str = "Ready";
 pub const DATA_SECRET_AVAILABLE: &str = "DataSecretAvailable";
 pub const PAUSED: &str = "Paused";
 
-/// Field manager of status writes.
+/// The apply site of status.
 const FIELD_MANAGER: &str = "etcdadm-bootstrap/status";
 
 /// What status should say after this reconcile.
@@ -74,7 +75,7 @@ pub fn next_status(config: &EtcdadmConfig, outcome: &Outcome, now: &Time) -> Opt
     (status != old).then_some(status)
 }
 
-/// Patch status if it changed; returns whether it did (callers emit Events only on change).
+/// Apply status if it changed; returns whether it did (callers emit Events only on change).
 pub async fn write_status(
     client: &kube::Client,
     config: &EtcdadmConfig,
@@ -90,12 +91,17 @@ pub async fn write_status(
     let Some(status) = next_status(&fresh, &outcome, &now) else {
         return Ok(false);
     };
-    let patch = serde_json::json!({ "status": status });
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    api.patch_status(&config.name_any(), &params, &Patch::Merge(&patch))
-        .await?;
+    // The whole status, every time: its fields are this controller's alone.
+    let body = ssa::configuration::<EtcdadmConfig>(
+        &config.name_any(),
+        serde_json::json!({}),
+        serde_json::json!({ "status": status }),
+    );
+    api.patch_status(
+        &config.name_any(),
+        &ssa::params(FIELD_MANAGER, true),
+        &Patch::Apply(body),
+    )
+    .await?;
     Ok(true)
 }

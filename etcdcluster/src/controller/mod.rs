@@ -18,13 +18,13 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::core::{DeserializeGuard, PartialObjectMeta};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::runtime::{PredicateConfig, WatchStreamExt};
 use kube::{Client, ResourceExt};
-use tracing::{debug, warn};
+use tracing::{debug, instrument, warn};
 
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::capi::{Cluster, KubeadmControlPlane, Machine};
@@ -43,6 +43,8 @@ use crate::metrics::EtcdClusterMetrics;
 /// An EtcdadmCluster as watched: read, or the reason it could not be.
 pub(crate) type Guarded = DeserializeGuard<EtcdadmCluster>;
 
+/// The apply site of the condition an unreadable object gets.
+const INVALID_OBJECT_MANAGER: &str = "etcdadm-controller/invalid-object";
 /// Steps applied in one reconcile before yielding.
 const MAX_STEPS: usize = 8;
 
@@ -102,6 +104,7 @@ impl Context {
 }
 
 /// Reconcile one EtcdadmCluster.
+#[instrument(skip_all, fields(namespace = etcd.namespace().unwrap_or_default(), name = etcd.name_any()))]
 pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = etcd.namespace().ok_or_else(|| {
         Error::Internal(format!(
@@ -145,7 +148,7 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
             continue;
         }
         if let Some(updated) = apply::write_status(&out, &obs, &observed, &step).await? {
-            // Metadata patches are guarded by the resourceVersion the status write produced.
+            // The finalizer's removal is guarded by the resourceVersion this write produced.
             obs.etcd_cluster = updated;
         }
         if step.writes() {
@@ -163,7 +166,8 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
 }
 
 fn error_policy(etcd: Arc<Guarded>, error: &Error, _ctx: Arc<Context>) -> Action {
-    warn!(etcdcluster = %etcd.name_any(), category = %error.category(), %error, "reconcile failed");
+    // The one place a failed reconcile is logged.
+    warn!(namespace = etcd.namespace().unwrap_or_default(), name = etcd.name_any(), category = %error.category(), %error, "reconcile failed");
     Action::requeue(WAIT_REQUEUE)
 }
 
@@ -205,7 +209,7 @@ pub async fn run(manager: ManagerContext) {
                 Err(invalid) => report_invalid_object::<EtcdadmCluster>(
                     &ctx.client,
                     &ctx.recorder,
-                    apply::FIELD_MANAGER,
+                    INVALID_OBJECT_MANAGER,
                     invalid,
                 )
                 .await
@@ -259,8 +263,10 @@ pub async fn run(manager: ManagerContext) {
         .graceful_shutdown_on(shutdown.wait())
         .run(measured, error_policy, ctx)
         .for_each(|result| async move {
-            if let Err(e) = result {
-                warn!(error = %e, "controller event");
+            match result {
+                // Logged by `error_policy` already.
+                Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
+                Err(e) => warn!(error = %e, "controller event"),
             }
         })
         .await;

@@ -6,13 +6,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use super::{ContractError, bytes, create_cluster_secret, secret_text};
 use crate::api::capi::Cluster;
 use crate::names;
+use crate::ssa;
 
 /// What `<cluster>-etcd-init` says.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -80,18 +81,11 @@ pub async fn apply_client_urls(
     field_manager: &str,
 ) -> Result<(), kube::Error> {
     let name = names::init_secret_name(cluster);
-    let body = json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": { "name": name, "namespace": namespace },
-        "data": { names::INIT_CLIENT_URLS_KEY: bytes(&client_urls.join(",")) },
-    });
+    let data = json!({ "data": { names::INIT_CLIENT_URLS_KEY: bytes(&client_urls.join(",")) } });
+    let body = ssa::configuration::<Secret>(&name, json!({}), data);
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    api.patch(
-        &name,
-        &PatchParams::apply(field_manager).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
+    api.patch(&name, &ssa::params(field_manager, true), &Patch::Apply(&body))
+        .await?;
     Ok(())
 }
 

@@ -9,54 +9,57 @@ use serde_json::{Value, json};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
 use etcdadm_shared::contract::owner_reference;
 use etcdadm_shared::names;
+use etcdadm_shared::ssa;
 
-use super::{Applied, FIELD_MANAGER, Outputs, observed};
+use super::{Applied, Outputs, observed};
 use crate::controller::observe::Observation;
 use crate::controller::plan::{Observed, REMEDIATION_ANNOTATION, RemediationRecord, Step};
 use crate::controller::status;
 use crate::error::Error;
 
-fn patch_params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    }
-}
+/// Server-side apply sites on the EtcdadmCluster: each owns what it applies, and only that.
+const OWNER_MANAGER: &str = "etcdadm-controller/cluster-owner";
+const FINALIZER_MANAGER: &str = "etcdadm-controller/finalizer";
+const REMEDIATION_MANAGER: &str = "etcdadm-controller/remediation";
+const STATUS_MANAGER: &str = "etcdadm-controller/status";
 
 fn api(out: &Outputs<'_>, etcd: &EtcdadmCluster) -> Api<EtcdadmCluster> {
     Api::namespaced(out.client.clone(), &etcd.namespace().unwrap_or_default())
 }
 
-/// Merge-patch `metadata`, guarded by the resourceVersion observed (lists in a merge patch are
-/// replaced whole, so a concurrent change must not be overwritten).
-async fn patch_metadata(out: &Outputs<'_>, etcd: &EtcdadmCluster, metadata: Value) -> Result<Applied, Error> {
-    let mut metadata = metadata;
-    if let Some(map) = metadata.as_object_mut() {
-        map.insert("resourceVersion".into(), json!(etcd.resource_version()));
-    }
+/// Server-side apply `metadata` as `manager`; `force` takes over fields only this controller
+/// should write.
+async fn apply_metadata(
+    out: &Outputs<'_>,
+    etcd: &EtcdadmCluster,
+    manager: &str,
+    force: bool,
+    metadata: Value,
+) -> Result<(), Error> {
+    let body = ssa::configuration::<EtcdadmCluster>(&etcd.name_any(), metadata, json!({}));
     api(out, etcd)
         .patch(
             &etcd.name_any(),
-            &patch_params(),
-            &Patch::Merge(json!({ "metadata": metadata })),
+            &ssa::params(manager, force),
+            &Patch::Apply(body),
         )
         .await?;
+    Ok(())
+}
+
+/// The Cluster as a (non-controller) owner: garbage collection and `clusterctl move`. The
+/// owner list merges by uid, so the entry is applied alone.
+pub(super) async fn add_cluster_owner_ref(out: &Outputs<'_>, obs: &Observation) -> Result<Applied, Error> {
+    let owner = owner_reference(observed(&obs.cluster, "Cluster")?)?;
+    let metadata = json!({ "ownerReferences": [owner] });
+    apply_metadata(out, &obs.etcd_cluster, OWNER_MANAGER, false, metadata).await?;
     Ok(Applied::Done)
 }
 
-/// The Cluster as a (non-controller) owner: garbage collection and `clusterctl move`.
-pub(super) async fn add_cluster_owner_ref(out: &Outputs<'_>, obs: &Observation) -> Result<Applied, Error> {
-    let etcd = &obs.etcd_cluster;
-    let mut owners = etcd.owner_references().to_vec();
-    owners.push(owner_reference(observed(&obs.cluster, "Cluster")?)?);
-    patch_metadata(out, etcd, json!({ "ownerReferences": owners })).await
-}
-
 pub(super) async fn add_finalizer(out: &Outputs<'_>, obs: &Observation) -> Result<Applied, Error> {
-    let etcd = &obs.etcd_cluster;
-    let mut finalizers = etcd.finalizers().to_vec();
-    finalizers.push(names::ETCDADM_CLUSTER_FINALIZER.to_string());
-    patch_metadata(out, etcd, json!({ "finalizers": finalizers })).await
+    let metadata = json!({ "finalizers": [names::ETCDADM_CLUSTER_FINALIZER] });
+    apply_metadata(out, &obs.etcd_cluster, FINALIZER_MANAGER, false, metadata).await?;
+    Ok(Applied::Done)
 }
 
 /// The last step of a deletion: nothing of this etcd cluster is kept after it.
@@ -67,26 +70,34 @@ pub(super) async fn remove_finalizer(out: &Outputs<'_>, obs: &Observation) -> Re
         .iter()
         .filter(|f| *f != names::ETCDADM_CLUSTER_FINALIZER)
         .collect();
-    patch_metadata(out, etcd, json!({ "finalizers": finalizers })).await?;
+    // A merge patch guarded by the resourceVersion observed: an apply removes only what its
+    // manager alone owns, and an earlier version added the finalizer by merge patch.
+    let metadata = json!({ "resourceVersion": etcd.resource_version(), "finalizers": finalizers });
+    let params = PatchParams {
+        field_manager: Some(FINALIZER_MANAGER.into()),
+        ..Default::default()
+    };
+    api(out, etcd)
+        .patch(
+            &etcd.name_any(),
+            &params,
+            &Patch::Merge(json!({ "metadata": metadata })),
+        )
+        .await?;
     out.etcd_clients.forget(&obs.cache_key());
     tracing::info!("every etcd Machine is gone; finalizer removed");
     Ok(Applied::Done)
 }
 
-/// Record a remediation (read back for the backoff after a failed replacement). One annotation
-/// key: nothing else is touched.
+/// Record a remediation (read back for the backoff after a failed replacement): one
+/// annotation, this controller's alone.
 pub(super) async fn record_remediation(
     out: &Outputs<'_>,
     etcd: &EtcdadmCluster,
     record: &RemediationRecord,
 ) -> Result<(), Error> {
-    let patch = json!({ "metadata": { "annotations": {
-        REMEDIATION_ANNOTATION: record.to_annotation()
-    } } });
-    api(out, etcd)
-        .patch(&etcd.name_any(), &patch_params(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
+    let metadata = json!({ "annotations": { REMEDIATION_ANNOTATION: record.to_annotation() } });
+    apply_metadata(out, etcd, REMEDIATION_MANAGER, true, metadata).await
 }
 
 /// Write status if it changed, and publish the Events of its transitions. Returns the object as
@@ -106,10 +117,16 @@ pub async fn write_status(
     let old: EtcdadmClusterStatus = etcd.status.clone().unwrap_or_default();
     let mut written = None;
     if status != old {
-        let patch = json!({ "status": status });
+        // The whole status, every time: its fields are this controller's alone.
+        let body =
+            ssa::configuration::<EtcdadmCluster>(&etcd.name_any(), json!({}), json!({ "status": status }));
         written = Some(
             api(out, etcd)
-                .patch_status(&etcd.name_any(), &patch_params(), &Patch::Merge(&patch))
+                .patch_status(
+                    &etcd.name_any(),
+                    &ssa::params(STATUS_MANAGER, true),
+                    &Patch::Apply(body),
+                )
                 .await?,
         );
     }

@@ -13,6 +13,7 @@ use etcdadm_shared::api::capi::Machine;
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig};
 use etcdadm_shared::contract::{controller_reference, create_if_absent, owner_reference};
 use etcdadm_shared::names;
+use etcdadm_shared::ssa;
 
 use super::etcd_cluster::record_remediation;
 use super::{Applied, FIELD_MANAGER, Outputs, observed};
@@ -23,6 +24,9 @@ use crate::controller::plan::{
 use crate::error::Error;
 
 const BOOTSTRAP_GROUP: &str = "bootstrap.cluster.x-k8s.io";
+/// Apply sites on member Machines.
+const HOOK_MANAGER: &str = "etcdadm-controller/pre-terminate-hook";
+const ADOPTION_MANAGER: &str = "etcdadm-controller/adoption";
 
 fn patch_params() -> PatchParams {
     PatchParams {
@@ -242,6 +246,8 @@ pub(super) async fn release_hook(
 
 async fn unhook(out: &Outputs<'_>, ns: &str, machine: &str) -> Result<(), Error> {
     let machines: Api<Machine> = Api::namespaced(out.client.clone(), ns);
+    // A merge patch: an apply removes only what its manager alone owns, and the hook came with
+    // the Machine's creation.
     let patch = json!({ "metadata": { "annotations": { names::PRE_TERMINATE_HOOK_ANNOTATION: null } } });
     ignore_not_found(
         machines
@@ -276,8 +282,8 @@ pub(super) async fn release_and_delete(
     Ok(Applied::Done)
 }
 
-/// Take over a Machine labelled for us: our controller reference (when it has no controller)
-/// and our pre-terminate hook, guarded by its resourceVersion (owner lists are replaced whole).
+/// Take over a Machine labelled for us: our pre-terminate hook, and our controller reference
+/// when it has no controller. Two apply sites, so restoring the hook never drops the reference.
 pub(super) async fn adopt(out: &Outputs<'_>, obs: &Observation, name: &str) -> Result<Applied, Error> {
     let machines: Api<Machine> = Api::namespaced(out.client.clone(), &obs.namespace);
     let Some(machine) = machines.get_opt(name).await? else {
@@ -286,10 +292,17 @@ pub(super) async fn adopt(out: &Outputs<'_>, obs: &Observation, name: &str) -> R
     if machine.is_deleting() {
         return Ok(Applied::AlreadyDone);
     }
-    let mut metadata = json!({
-        "resourceVersion": machine.resource_version(),
-        "annotations": { names::PRE_TERMINATE_HOOK_ANNOTATION: "" },
-    });
+    let apply = |manager: &'static str, force: bool, metadata: Value| {
+        let body = ssa::configuration::<Machine>(name, metadata, json!({}));
+        let machines = machines.clone();
+        async move {
+            machines
+                .patch(name, &ssa::params(manager, force), &Patch::Apply(body))
+                .await
+        }
+    };
+    let hook = json!({ "annotations": { names::PRE_TERMINATE_HOOK_ANNOTATION: "" } });
+    apply(HOOK_MANAGER, true, hook).await?;
     if !machine
         .owner_references()
         .iter()
@@ -297,17 +310,9 @@ pub(super) async fn adopt(out: &Outputs<'_>, obs: &Observation, name: &str) -> R
     {
         let mut owner = controller_reference(&obs.etcd_cluster)?;
         owner.block_owner_deletion = Some(true);
-        let mut owners = machine.owner_references().to_vec();
-        owners.push(owner);
-        metadata["ownerReferences"] = json!(owners);
+        // Not forced: if another controller took the Machine meanwhile, it stays theirs.
+        apply(ADOPTION_MANAGER, false, json!({ "ownerReferences": [owner] })).await?;
     }
-    machines
-        .patch(
-            name,
-            &patch_params(),
-            &Patch::Merge(json!({ "metadata": metadata })),
-        )
-        .await?;
     Ok(Applied::Done)
 }
 

@@ -3,6 +3,9 @@
 //! then the step is reported (the Event the plan names for it, a log line, metrics) and the
 //! reconcile told what comes next. Every write is safe to repeat and to interrupt: a crash
 //! between any two writes leaves objects the next observation recognises and resumes from.
+//! Objects are created only if absent; changes are server-side applied, each site as a field
+//! manager of its own, forced only for fields this controller alone decides; a merge patch is
+//! kept only where an apply cannot remove what an earlier writer added.
 
 mod control_plane;
 mod etcd_cluster;
@@ -27,7 +30,8 @@ use super::plan::{EventNote, Observed, Step};
 use crate::error::Error;
 use crate::metrics::EtcdClusterMetrics;
 
-/// Field manager for every write of this controller.
+/// Field manager of this controller's creations and merge patches; each server-side apply site
+/// has one of its own (`etcdadm-controller/<scope>`).
 pub const FIELD_MANAGER: &str = "etcdadm-controller";
 /// Requeue while waiting on another actor, at most (the health interval may be shorter).
 pub const WAIT_REQUEUE: Duration = Duration::from_secs(5);
@@ -121,8 +125,8 @@ pub async fn apply(out: &Outputs<'_>, obs: &Observation, o: &Observed, step: Ste
             secrets::update_init_secret_urls(out, obs, client_urls).await?
         }
         Step::CreateKcpSecrets => secrets::create_kcp_secrets(out, obs).await?,
-        Step::PauseKcp => control_plane::set_paused(out, obs, true).await?,
-        Step::UnpauseKcp => control_plane::set_paused(out, obs, false).await?,
+        Step::PauseKcp => control_plane::pause(out, obs).await?,
+        Step::UnpauseKcp => control_plane::unpause(out, obs).await?,
         Step::WriteKcpEndpoints { endpoints } => control_plane::write_endpoints(out, obs, endpoints).await?,
         Step::CreateMachine {
             name,

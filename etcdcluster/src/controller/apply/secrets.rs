@@ -15,6 +15,9 @@ use super::{Applied, FIELD_MANAGER, Outputs, observed};
 use crate::controller::observe::Observation;
 use crate::error::Error;
 
+/// The apply site of the join URLs in `<cluster>-etcd-init`.
+const JOIN_URLS_MANAGER: &str = "etcdadm-controller/init-secret-urls";
+
 /// Generate the CA and create `<cluster>-managed-etcd`; an existing one is never replaced.
 pub(super) async fn create_ca(out: &Outputs<'_>, obs: &Observation) -> Result<Applied, Error> {
     let cluster = observed(&obs.cluster, "Cluster")?;
@@ -49,7 +52,14 @@ pub(super) async fn update_init_secret_urls(
     client_urls: &[String],
 ) -> Result<Applied, Error> {
     let cluster = observed(&obs.cluster, "Cluster")?.name_any();
-    init_secret::apply_client_urls(out.client, &cluster, &obs.namespace, client_urls, FIELD_MANAGER).await?;
+    init_secret::apply_client_urls(
+        out.client,
+        &cluster,
+        &obs.namespace,
+        client_urls,
+        JOIN_URLS_MANAGER,
+    )
+    .await?;
     Ok(Applied::Done)
 }
 
