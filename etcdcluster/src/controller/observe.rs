@@ -15,6 +15,7 @@ use etcdadm_shared::api::capi::{Cluster, ControlPlaneEtcd, KubeadmControlPlane, 
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig, EtcdadmConfigSpec, MemberStatus};
 use etcdadm_shared::contract::ca::read_ca;
 use etcdadm_shared::contract::init_secret::InitSecret;
+use etcdadm_shared::etcd::member_id_hex;
 use etcdadm_shared::names;
 use etcdadm_shared::pki::CertificateAuthority;
 
@@ -231,6 +232,14 @@ impl Observation {
             member_spec_problem: self.member_spec_problem.clone(),
             missing_infra_template: self.missing_infra_template.clone(),
             spec_failure_domains: e.spec.failure_domains.clone(),
+            spec_version: e
+                .spec
+                .etcdadm_config_spec
+                .cloud_init_config
+                .as_ref()
+                .and_then(|c| c.version.clone())
+                .filter(|v| !v.is_empty()),
+            running_versions: running_versions(&etcd, self.stored_members()),
             cluster: cluster_view,
             ca: self.ca_view.clone(),
             machines,
@@ -244,6 +253,32 @@ impl Observation {
             new_member_name: member_name(&e.name_any()),
         }
     }
+}
+
+/// The etcd versions the started members run: as each answered now, else as last recorded.
+fn running_versions(etcd: &EtcdView, stored: &[MemberStatus]) -> Vec<String> {
+    let recorded = |id: u64| {
+        let id = member_id_hex(id);
+        stored
+            .iter()
+            .find(|s| s.member_id.as_deref() == Some(id.as_str()))
+            .and_then(|s| s.etcd_version.clone())
+    };
+    let mut versions: Vec<String> = match etcd {
+        EtcdView::Members(members) => members
+            .iter()
+            .filter(|m| m.is_started())
+            .filter_map(|m| m.etcd_version.clone().or_else(|| recorded(m.id)))
+            .collect(),
+        EtcdView::NotChecked | EtcdView::Unreachable { .. } => stored
+            .iter()
+            .filter(|s| s.member_id.is_some())
+            .filter_map(|s| s.etcd_version.clone())
+            .collect(),
+    };
+    versions.sort();
+    versions.dedup();
+    versions
 }
 
 /// `<etcdadmcluster>-<5 random lowercase alphanumerics>`: a name for a new member's objects.

@@ -63,6 +63,9 @@ pub fn next_status(
     if matches!(o.etcd, EtcdView::Members(_)) {
         status.endpoints = plan::voting_endpoints(o).join(",");
     }
+    if let Some(version) = plan::cluster_version(&o.etcd) {
+        status.cluster_version = Some(version);
+    }
     if let (Some(cluster), Some(_)) = (cluster_name, &o.init_secret) {
         status.init_machine_address = names::init_secret_name(cluster);
     }
@@ -581,6 +584,8 @@ mod tests {
             member_spec_problem: None,
             missing_infra_template: None,
             spec_failure_domains: vec![],
+            spec_version: None,
+            running_versions: vec![],
             cluster: ClusterView::Found {
                 name: "c1".into(),
                 paused: false,
@@ -773,5 +778,21 @@ mod tests {
         );
         let (_, again) = next_status(&with_status(status), &o, &step, &at(2));
         assert!(!again.iter().any(|t| t.reason == reason::CA_CORRUPT));
+    }
+
+    #[test]
+    fn the_cluster_version_comes_from_the_members_answers_and_stays_while_one_is_silent() {
+        let mut o = observed([true, true]);
+        if let EtcdView::Members(members) = &mut o.etcd {
+            members[0].etcd_version = Some("3.5.9".into());
+            members[1].etcd_version = Some("3.5.1".into());
+        }
+        let (status, _) = next_status(&with_status(Default::default()), &o, &plan::plan(&o), &at(1));
+        assert_eq!(status.cluster_version.as_deref(), Some("3.5.0"));
+        if let EtcdView::Members(members) = &mut o.etcd {
+            members[1].etcd_version = None;
+        }
+        let (later, _) = next_status(&with_status(status), &o, &plan::plan(&o), &at(2));
+        assert_eq!(later.cluster_version.as_deref(), Some("3.5.0"));
     }
 }

@@ -10,6 +10,7 @@ use etcdadm_shared::names;
 use super::observed::{Observed, healthy_client_urls};
 use super::placement::pick_failure_domain;
 use super::step::{Growth, Removal, Step, reason};
+use super::versions;
 
 /// A join is never given up on sooner than this many health intervals...
 pub const MIN_JOIN_INTERVALS: u32 = 3;
@@ -97,13 +98,17 @@ pub(super) fn failed_join(o: &Observed) -> Option<Step> {
 }
 
 /// One new member Machine for `purpose`, unless its spec cannot make one: named by the spec
-/// problem admission would have refused, or by the missing template it is cloned from.
+/// problem admission would have refused, the version the members cannot move to, or the missing
+/// template it is cloned from.
 pub(super) fn create_machine(o: &Observed, allowed_domains: &[String], purpose: Growth) -> Step {
     if let Some(problem) = &o.member_spec_problem {
         return Step::Refuse {
             reason: reason::INVALID_SPEC,
             message: format!("no member Machine is created from this spec until it is fixed: {problem}"),
         };
+    }
+    if let Some(refusal) = versions::refusal(o) {
+        return refusal;
     }
     if let Some(template) = &o.missing_infra_template {
         return Step::Wait {

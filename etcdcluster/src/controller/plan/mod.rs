@@ -21,6 +21,7 @@ mod rollout;
 mod step;
 #[cfg(test)]
 mod testing;
+mod versions;
 
 pub use self::gates::quorum;
 pub use self::growth::{MIN_JOIN_DEADLINE, MIN_JOIN_INTERVALS, join_deadline};
@@ -36,6 +37,7 @@ pub use self::remediation::{
 };
 pub use self::rollout::{DesiredSpec, MemberSpec, config_hash, outdated_reason};
 pub use self::step::{EventNote, Growth, Removal, Step, reason, removal_reason};
+pub use self::versions::{VERSION_FIELD, cluster_version};
 
 use self::rollout::Want;
 
@@ -84,7 +86,13 @@ fn act(o: &Observed, allowed: &[String], wanted: Want<'_>) -> Step {
     match wanted {
         Want::Add(purpose) => growth::create_machine(o, allowed, purpose),
         Want::Remove(candidates, purpose) => {
-            removal::remove_one(o, allowed, &candidates, purpose).unwrap_or_else(|| settled(o))
+            // A rollout's removal starts a replacement by a member of the spec's version.
+            let refused = (purpose == Removal::Rollout)
+                .then(|| versions::refusal(o))
+                .flatten();
+            refused
+                .or_else(|| removal::remove_one(o, allowed, &candidates, purpose))
+                .unwrap_or_else(|| settled(o))
         }
         Want::SwitchKcp(endpoints) => Step::WriteKcpEndpoints { endpoints },
         Want::WaitForKcp(name) => Step::Wait {

@@ -185,6 +185,11 @@ pub struct Observed {
     pub missing_infra_template: Option<String>,
     /// `spec.failureDomains`.
     pub spec_failure_domains: Vec<String>,
+    /// `spec.etcdadmConfigSpec.cloudInitConfig.version`: what new members run.
+    pub spec_version: Option<String>,
+    /// The etcd versions the started members run: as each answered this round, else as
+    /// `status.members` last recorded; sorted, each once.
+    pub running_versions: Vec<String>,
     pub cluster: ClusterView,
     pub ca: CaView,
     /// Member Machines, oldest first.

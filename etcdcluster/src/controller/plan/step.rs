@@ -122,6 +122,7 @@ pub mod reason {
     pub const WAITING_FOR_INFRASTRUCTURE: &str = "WaitingForInfrastructure";
     pub const PAUSED: &str = "Paused";
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const UNSUPPORTED_VERSION_CHANGE: &str = "UnsupportedVersionChange";
     pub const CA_CORRUPT: &str = "EtcdCACorrupt";
     pub const CA_MISSING: &str = "EtcdCAMissing";
     pub const QUORUM_LOST: &str = "QuorumLost";

@@ -69,6 +69,8 @@ pub(super) fn base() -> Observed {
         member_spec_problem: None,
         missing_infra_template: None,
         spec_failure_domains: vec![],
+        spec_version: None,
+        running_versions: vec![],
         cluster: ClusterView::Found {
             name: "c1".into(),
             paused: false,
