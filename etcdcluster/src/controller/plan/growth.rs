@@ -97,26 +97,30 @@ pub(super) fn failed_join(o: &Observed) -> Option<Step> {
     })
 }
 
-/// One new member Machine for `purpose`, unless its spec cannot make one: named by the spec
-/// problem admission would have refused, the version the members cannot move to, or the missing
-/// template it is cloned from.
-pub(super) fn create_machine(o: &Observed, allowed_domains: &[String], purpose: Growth) -> Step {
+/// Why no member Machine can be made from the spec now: the problem admission would have
+/// refused, the version the members cannot move to, or the missing template it is cloned from.
+pub(super) fn creation_blocked(o: &Observed) -> Option<Step> {
     if let Some(problem) = &o.member_spec_problem {
-        return Step::Refuse {
+        return Some(Step::Refuse {
             reason: reason::INVALID_SPEC,
             message: format!("no member Machine is created from this spec until it is fixed: {problem}"),
-        };
+        });
     }
     if let Some(refusal) = versions::refusal(o) {
-        return refusal;
+        return Some(refusal);
     }
-    if let Some(template) = &o.missing_infra_template {
-        return Step::Wait {
-            reason: reason::INFRASTRUCTURE_TEMPLATE_NOT_FOUND,
-            message: format!(
-                "infrastructure template {template} not found: member Machines are cloned from it once it exists"
-            ),
-        };
+    o.missing_infra_template.as_ref().map(|template| Step::Wait {
+        reason: reason::INFRASTRUCTURE_TEMPLATE_NOT_FOUND,
+        message: format!(
+            "infrastructure template {template} not found: member Machines are cloned from it once it exists"
+        ),
+    })
+}
+
+/// One new member Machine for `purpose`, unless none can be made from the spec.
+pub(super) fn create_machine(o: &Observed, allowed_domains: &[String], purpose: Growth) -> Step {
+    if let Some(blocked) = creation_blocked(o) {
+        return blocked;
     }
     let (name, resume) = match o.leftovers.first() {
         Some(leftover) => (leftover.clone(), true),

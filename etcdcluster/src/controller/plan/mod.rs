@@ -86,11 +86,11 @@ fn act(o: &Observed, allowed: &[String], wanted: Want<'_>) -> Step {
     match wanted {
         Want::Add(purpose) => growth::create_machine(o, allowed, purpose),
         Want::Remove(candidates, purpose) => {
-            // A rollout's removal starts a replacement by a member of the spec's version.
-            let refused = (purpose == Removal::Rollout)
-                .then(|| versions::refusal(o))
-                .flatten();
-            refused
+            // A remove-first rollout's removal is the first half of a replacement: not begun
+            // unless the second half can be made.
+            let remove_first = purpose == Removal::Rollout && !o.surge();
+            let blocked = remove_first.then(|| growth::creation_blocked(o)).flatten();
+            blocked
                 .or_else(|| removal::remove_one(o, allowed, &candidates, purpose))
                 .unwrap_or_else(|| settled(o))
         }

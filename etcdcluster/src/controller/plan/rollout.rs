@@ -89,7 +89,7 @@ pub(super) fn want(o: &Observed) -> Want<'_> {
 impl Observed {
     /// Outdated members are replaced one at a time with a new one added first (`maxSurge` 1,
     /// or a single member, which cannot be replaced remove-first).
-    fn surge(&self) -> bool {
+    pub(super) fn surge(&self) -> bool {
         self.max_surge >= 1 || self.replicas <= 1
     }
 }

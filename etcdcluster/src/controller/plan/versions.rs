@@ -111,12 +111,49 @@ mod tests {
     }
 
     #[test]
-    fn a_remove_first_rollout_the_members_cannot_follow_removes_no_member() {
+    fn a_remove_first_rollout_whose_replacement_cannot_be_made_removes_no_member() {
         let mut o = zoned(3, false);
         o.max_surge = 0;
         outdate_all(&mut o);
         at(&mut o, &["3.4.22"], "3.6.0");
         assert_eq!(wait_reason(&plan(&o)), reason::UNSUPPORTED_VERSION_CHANGE);
+        // So does one whose replacement a spec problem or a missing template would stop.
+        let mut blocked = o.clone();
+        at(&mut blocked, &["3.4.22"], "3.5.9");
+        blocked.member_spec_problem = Some("spec.etcdadmConfigSpec.files[0].path: must be absolute".into());
+        assert_eq!(wait_reason(&plan(&blocked)), reason::INVALID_SPEC);
+        blocked.member_spec_problem = None;
+        blocked.missing_infra_template = Some("DevMachineTemplate default/etcd".into());
+        assert_eq!(
+            wait_reason(&plan(&blocked)),
+            reason::INFRASTRUCTURE_TEMPLATE_NOT_FOUND
+        );
+        // Add-first (maxSurge 1) removes an old member only once its replacement runs.
+        let mut surge = zoned(3, false);
+        outdate_all(&mut surge);
+        surge
+            .machines
+            .push(machine("c1-etcd-n1", Some("10.0.1.1"), Some("a")));
+        members_mut(&mut surge).push(MemberView {
+            is_leader: false,
+            ..member(9, "c1-etcd-n1", "10.0.1.1")
+        });
+        surge.init_secret = Some(InitSecret {
+            address: Some("10.0.0.1".into()),
+            client_urls: healthy_client_urls(&surge),
+        });
+        at(&mut surge, &["3.4.22"], "3.6.0");
+        assert!(
+            matches!(
+                plan(&surge),
+                Step::DeleteMachine {
+                    purpose: Removal::Rollout,
+                    ..
+                }
+            ),
+            "{:?}",
+            plan(&surge)
+        );
         at(&mut o, &["3.4.22"], "3.5.9");
         assert!(matches!(
             plan(&o),
