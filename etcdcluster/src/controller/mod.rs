@@ -36,12 +36,11 @@ use self::apply::{Next, Outputs, WAIT_REQUEUE};
 use self::health::EtcdClients;
 use self::memo::Observations;
 use self::plan::EtcdView;
-use self::watches::{etcd_clusters_in, etcd_clusters_of, etcd_clusters_using, member_of, worth_reconciling};
+use self::watches::{
+    Guarded, etcd_clusters_in, etcd_clusters_of, etcd_clusters_using, member_of, worth_reconciling,
+};
 use crate::error::Error;
 use crate::metrics::EtcdClusterMetrics;
-
-/// An EtcdadmCluster as watched: read, or the reason it could not be.
-pub(crate) type Guarded = DeserializeGuard<EtcdadmCluster>;
 
 /// The apply site of the condition an unreadable object gets.
 const INVALID_OBJECT_MANAGER: &str = "etcdadm-controller/invalid-object";
@@ -270,4 +269,33 @@ pub async fn run(manager: ManagerContext) {
             }
         })
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[tokio::test]
+    async fn a_member_machine_event_reaches_its_cluster_and_ends_the_reuse_of_its_observation() {
+        let machine = |labels: serde_json::Value| -> DeserializeGuard<Machine> {
+            DeserializeGuard(Ok(serde_json::from_value(serde_json::json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": "m1", "namespace": "default", "labels": labels},
+                "spec": {"clusterName": "c1", "bootstrap": {},
+                         "infrastructureRef": {"apiGroup": "x", "kind": "K", "name": "i"}},
+            }))
+            .unwrap()))
+        };
+        let member = machine(serde_json::json!({names::ETCD_CLUSTER_LABEL: "c1-etcd"}));
+        let refs = member_of(&member);
+        assert_eq!(refs, vec![ObjectRef::<Guarded>::new("c1-etcd").within("default")]);
+        assert!(member_of(&machine(serde_json::json!({}))).is_empty());
+
+        let client = Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+        let ctx = Context::new(client);
+        let epoch = ctx.observations.epoch("default/c1-etcd");
+        assert_eq!(ctx.changed(refs.clone()), refs);
+        assert_ne!(ctx.observations.epoch("default/c1-etcd"), epoch);
+    }
 }

@@ -13,7 +13,8 @@ use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::capi::{Cluster, Machine};
 use etcdadm_shared::names;
 
-use super::Guarded;
+/// An EtcdadmCluster as watched: read, or the reason it could not be.
+pub type Guarded = DeserializeGuard<EtcdadmCluster>;
 
 /// What a change to an EtcdadmCluster must differ in to trigger a reconcile: anything but the
 /// status fields that only record observations (`lastHealthyTime`, `dbSize`). A steady cluster's
@@ -122,9 +123,6 @@ pub(super) fn etcd_clusters_in(store: &Store<Guarded>, namespace: Option<String>
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-    use kube::Client;
-
-    use super::super::Context;
     use super::*;
 
     fn guarded(value: serde_json::Value) -> Guarded {
@@ -203,28 +201,5 @@ mod tests {
         }
         assert!(etcd_clusters_using(&reader, &secret("c1-kubeconfig", "default")).is_empty());
         assert!(etcd_clusters_using(&reader, &secret("c1-managed-etcd", "other")).is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_member_machine_event_reaches_its_cluster_and_ends_the_reuse_of_its_observation() {
-        let machine = |labels: serde_json::Value| -> DeserializeGuard<Machine> {
-            DeserializeGuard(Ok(serde_json::from_value(serde_json::json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                "metadata": {"name": "m1", "namespace": "default", "labels": labels},
-                "spec": {"clusterName": "c1", "bootstrap": {},
-                         "infrastructureRef": {"apiGroup": "x", "kind": "K", "name": "i"}},
-            }))
-            .unwrap()))
-        };
-        let member = machine(serde_json::json!({names::ETCD_CLUSTER_LABEL: "c1-etcd"}));
-        let refs = member_of(&member);
-        assert_eq!(refs, vec![ObjectRef::<Guarded>::new("c1-etcd").within("default")]);
-        assert!(member_of(&machine(serde_json::json!({}))).is_empty());
-
-        let client = Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
-        let ctx = Context::new(client);
-        let epoch = ctx.observations.epoch("default/c1-etcd");
-        assert_eq!(ctx.changed(refs.clone()), refs);
-        assert_ne!(ctx.observations.epoch("default/c1-etcd"), epoch);
     }
 }

@@ -345,7 +345,7 @@ impl Step {
             Step::CreateKcpSecrets => (
                 "ControlPlaneSecretsCreated",
                 format!(
-                    "created Secrets {} and {} for the control plane (one that existed is kept)",
+                    "created the Secrets the control plane needs, {} and {} (one that existed already is kept as it was)",
                     names::kcp_etcd_ca_secret_name(cluster),
                     names::apiserver_client_secret_name(cluster)
                 ),
