@@ -155,7 +155,7 @@ impl Observation {
             .or_else(|| self.kcp.as_ref().and_then(|k| k.spec.version.clone()))
     }
 
-    /// The status as stored.
+    /// `status.members` as stored.
     pub fn stored_members(&self) -> &[MemberStatus] {
         self.etcd_cluster
             .status

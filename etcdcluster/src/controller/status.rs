@@ -541,6 +541,7 @@ fn health_transition(entry: &MemberStatus, prev: Option<&MemberStatus>) -> Optio
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+    use crate::controller::plan::testing::base;
     use crate::controller::plan::{InitSecret, MachineView};
 
     fn at(secs: i64) -> Time {
@@ -570,46 +571,17 @@ mod tests {
                 ..Default::default()
             })
             .collect();
-        Observed {
-            name: "c1-etcd".into(),
-            deleting: false,
-            has_finalizer: true,
-            has_cluster_owner_ref: true,
-            paused_annotation: false,
-            replicas: 3,
-            max_surge: 1,
-            remediation: Default::default(),
-            last_remediation: None,
-            spec_problem: None,
-            member_spec_problem: None,
-            missing_infra_template: None,
-            spec_failure_domains: vec![],
-            spec_version: None,
-            running_versions: vec![],
-            cluster: ClusterView::Found {
-                name: "c1".into(),
-                paused: false,
-                deleting: false,
-                infrastructure_ready: true,
-                failure_domains: vec![],
-            },
-            ca: CaView::Valid,
-            machines,
-            leftovers: vec![],
-            etcd: EtcdView::Members(members),
-            init_secret: Some(InitSecret {
-                address: Some("10.0.0.1".into()),
-                client_urls: (0..2)
-                    .filter(|i| healthy[*i])
-                    .map(|i| names::client_url(&format!("10.0.0.{}", i + 1)))
-                    .collect(),
-            }),
-            initialized: false,
-            creation_complete: false,
-            kcp: KcpView::None,
-            control_plane_machines: 0,
-            new_member_name: "c1-etcd-fresh".into(),
-        }
+        let mut o = base();
+        o.machines = machines;
+        o.etcd = EtcdView::Members(members);
+        o.init_secret = Some(InitSecret {
+            address: Some("10.0.0.1".into()),
+            client_urls: (0..2)
+                .filter(|i| healthy[*i])
+                .map(|i| names::client_url(&format!("10.0.0.{}", i + 1)))
+                .collect(),
+        });
+        o
     }
 
     fn with_status(status: EtcdadmClusterStatus) -> EtcdadmCluster {

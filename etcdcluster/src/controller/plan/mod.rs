@@ -20,7 +20,7 @@ mod removal;
 mod rollout;
 mod step;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 mod versions;
 
 pub use self::gates::quorum;

@@ -54,7 +54,7 @@ pub(super) fn kcp(endpoints: &[&str], paused: bool, secrets: bool) -> KcpView {
 }
 
 /// A 3-replica cluster past all housekeeping, nothing created yet.
-pub(super) fn base() -> Observed {
+pub(crate) fn base() -> Observed {
     Observed {
         name: "c1-etcd".into(),
         deleting: false,
