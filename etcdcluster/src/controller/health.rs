@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use tracing::debug;
 
@@ -177,25 +178,26 @@ pub struct CheckInput<'a> {
     pub timeout: Duration,
 }
 
-/// The etcd side of `obs`: every member checked (none without a usable CA), timed and measured
-/// into `metrics`.
+/// The etcd side of `obs` at `now`: every member checked (none without a usable CA), timed and
+/// measured into `metrics`.
 pub async fn check_observed(
     clients: &EtcdClients,
     metrics: Option<&EtcdClusterMetrics>,
     obs: &Observation,
-    machines: &[MachineView],
-    clock: &UnhealthyClock,
+    now: Timestamp,
 ) -> Result<EtcdView, Error> {
     let Some(ca) = &obs.ca else {
         return Ok(EtcdView::NotChecked);
     };
     let key = obs.cache_key();
+    let clock = obs.clock(now);
+    let machines = obs.machine_views(&clock);
     let input = CheckInput {
         key: &key,
         ca,
-        machines,
+        machines: &machines,
         previous: obs.stored_members(),
-        clock,
+        clock: &clock,
         timeout: obs.etcd_cluster.spec.health_settings().timeout,
     };
     let started = std::time::Instant::now();

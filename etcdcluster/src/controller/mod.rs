@@ -1,8 +1,6 @@
-//! The EtcdadmCluster controller: observe (API reads, etcd health) → plan one step → status →
-//! apply, repeated a few times per reconcile, then requeued at the health-check interval.
-//!
-//! Status is written before the step is applied, so what the step's consequences rely on (e.g.
-//! `status.initialized` for a joining Machine's bootstrap) is stored before they happen.
+//! The EtcdadmCluster controller: observe (API reads, etcd health) → plan one step → apply it
+//! (status first), repeated a few times per reconcile, then requeued at the health-check
+//! interval. Each pass enters each stage once.
 
 pub mod apply;
 pub mod health;
@@ -128,27 +126,20 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
             ctx.observations.forget(&key);
             return Ok(Action::await_change());
         };
-        let clock = obs.clock(k8s_openapi::jiff::Timestamp::now());
-        let machines = obs.machine_views(&clock);
+        let now = k8s_openapi::jiff::Timestamp::now();
         let view = match &etcd_view {
             Some(view) => view.clone(),
             None => {
-                let view =
-                    health::check_observed(&ctx.etcd_clients, ctx.metrics.as_ref(), &obs, &machines, &clock)
-                        .await?;
+                let view = health::check_observed(&ctx.etcd_clients, ctx.metrics.as_ref(), &obs, now).await?;
                 etcd_view = Some(view.clone());
                 view
             }
         };
-        let observed = obs.observed(machines, view, &clock);
+        let observed = obs.observed(view, now);
         let step = plan::plan(&observed);
         if step.writes() && !fresh {
             read_afresh = true;
             continue;
-        }
-        if let Some(updated) = apply::write_status(&out, &obs, &observed, &step).await? {
-            // The finalizer's removal is guarded by the resourceVersion this write produced.
-            obs.etcd_cluster = updated;
         }
         if step.writes() {
             let (why, message) = step.reason();
@@ -156,7 +147,7 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
             ctx.observations.invalidate(&key);
             read_afresh = true;
         }
-        match apply::apply(&out, &obs, &observed, step).await? {
+        match apply::apply(&out, &mut obs, &observed, step).await? {
             Next::Again => continue,
             Next::Done(action) => return Ok(action),
         }

@@ -190,9 +190,10 @@ impl Observation {
             .collect()
     }
 
-    /// The plan's input: the Machines as `machine_views` made them, the etcd side from the
-    /// health check.
-    pub fn observed(&self, machines: Vec<MachineView>, etcd: EtcdView, clock: &UnhealthyClock) -> Observed {
+    /// The plan's input at `now`, the etcd side from the health check.
+    pub fn observed(&self, etcd: EtcdView, now: Timestamp) -> Observed {
+        let clock = self.clock(now);
+        let machines = self.machine_views(&clock);
         let e = &self.etcd_cluster;
         let status = e.status.clone().unwrap_or_default();
         let last_remediation = e

@@ -102,7 +102,7 @@ pub(super) async fn record_remediation(
 
 /// Write status if it changed, and publish the Events of its transitions. Returns the object as
 /// written, if it was.
-pub async fn write_status(
+pub(super) async fn write_status(
     out: &Outputs<'_>,
     obs: &Observation,
     o: &Observed,

@@ -1,7 +1,7 @@
-//! Performing the planned step, end to end: one function per step, grouped by what it acts on
-//! (the EtcdadmCluster itself, Secrets, member Machines, etcd membership, the control plane),
-//! then the step is reported (the Event the plan names for it, a log line, metrics) and the
-//! reconcile told what comes next. Every write is safe to repeat and to interrupt: a crash
+//! Performing the planned step, end to end: the status it leaves first, then one function per
+//! step, grouped by what it acts on (the EtcdadmCluster itself, Secrets, member Machines, etcd
+//! membership, the control plane), then the step is reported (the Event the plan names for it,
+//! a log line, metrics) and the reconcile told what comes next. Every write is safe to repeat and to interrupt: a crash
 //! between any two writes leaves objects the next observation recognises and resumes from.
 //! Objects are created only if absent; changes are server-side applied, each site as a field
 //! manager of its own, forced only for fields this controller alone decides; a merge patch is
@@ -23,7 +23,7 @@ use tracing::{debug, info, warn};
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::etcd::EtcdError;
 
-pub use self::etcd_cluster::write_status;
+use self::etcd_cluster::write_status;
 use super::health::EtcdClients;
 use super::observe::Observation;
 use super::plan::{EventNote, Observed, Step};
@@ -103,8 +103,20 @@ impl From<bool> for Applied {
     }
 }
 
-/// Perform `step`, planned from `o` (made of `obs`), and report it.
-pub async fn apply(out: &Outputs<'_>, obs: &Observation, o: &Observed, step: Step) -> Result<Next, Error> {
+/// Write the status `o` and `step` make, then perform `step` and report it. Status comes
+/// first, so what the step's consequences rely on (e.g. `status.initialized` for a joining
+/// Machine's bootstrap) is stored before they happen.
+pub async fn apply(
+    out: &Outputs<'_>,
+    obs: &mut Observation,
+    o: &Observed,
+    step: Step,
+) -> Result<Next, Error> {
+    if let Some(updated) = write_status(out, obs, o, &step).await? {
+        // The finalizer's removal is guarded by the resourceVersion this write produced.
+        obs.etcd_cluster = updated;
+    }
+    let obs = &*obs;
     let etcd = &obs.etcd_cluster;
     let interval = etcd.spec.health_settings().interval;
     let applied = match &step {
