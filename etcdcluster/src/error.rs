@@ -1,6 +1,8 @@
 //! The one error type of the EtcdadmCluster controller; `category` names Event reasons and
-//! metric labels.
+//! metric labels, in the vocabulary both binaries share.
 
+use etcdadm_shared::category::ErrorCategory;
+use etcdadm_shared::contract::ContractError;
 use etcdadm_shared::etcd::EtcdError;
 use etcdadm_shared::pki::PkiError;
 use etcdadm_shared::store::StoreError;
@@ -9,27 +11,35 @@ use etcdadm_shared::store::StoreError;
 pub enum Error {
     #[error("Kubernetes API request failed: {0}")]
     Kube(#[from] kube::Error),
-    #[error("{0}")]
-    InvalidObject(String),
     #[error("etcd PKI: {0}")]
     Pki(#[from] PkiError),
+    /// Writing an object of the shared contracts (CA, init Secret, init lock) failed.
+    #[error(transparent)]
+    Contract(#[from] ContractError),
     #[error("{0}")]
     Etcd(#[from] EtcdError),
     #[error("encoding an object failed: {0}")]
     Json(#[from] serde_json::Error),
     #[error("{0}")]
     Store(#[from] StoreError),
+    /// An object a step needs was deleted after it was observed; the next round sees it gone.
+    #[error("{0}")]
+    NotFound(String),
+    /// A state the code should never reach: a bug, reported rather than guessed around.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl Error {
-    /// Stable CamelCase name for Event reasons and metric labels.
-    pub fn category(&self) -> &'static str {
+    pub fn category(&self) -> ErrorCategory {
         match self {
-            Error::Kube(_) => "KubeApiError",
-            Error::InvalidObject(_) => "InvalidObject",
-            Error::Pki(_) => "PkiError",
+            Error::Kube(_) => ErrorCategory::KubeApi,
+            Error::Pki(_) => ErrorCategory::Pki,
+            Error::Contract(e) => e.category(),
             Error::Etcd(e) => e.category(),
-            Error::Json(_) => "EncodingError",
+            Error::Json(_) => ErrorCategory::Encoding,
+            Error::NotFound(_) => ErrorCategory::NotFound,
+            Error::Internal(_) => ErrorCategory::Internal,
             Error::Store(e) => e.category(),
         }
     }

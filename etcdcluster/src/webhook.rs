@@ -475,4 +475,29 @@ mod tests {
         );
         assert!(validate_update(&in_ns("a"), &in_ns("a")).is_empty());
     }
+
+    #[test]
+    fn version_changes_are_answered_with_the_field_and_the_reason() {
+        let at = |v: &str| spec(json!({"etcdadmConfigSpec": {"cloudInitConfig": {"version": v}}}));
+        // What admission runs on an update: the new spec on its own, then the change.
+        let answer = |from: &str, to: &str| {
+            let mut errors = validate_spec(&at(to), None);
+            errors.extend(validate_update(&at(from), &at(to)));
+            errors
+        };
+        let skip = answer("3.4.27", "3.6.0");
+        assert_eq!(paths(&skip), ["spec.etcdadmConfigSpec.cloudInitConfig.version"]);
+        assert!(skip[0].message.contains("skips a minor version"), "{skip:?}");
+        for (from, to) in [("3.4.27", "3.5.9"), ("3.5.1", "3.5.9"), ("3.5.9", "3.5.1")] {
+            assert_eq!(answer(from, to), vec![], "{from} → {to}");
+        }
+        for unparsable in ["3.6", "v3.6.0", "latest"] {
+            let errors = answer("3.5.9", unparsable);
+            assert_eq!(paths(&errors), ["spec.etcdadmConfigSpec.cloudInitConfig.version"]);
+            assert!(
+                errors[0].message.contains("is not an etcd version like 3.5.9"),
+                "{unparsable}: {errors:?}"
+            );
+        }
+    }
 }

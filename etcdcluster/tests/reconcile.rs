@@ -736,6 +736,26 @@ async fn a_ready_member_unpauses_kcp_after_endpoints_and_secrets() {
     assert_eq!(status.endpoints, etcd_process.client_url);
     assert_eq!(status.ready_replicas, Some(1));
     assert_eq!(condition(&etcd, "Ready").0, "True");
+    // status.clusterVersion says what etcd's own /version calls the cluster version.
+    let client = ca
+        .issue(&etcdadm_shared::pki::LeafRequest::in_memory_client(
+            "test",
+            Duration::from_secs(600),
+        ))
+        .unwrap();
+    let version: Value = etcdadm_shared::testing::mtls_http_client(ca.cert_pem(), &client)
+        .get(format!("{}/version", etcd_process.client_url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        status.cluster_version.as_deref(),
+        version["etcdcluster"].as_str(),
+        "{version}"
+    );
 
     let kcp_now = env.api::<KubeadmControlPlane>().get("c1-cp").await.unwrap();
     assert!(!kcp_now.annotations().contains_key(names::PAUSED_ANNOTATION));

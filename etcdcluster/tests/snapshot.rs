@@ -482,7 +482,7 @@ async fn an_attempt_a_controller_died_in_is_aborted_and_taken_again() {
         .await
         .unwrap_err();
     assert_eq!(
-        err.category(),
+        err.category().as_str(),
         "NoSuchUpload",
         "the dead attempt's upload was aborted: {err}"
     );

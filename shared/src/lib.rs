@@ -6,6 +6,8 @@
 pub mod api;
 pub mod backup;
 pub mod bottlerocket;
+pub mod category;
+pub mod contract;
 pub mod crd;
 pub mod cron;
 pub mod duration;
@@ -13,6 +15,7 @@ pub mod etcd;
 pub mod manager;
 pub mod names;
 pub mod pki;
+pub mod ssa;
 pub mod store;
 pub mod validation;
 

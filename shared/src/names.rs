@@ -107,6 +107,12 @@ pub fn peer_url(address: &str) -> String {
     format!("https://{}:{ETCD_PEER_PORT}", host_for_url(address))
 }
 
+/// `cluster.x-k8s.io/cluster-name=<cluster>,cluster.x-k8s.io/etcd-cluster=<etcd>`: the Machines
+/// of an EtcdadmCluster (its `status.selector`, for the scale subresource).
+pub fn member_selector(cluster: &str, etcd: &str) -> String {
+    format!("{CLUSTER_NAME_LABEL}={cluster},{ETCD_CLUSTER_LABEL}={etcd}")
+}
+
 fn host_for_url(address: &str) -> String {
     if address.contains(':') && !address.starts_with('[') {
         format!("[{address}]")

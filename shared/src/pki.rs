@@ -308,27 +308,6 @@ pub fn cert_not_after(cert_pem: &str) -> Result<SystemTime, PkiError> {
 
 /// Whether a certificate and a private key (RSA or ECDSA, any PEM form rustls reads) belong
 /// together.
-/// The CA stored in Secret `namespace/name` (`tls.crt`, `tls.key`), or a message naming what is
-/// wrong with it, for a condition: a broken CA is reported, never replaced.
-pub fn ca_from_secret(
-    secret: &k8s_openapi::api::core::v1::Secret,
-    namespace: &str,
-    name: &str,
-) -> Result<CertificateAuthority, String> {
-    let key = |k: &str| -> Result<String, String> {
-        let bytes = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(k))
-            .ok_or_else(|| format!("Secret {namespace}/{name} has no {k}"))?;
-        String::from_utf8(bytes.0.clone())
-            .map_err(|_| format!("Secret {namespace}/{name}: {k} is not UTF-8 PEM"))
-    };
-    let cert = key(crate::names::TLS_CERT_KEY)?;
-    let private_key = key(crate::names::TLS_KEY_KEY)?;
-    CertificateAuthority::from_pem(&cert, &private_key).map_err(|e| format!("Secret {namespace}/{name}: {e}"))
-}
-
 pub fn cert_matches_key(cert_pem: &str, key_pem: &str) -> Result<bool, PkiError> {
     let der = first_cert_der(cert_pem)?;
     let (_, cert) =

@@ -109,14 +109,14 @@ async fn a_missing_bucket_refused_credentials_and_an_unreachable_endpoint_are_na
 
     let missing = s3.client("no-such-bucket");
     let err = missing.check_bucket().await.unwrap_err();
-    assert_eq!(err.category(), "BucketMissing", "{err}");
+    assert_eq!(err.category().as_str(), "BucketMissing", "{err}");
     assert!(
         err.to_string()
             .contains("bucket \"no-such-bucket\" does not exist"),
         "{err}"
     );
     let err = missing.list("").await.unwrap_err();
-    assert_eq!(err.category(), "BucketMissing", "{err}");
+    assert_eq!(err.category().as_str(), "BucketMissing", "{err}");
 
     let secret = "wrong-secret-never-logged";
     let wrong = StoreClient::new(
@@ -126,9 +126,9 @@ async fn a_missing_bucket_refused_credentials_and_an_unreachable_endpoint_are_na
     )
     .unwrap();
     let err = wrong.create_multipart_upload("a.db").await.unwrap_err();
-    assert_eq!(err.category(), "AuthRefused", "{err}");
+    assert_eq!(err.category().as_str(), "AuthRefused", "{err}");
     let err = wrong.check_bucket().await.unwrap_err();
-    assert_eq!(err.category(), "AuthRefused", "{err}");
+    assert_eq!(err.category().as_str(), "AuthRefused", "{err}");
     assert!(!err.to_string().contains(secret), "{err}");
     let unknown = StoreClient::new(
         &s3.store("snapshots"),
@@ -137,7 +137,7 @@ async fn a_missing_bucket_refused_credentials_and_an_unreachable_endpoint_are_na
     )
     .unwrap();
     let err = unknown.list("").await.unwrap_err();
-    assert_eq!(err.category(), "AuthRefused", "{err}");
+    assert_eq!(err.category().as_str(), "AuthRefused", "{err}");
 
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = closed.local_addr().unwrap().port();
@@ -146,7 +146,7 @@ async fn a_missing_bucket_refused_credentials_and_an_unreachable_endpoint_are_na
     nowhere.endpoint = format!("http://127.0.0.1:{port}");
     let nowhere = StoreClient::new(&nowhere, s3.credentials(), None).unwrap();
     let err = nowhere.check_bucket().await.unwrap_err();
-    assert_eq!(err.category(), "StoreUnreachable", "{err}");
+    assert_eq!(err.category().as_str(), "StoreUnreachable", "{err}");
     let text = err.to_string();
     assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
     assert!(

@@ -1,15 +1,16 @@
 //! All reads one reconcile of an EtcdadmConfig needs, turned into the plan's `Observed`.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::Api;
 use kube::{Client, Resource, ResourceExt};
 
 use etcdadm_shared::api::capi::{Cluster, Machine};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig};
+use etcdadm_shared::contract::ca::read_ca;
+use etcdadm_shared::contract::init_lock;
+use etcdadm_shared::contract::init_secret::InitSecret;
 use etcdadm_shared::names;
-use etcdadm_shared::pki::{CertificateAuthority, ca_from_secret};
+use etcdadm_shared::pki::CertificateAuthority;
 
 use super::plan::{CaView, ClusterView, DataSecretView, EtcdClusterView, LockView, MachineView, Observed};
 use crate::error::Error;
@@ -30,7 +31,10 @@ pub struct Observation {
 /// Read everything for `config`.
 pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observation, Error> {
     let namespace = config.namespace().ok_or_else(|| {
-        Error::InvalidObject(format!("EtcdadmConfig {} has no namespace", config.name_any()))
+        Error::Internal(format!(
+            "EtcdadmConfig {} reached reconcile without a namespace",
+            config.name_any()
+        ))
     })?;
     let machines: Api<Machine> = Api::namespaced(client.clone(), &namespace);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
@@ -70,16 +74,15 @@ pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observat
     let mut init_client_urls = None;
     let mut lock = LockView::Free;
     let mut lock_resource_version = None;
-    let mut ca_view = CaView::Missing;
-    let mut ca = None;
+    let (mut ca_view, mut ca) = (CaView::Missing, None);
     if let Some(cluster) = &cluster_name {
         if let Some(init) = secrets.get_opt(&names::init_secret_name(cluster)).await? {
-            init_client_urls = Some(init_secret_urls(&init));
+            init_client_urls = Some(InitSecret::from_secret(&init).join_urls());
         }
         let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
         if let Some(lock_cm) = configmaps.get_opt(&names::init_lock_name(cluster)).await? {
             lock_resource_version = lock_cm.resource_version();
-            lock = match lock_holder(&lock_cm) {
+            lock = match init_lock::holder(&lock_cm) {
                 // The holder is looked up in the Cluster's namespace (the lock's own).
                 Some(holder) => {
                     let holder_exists = machines.get_opt(&holder).await?.is_some_and(|m| !m.is_deleting());
@@ -91,16 +94,7 @@ pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observat
                 None => LockView::Unreadable,
             };
         }
-        let ca_name = names::ca_secret_name(cluster);
-        if let Some(secret) = secrets.get_opt(&ca_name).await? {
-            match ca_from_secret(&secret, &namespace, &ca_name) {
-                Ok(loaded) => {
-                    ca_view = CaView::Valid;
-                    ca = Some(loaded);
-                }
-                Err(problem) => ca_view = CaView::Corrupt(problem),
-            }
-        }
+        (ca_view, ca) = read_ca(&secrets, &namespace, cluster).await?;
     }
 
     let (resolved, spec_problem) = if data_secret == DataSecretView::Missing {
@@ -176,44 +170,6 @@ fn data_secret_view(secret: &Secret, config: &EtcdadmConfig) -> DataSecretView {
             secret.name_any()
         )),
     }
-}
-
-/// `clientUrls` (comma list), else `https://<address>:2379`.
-pub fn init_secret_urls(secret: &Secret) -> Vec<String> {
-    let value = |key: &str| {
-        secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(key))
-            .and_then(|v| String::from_utf8(v.0.clone()).ok())
-            .or_else(|| secret.string_data.as_ref().and_then(|d| d.get(key)).cloned())
-    };
-    if let Some(urls) = value(names::INIT_CLIENT_URLS_KEY) {
-        let urls: Vec<String> = urls
-            .split(',')
-            .map(str::trim)
-            .filter(|u| !u.is_empty())
-            .map(String::from)
-            .collect();
-        if !urls.is_empty() {
-            return urls;
-        }
-    }
-    value(names::INIT_ADDRESS_KEY)
-        .map(|a| a.trim().to_string())
-        .filter(|a| !a.is_empty())
-        .map(|a| vec![names::client_url(&a)])
-        .unwrap_or_default()
-}
-
-fn lock_holder(lock: &ConfigMap) -> Option<String> {
-    let info = lock.data.as_ref()?.get(names::LOCK_INFORMATION_KEY)?;
-    let parsed: BTreeMap<String, serde_json::Value> = serde_json::from_str(info).ok()?;
-    parsed
-        .get("machineName")?
-        .as_str()
-        .filter(|n| !n.is_empty())
-        .map(String::from)
 }
 
 fn etcd_cluster_view(etcd: &EtcdadmCluster) -> EtcdClusterView {

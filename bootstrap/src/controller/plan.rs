@@ -1,7 +1,12 @@
-//! The bootstrap decision for one EtcdadmConfig, as a pure function of what was observed.
+//! The next step for one EtcdadmConfig, as a pure function of what was observed, and the Event
+//! each step leaves once applied.
 //!
 //! Steps 1–8 of SPEC-bootstrap.md "Behaviour"; everything that talks to the API lives in
 //! `observe` and `apply`, so the rules here are tested without one.
+
+use etcdadm_shared::names;
+
+pub use etcdadm_shared::contract::ca::CaView;
 
 /// The owner Machine as far as the decision needs it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -50,15 +55,6 @@ pub enum LockView {
     Unreadable,
 }
 
-/// The etcd CA Secret `<cluster>-managed-etcd`.
-#[derive(Clone, Debug, PartialEq)]
-pub enum CaView {
-    Missing,
-    Valid,
-    /// Present but unusable; never regenerated over the top.
-    Corrupt(String),
-}
-
 /// The data Secret named after the config.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DataSecretView {
@@ -88,15 +84,15 @@ pub struct Observed {
     pub learner_join: bool,
 }
 
-/// What to do now. Waiting decisions carry the condition reason and message to show.
+/// The one next thing to do. Waits and refusals carry the condition reason and message to show.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Decision {
+pub enum Step {
     Wait {
         reason: &'static str,
         message: String,
     },
     Paused,
-    /// The data Secret exists; only status (and the init address) may need work.
+    /// The data Secret exists and nothing else is due: only status may need work.
     Done,
     /// Take the init lock for this Machine.
     AcquireLock,
@@ -111,11 +107,75 @@ pub enum Decision {
         urls: Vec<String>,
         learner: bool,
     },
+    /// Step 8 (standalone only): publish `<cluster>-etcd-init` with the first member's address,
+    /// which the Machine gets after its data was rendered.
+    PublishInitAddress {
+        address: String,
+    },
     /// Something a human must fix; no Secret is written.
-    Fail {
+    Refuse {
         reason: &'static str,
         message: String,
     },
+}
+
+impl Step {
+    /// The Event this step leaves once applied, as reason and note: a pure function of the
+    /// plan's input and output. Waits, refusals (reported by their condition) and `Done` leave
+    /// none.
+    pub fn event(&self, o: &Observed) -> Option<(&'static str, String)> {
+        let machine = o.machine.as_ref().map(|m| m.name.as_str()).unwrap_or_default();
+        let cluster = o
+            .machine
+            .as_ref()
+            .and_then(|m| m.cluster_name.as_deref())
+            .unwrap_or_default();
+        match self {
+            Step::Wait { .. } | Step::Paused | Step::Done | Step::Refuse { .. } => None,
+            Step::AcquireLock => Some((
+                "InitLockAcquired",
+                format!(
+                    "Machine {machine} took the init lock {}",
+                    names::init_lock_name(cluster)
+                ),
+            )),
+            Step::ReleaseStaleLock { holder } => Some((
+                "InitLockReleased",
+                format!("released the init lock held by Machine {holder}, which no longer exists"),
+            )),
+            Step::CreateCa => Some((
+                "CACreated",
+                format!(
+                    "generated the etcd CA in Secret {}",
+                    names::ca_secret_name(cluster)
+                ),
+            )),
+            Step::RenderInit => Some((
+                reason::DATA_SECRET_CREATED,
+                format!("rendered etcdadm init user data for Machine {machine}"),
+            )),
+            Step::RenderJoin { urls, learner } => Some((
+                reason::DATA_SECRET_CREATED,
+                format!(
+                    "rendered etcdadm join {} user data for Machine {machine}{}",
+                    urls.first().map(String::as_str).unwrap_or_default(),
+                    if *learner {
+                        ", which waits for the EtcdadmCluster controller to add it as a learner and to \
+                         promote it"
+                    } else {
+                        ""
+                    }
+                ),
+            )),
+            Step::PublishInitAddress { address } => Some((
+                "InitAddressPublished",
+                format!(
+                    "published {} with the first member's address {address}",
+                    names::init_secret_name(cluster)
+                ),
+            )),
+        }
+    }
 }
 
 /// Reasons used on the `Ready`/`DataSecretAvailable` conditions.
@@ -151,16 +211,16 @@ impl Observed {
     }
 }
 
-/// Steps 1–7: the one next thing to do for this config.
-pub fn plan(observed: &Observed) -> Decision {
+/// Steps 1–8: the one next thing to do for this config.
+pub fn plan(observed: &Observed) -> Step {
     let Some(machine) = &observed.machine else {
-        return Decision::Wait {
+        return Step::Wait {
             reason: reason::WAITING_FOR_MACHINE,
             message: "waiting for a Machine to reference this EtcdadmConfig and become its owner".into(),
         };
     };
     let Some(cluster_name) = &machine.cluster_name else {
-        return Decision::Wait {
+        return Step::Wait {
             reason: reason::WAITING_FOR_CLUSTER,
             message: format!(
                 "Machine {} has no cluster.x-k8s.io/cluster-name label",
@@ -169,18 +229,21 @@ pub fn plan(observed: &Observed) -> Decision {
         };
     };
     let ClusterView::Found { paused, .. } = observed.cluster else {
-        return Decision::Wait {
+        return Step::Wait {
             reason: reason::WAITING_FOR_CLUSTER,
             message: format!("Cluster {cluster_name} not found"),
         };
     };
     if paused || observed.paused_annotation {
-        return Decision::Paused;
+        return Step::Paused;
     }
     match &observed.data_secret {
-        DataSecretView::Ours => return Decision::Done,
+        DataSecretView::Ours => {
+            return init_address_to_publish(observed)
+                .map_or(Step::Done, |address| Step::PublishInitAddress { address });
+        }
         DataSecretView::Foreign(problem) => {
-            return Decision::Fail {
+            return Step::Refuse {
                 reason: reason::DATA_SECRET_CONFLICT,
                 message: problem.clone(),
             };
@@ -190,7 +253,7 @@ pub fn plan(observed: &Observed) -> Decision {
     // Nothing will boot it; and its config may already be gone with its Secret (CAPI deletes
     // both with the Machine), so a Secret written now would belong to nobody.
     if machine.deleting {
-        return Decision::Wait {
+        return Step::Wait {
             reason: reason::MACHINE_DELETING,
             message: format!(
                 "Machine {} is being deleted; no bootstrap data is rendered for it",
@@ -199,13 +262,13 @@ pub fn plan(observed: &Observed) -> Decision {
         };
     }
     if let Some(problem) = &observed.spec_problem {
-        return Decision::Fail {
+        return Step::Refuse {
             reason: reason::INVALID_SPEC,
             message: problem.clone(),
         };
     }
     if let CaView::Corrupt(problem) = &observed.ca {
-        return Decision::Fail {
+        return Step::Refuse {
             reason: reason::CA_CORRUPT,
             message: problem.clone(),
         };
@@ -217,26 +280,26 @@ pub fn plan(observed: &Observed) -> Decision {
     }
 }
 
-fn plan_init(observed: &Observed, machine: &MachineView) -> Decision {
+fn plan_init(observed: &Observed, machine: &MachineView) -> Step {
     match &observed.lock {
-        LockView::Free => Decision::AcquireLock,
-        LockView::Unreadable => Decision::ReleaseStaleLock {
+        LockView::Free => Step::AcquireLock,
+        LockView::Unreadable => Step::ReleaseStaleLock {
             holder: "<unreadable>".into(),
         },
         LockView::Held { holder, .. } if holder == &machine.name => match observed.ca {
-            CaView::Missing => Decision::CreateCa,
-            _ => Decision::RenderInit,
+            CaView::Missing => Step::CreateCa,
+            _ => Step::RenderInit,
         },
         LockView::Held {
             holder,
             holder_exists: false,
-        } => Decision::ReleaseStaleLock {
+        } => Step::ReleaseStaleLock {
             holder: holder.clone(),
         },
         LockView::Held {
             holder,
             holder_exists: true,
-        } => Decision::Wait {
+        } => Step::Wait {
             reason: reason::WAITING_FOR_INIT_LOCK,
             message: format!(
                 "Machine {holder} holds the init lock and is initializing etcd; this member will join"
@@ -245,12 +308,12 @@ fn plan_init(observed: &Observed, machine: &MachineView) -> Decision {
     }
 }
 
-fn plan_join(observed: &Observed, cluster_name: &str) -> Decision {
+fn plan_join(observed: &Observed, cluster_name: &str) -> Step {
     let init_urls = observed.init_client_urls.clone().unwrap_or_default();
     let urls = match &observed.etcd_cluster {
         Some(etcd) if !etcd.healthy_client_urls.is_empty() => etcd.healthy_client_urls.clone(),
         Some(etcd) if etcd.reports_members => {
-            return Decision::Wait {
+            return Step::Wait {
                 reason: reason::WAITING_FOR_HEALTHY_MEMBER,
                 message: "no etcd member is currently reported healthy to join through".into(),
             };
@@ -258,32 +321,32 @@ fn plan_join(observed: &Observed, cluster_name: &str) -> Decision {
         _ => init_urls,
     };
     if urls.is_empty() {
-        return Decision::Wait {
+        return Step::Wait {
             reason: reason::WAITING_FOR_INIT_SECRET,
             message: format!(
                 "waiting for Secret {} with the client URL of the first member",
-                etcdadm_shared::names::init_secret_name(cluster_name)
+                names::init_secret_name(cluster_name)
             ),
         };
     }
     match observed.ca {
-        CaView::Valid => Decision::RenderJoin {
+        CaView::Valid => Step::RenderJoin {
             urls,
             learner: observed.learner_join,
         },
         // A join never generates a CA: the members already running trust only theirs.
-        _ => Decision::Wait {
+        _ => Step::Wait {
             reason: reason::WAITING_FOR_CA,
             message: format!(
                 "waiting for the etcd CA Secret {}; a joining member never creates one",
-                etcdadm_shared::names::ca_secret_name(cluster_name)
+                names::ca_secret_name(cluster_name)
             ),
         },
     }
 }
 
 /// Step 8 (standalone only): the address to publish in `<cluster>-etcd-init`, if it is time.
-pub fn init_address_to_publish(observed: &Observed) -> Option<String> {
+fn init_address_to_publish(observed: &Observed) -> Option<String> {
     let machine = observed.machine.as_ref()?;
     if machine.etcd_cluster.is_some() || observed.init_client_urls.is_some() {
         return None;
@@ -342,7 +405,7 @@ mod tests {
         o.machine = None;
         assert!(matches!(
             plan(&o),
-            Decision::Wait {
+            Step::Wait {
                 reason: reason::WAITING_FOR_MACHINE,
                 ..
             }
@@ -353,7 +416,7 @@ mod tests {
         });
         assert!(matches!(
             plan(&o),
-            Decision::Wait {
+            Step::Wait {
                 reason: reason::WAITING_FOR_CLUSTER,
                 ..
             }
@@ -362,7 +425,7 @@ mod tests {
         o.cluster = ClusterView::Missing;
         assert!(matches!(
             plan(&o),
-            Decision::Wait {
+            Step::Wait {
                 reason: reason::WAITING_FOR_CLUSTER,
                 ..
             }
@@ -376,10 +439,10 @@ mod tests {
             paused: true,
             managed_etcd_initialized: false,
         };
-        assert_eq!(plan(&o), Decision::Paused);
+        assert_eq!(plan(&o), Step::Paused);
         let mut o = base();
         o.paused_annotation = true;
-        assert_eq!(plan(&o), Decision::Paused);
+        assert_eq!(plan(&o), Step::Paused);
     }
 
     #[test]
@@ -393,25 +456,25 @@ mod tests {
         o.ca = CaView::Valid;
         assert!(matches!(
             plan(&o),
-            Decision::Wait {
+            Step::Wait {
                 reason: reason::MACHINE_DELETING,
                 ..
             }
         ));
         o.data_secret = DataSecretView::Ours;
-        assert_eq!(plan(&o), Decision::Done);
+        assert_eq!(plan(&o), Step::Done);
     }
 
     #[test]
     fn init_takes_lock_then_creates_ca_then_renders() {
         let mut o = base();
-        assert_eq!(plan(&o), Decision::AcquireLock);
+        assert_eq!(plan(&o), Step::AcquireLock);
         o.lock = held("m1", true);
-        assert_eq!(plan(&o), Decision::CreateCa);
+        assert_eq!(plan(&o), Step::CreateCa);
         o.ca = CaView::Valid;
-        assert_eq!(plan(&o), Decision::RenderInit);
+        assert_eq!(plan(&o), Step::RenderInit);
         o.data_secret = DataSecretView::Ours;
-        assert_eq!(plan(&o), Decision::Done);
+        assert_eq!(plan(&o), Step::Done);
     }
 
     #[test]
@@ -421,15 +484,15 @@ mod tests {
         o.lock = held("m1", true);
         assert!(matches!(
             plan(&o),
-            Decision::Wait {
+            Step::Wait {
                 reason: reason::WAITING_FOR_INIT_LOCK,
                 ..
             }
         ));
         o.lock = held("m1", false);
-        assert_eq!(plan(&o), Decision::ReleaseStaleLock { holder: "m1".into() });
+        assert_eq!(plan(&o), Step::ReleaseStaleLock { holder: "m1".into() });
         o.lock = LockView::Unreadable;
-        assert!(matches!(plan(&o), Decision::ReleaseStaleLock { .. }));
+        assert!(matches!(plan(&o), Step::ReleaseStaleLock { .. }));
     }
 
     #[test]
@@ -440,7 +503,7 @@ mod tests {
         o.init_client_urls = Some(vec!["https://10.0.0.1:2379".into()]);
         assert!(matches!(
             plan(&o),
-            Decision::Wait {
+            Step::Wait {
                 reason: reason::WAITING_FOR_CA,
                 ..
             }
@@ -448,7 +511,7 @@ mod tests {
         o.ca = CaView::Valid;
         assert_eq!(
             plan(&o),
-            Decision::RenderJoin {
+            Step::RenderJoin {
                 urls: vec!["https://10.0.0.1:2379".into()],
                 learner: false,
             }
@@ -468,7 +531,7 @@ mod tests {
             ..Default::default()
         });
         // Not initialized: competes for init even though an EtcdadmCluster owns it.
-        assert_eq!(plan(&o), Decision::AcquireLock);
+        assert_eq!(plan(&o), Step::AcquireLock);
         o.etcd_cluster = Some(EtcdClusterView {
             initialized: true,
             healthy_client_urls: vec!["https://10.0.0.2:2379".into()],
@@ -477,7 +540,7 @@ mod tests {
         o.init_client_urls = Some(vec!["https://10.0.0.1:2379".into()]);
         assert_eq!(
             plan(&o),
-            Decision::RenderJoin {
+            Step::RenderJoin {
                 urls: vec!["https://10.0.0.2:2379".into()],
                 learner: false,
             }
@@ -489,7 +552,7 @@ mod tests {
         });
         assert!(matches!(
             plan(&o),
-            Decision::Wait {
+            Step::Wait {
                 reason: reason::WAITING_FOR_HEALTHY_MEMBER,
                 ..
             }
@@ -501,7 +564,7 @@ mod tests {
         });
         assert_eq!(
             plan(&o),
-            Decision::RenderJoin {
+            Step::RenderJoin {
                 urls: vec!["https://10.0.0.1:2379".into()],
                 learner: false,
             }
@@ -509,7 +572,7 @@ mod tests {
         o.init_client_urls = None;
         assert!(matches!(
             plan(&o),
-            Decision::Wait {
+            Step::Wait {
                 reason: reason::WAITING_FOR_INIT_SECRET,
                 ..
             }
@@ -532,7 +595,7 @@ mod tests {
         });
         assert_eq!(
             plan(&o),
-            Decision::RenderJoin {
+            Step::RenderJoin {
                 urls: vec!["https://10.0.0.2:2379".into()],
                 learner: true,
             }
@@ -540,7 +603,7 @@ mod tests {
         // The first member founds the cluster: there is nothing to add it to.
         o.etcd_cluster = Some(EtcdClusterView::default());
         o.lock = held("m2", true);
-        assert_eq!(plan(&o), Decision::RenderInit);
+        assert_eq!(plan(&o), Step::RenderInit);
     }
 
     #[test]
@@ -558,7 +621,7 @@ mod tests {
         o.ca = CaView::Valid;
         assert!(matches!(
             plan(&o),
-            Decision::Wait {
+            Step::Wait {
                 reason: reason::WAITING_FOR_INIT_SECRET,
                 ..
             }
@@ -572,7 +635,7 @@ mod tests {
         o.ca = CaView::Corrupt("Secret ns/c1-managed-etcd: tls.key is not RSA".into());
         assert!(matches!(
             plan(&o),
-            Decision::Fail {
+            Step::Refuse {
                 reason: reason::CA_CORRUPT,
                 ..
             }
@@ -581,7 +644,7 @@ mod tests {
         o.spec_problem = Some("spec.files[0].contentFrom: Secret x has no key y".into());
         assert!(matches!(
             plan(&o),
-            Decision::Fail {
+            Step::Refuse {
                 reason: reason::INVALID_SPEC,
                 ..
             }
@@ -594,7 +657,7 @@ mod tests {
         o.data_secret = DataSecretView::Foreign("EtcdadmConfig other".into());
         assert!(matches!(
             plan(&o),
-            Decision::Fail {
+            Step::Refuse {
                 reason: reason::DATA_SECRET_CONFLICT,
                 ..
             }
@@ -625,5 +688,34 @@ mod tests {
             None,
             "the EtcdadmCluster controller publishes"
         );
+    }
+
+    #[test]
+    fn the_plan_publishes_the_init_address_once_rendered_but_never_while_paused() {
+        let mut o = base();
+        o.lock = held("m1", true);
+        o.data_secret = DataSecretView::Ours;
+        o.machine = Some(MachineView {
+            address: Some("10.0.0.1".into()),
+            ..machine("m1")
+        });
+        let publish = plan(&o);
+        assert_eq!(
+            publish,
+            Step::PublishInitAddress {
+                address: "10.0.0.1".into()
+            }
+        );
+        let (reason, note) = publish.event(&o).unwrap();
+        assert_eq!(reason, "InitAddressPublished");
+        assert!(
+            note.contains("c1-etcd-init") && note.contains("10.0.0.1"),
+            "{note}"
+        );
+        o.init_client_urls = Some(vec!["https://10.0.0.1:2379".into()]);
+        assert_eq!(plan(&o), Step::Done);
+        o.init_client_urls = None;
+        o.paused_annotation = true;
+        assert_eq!(plan(&o), Step::Paused);
     }
 }

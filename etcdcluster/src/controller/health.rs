@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use tracing::debug;
 
 use etcdadm_shared::api::MemberStatus as StoredMember;
@@ -13,8 +15,10 @@ use etcdadm_shared::etcd::{EtcdError, EtcdTls, Health, Member, MemberClient, Mem
 use etcdadm_shared::names;
 use etcdadm_shared::pki::CertificateAuthority;
 
-use super::plan::{EtcdView, MachineView, MemberView, machine_for_member};
+use super::observe::Observation;
+use super::plan::{EtcdView, MachineView, MemberView, UnhealthyClock, machine_for_member};
 use crate::error::Error;
+use crate::metrics::EtcdClusterMetrics;
 
 /// Members probed at the same time, per cluster.
 pub const PROBE_CONCURRENCY: usize = 8;
@@ -71,7 +75,7 @@ impl EtcdClients {
         let mut clusters = self
             .clusters
             .lock()
-            .map_err(|_| Error::InvalidObject("etcd client cache poisoned".into()))?;
+            .map_err(|_| Error::Internal("the etcd client cache was poisoned by a panic".into()))?;
         let now = SystemTime::now();
         if let Some(known) = clusters.get(key)
             && known.ca_pem == ca.cert_pem()
@@ -168,9 +172,51 @@ pub struct CheckInput<'a> {
     pub key: &'a str,
     pub ca: &'a CertificateAuthority,
     pub machines: &'a [MachineView],
-    /// `status.members` as stored: who was ever healthy.
+    /// `status.members` as stored: who was ever healthy, and since when who is not.
     pub previous: &'a [StoredMember],
+    pub clock: &'a UnhealthyClock,
     pub timeout: Duration,
+}
+
+/// The etcd side of `obs` at `now`: every member checked (none without a usable CA), timed and
+/// measured into `metrics`.
+pub async fn check_observed(
+    clients: &EtcdClients,
+    metrics: Option<&EtcdClusterMetrics>,
+    obs: &Observation,
+    now: Timestamp,
+) -> Result<EtcdView, Error> {
+    let Some(ca) = &obs.ca else {
+        return Ok(EtcdView::NotChecked);
+    };
+    let key = obs.cache_key();
+    let clock = obs.clock(now);
+    let machines = obs.machine_views(&clock);
+    let input = CheckInput {
+        key: &key,
+        ca,
+        machines: &machines,
+        previous: obs.stored_members(),
+        clock: &clock,
+        timeout: obs.etcd_cluster.spec.health_settings().timeout,
+    };
+    let started = std::time::Instant::now();
+    let view = check(clients, &input).await;
+    if let Some(m) = metrics {
+        let (ns, name) = (obs.namespace.as_str(), obs.etcd_cluster.name_any());
+        m.observe_health_check(ns, &name, started.elapsed());
+        if let Ok(EtcdView::Members(members)) = &view {
+            let mut alarms = vec![];
+            for member in members {
+                if let Some(bytes) = member.db_size.and_then(|b| u64::try_from(b).ok()) {
+                    m.observe_db_size(ns, &name, &member.name, bytes);
+                }
+                alarms.extend(member.alarms.iter().cloned());
+            }
+            m.observe_alarms(ns, &name, &alarms);
+        }
+    }
+    view
 }
 
 /// Check every member: `/health` and Status per member, the member list from a healthy one,
@@ -245,7 +291,7 @@ pub async fn check(clients: &EtcdClients, input: &CheckInput<'_>) -> Result<Etcd
                 .map(names::client_url)
                 .or_else(|| member.client_urls.first().cloned());
             let probe = url.as_ref().and_then(|u| probes.get(u));
-            member_view(member, machine, probe, leader, &alarms, input.previous)
+            member_view(member, machine, probe, leader, &alarms, input)
         })
         .collect();
     Ok(EtcdView::Members(views))
@@ -285,7 +331,7 @@ fn member_view(
     probe: Option<&Probe>,
     leader: Option<u64>,
     alarms: &[(u64, String)],
-    previous: &[StoredMember],
+    input: &CheckInput<'_>,
 ) -> MemberView {
     let member_alarms: Vec<String> = alarms
         .iter()
@@ -304,8 +350,12 @@ fn member_view(
         },
     };
     let id_hex = etcdadm_shared::etcd::member_id_hex(member.id);
+    let stored = input
+        .previous
+        .iter()
+        .find(|s| s.member_id.as_deref() == Some(id_hex.as_str()));
     let ever_healthy = healthy
-        || previous.iter().any(|s| {
+        || input.previous.iter().any(|s| {
             s.last_healthy_time.is_some()
                 && (s.member_id.as_deref() == Some(id_hex.as_str())
                     || machine.is_some_and(|name| s.name == name))
@@ -325,7 +375,6 @@ fn member_view(
         etcd_version: status.map(|s| s.version.clone()),
         db_size: status.and_then(|s| i64::try_from(s.db_size).ok()),
         alarms: member_alarms,
-        // Timed by `Observation::observed`, from the stored status.
-        unhealthy_for: std::time::Duration::ZERO,
+        unhealthy_for: input.clock.unhealthy_for(stored),
     }
 }

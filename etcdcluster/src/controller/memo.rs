@@ -7,11 +7,13 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kube::api::ObjectMeta;
+use kube::Client;
+use kube::api::{Api, ObjectMeta};
 
 use etcdadm_shared::api::EtcdadmCluster;
 
-use super::observe::Observation;
+use super::observe::{Observation, observe_around};
+use crate::error::Error;
 
 /// The longest an observation is reused: the bound on noticing a change to what is not watched
 /// (Secrets, EtcdadmConfigs, infrastructure machines), which only people editing by hand make.
@@ -36,6 +38,33 @@ struct Kept {
 }
 
 impl Observations {
+    /// The EtcdadmCluster `namespace/name` as just read and everything around it, read too or
+    /// (unless `afresh`) as kept from an earlier reconcile; whether it was all read now. `None`
+    /// once the cluster is gone.
+    pub async fn read(
+        &self,
+        client: &Client,
+        namespace: &str,
+        name: &str,
+        afresh: bool,
+    ) -> Result<Option<(Observation, bool)>, Error> {
+        let Some(etcd) = Api::<EtcdadmCluster>::namespaced(client.clone(), namespace)
+            .get_opt(name)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let key = format!("{namespace}/{name}");
+        let now = Instant::now();
+        if !afresh && let Some(kept) = self.reuse(&key, &etcd, now) {
+            return Ok(Some((kept, false)));
+        }
+        let epoch = self.epoch(&key);
+        let obs = observe_around(client, namespace, etcd).await?;
+        self.keep(&key, epoch, &obs, now);
+        Ok(Some((obs, true)))
+    }
+
     /// Something the observation of `key` was made from has changed.
     pub fn invalidate(&self, key: &str) {
         if let Ok(mut inner) = self.inner.lock() {
@@ -142,7 +171,6 @@ mod tests {
             member_spec_problem: None,
             missing_infra_template: None,
             infra_machine: None,
-            machine_facts: vec![],
         }
     }
 

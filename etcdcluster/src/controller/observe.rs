@@ -3,41 +3,37 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Client, Resource, ResourceExt};
+use rand::Rng;
 
 use etcdadm_shared::api::capi::{Cluster, ControlPlaneEtcd, KubeadmControlPlane, Machine};
-use etcdadm_shared::api::conditions::{self, ConditionStatus};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig, EtcdadmConfigSpec, MemberStatus};
+use etcdadm_shared::contract::ca::read_ca;
+use etcdadm_shared::contract::init_secret::InitSecret;
 use etcdadm_shared::etcd::member_id_hex;
 use etcdadm_shared::names;
-use etcdadm_shared::pki::{CertificateAuthority, ca_from_secret};
+use etcdadm_shared::pki::CertificateAuthority;
+use etcdadm_shared::validation::etcd_version;
 
 use super::plan::{
-    CaView, ClusterView, EtcdView, InitSecretView, KcpView, LastRemediation, MIN_JOIN_DEADLINE,
-    MIN_JOIN_INTERVALS, MachineView, Observed, RemediationPolicy,
+    CaView, ClusterView, DesiredSpec, EtcdView, KcpView, MachineView, MemberSpec, Observed,
+    REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION, RemediationRecord, UnhealthyClock, outdated_reason,
+    remediation_policy,
 };
-use super::rollout::{DesiredSpec, MemberSpec, outdated_reason};
 use crate::error::Error;
-
-/// On the EtcdadmCluster: the last remediation, JSON `{"machine", "timestamp", "retryCount"}`
-/// (as KCP records its own), read for the backoff after a failed replacement.
-pub const REMEDIATION_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/remediation";
-/// On the Machine created to replace a remediated one: a copy of that remediation's record.
-pub const REMEDIATION_FOR_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/remediation-for";
-/// Condition whose last transition to True marks when the cluster last (re)gained quorum.
-const ENDPOINTS_AVAILABLE: &str = "EndpointsAvailable";
 
 /// Group and kind of our own API, for owner references and `managedExternalEtcdRef`.
 pub const ETCD_CLUSTER_GROUP: &str = "etcdcluster.cluster.x-k8s.io";
 pub const ETCD_CLUSTER_KIND: &str = "EtcdadmCluster";
 const KCP_KIND: &str = "KubeadmControlPlane";
 const KCP_GROUP: &str = "controlplane.cluster.x-k8s.io";
+/// Length of the random suffix of member object names.
+const NAME_SUFFIX_LEN: usize = 5;
 
 /// What was read, for the plan and for `apply`.
 #[derive(Clone)]
@@ -48,9 +44,10 @@ pub struct Observation {
     pub cluster: Option<Cluster>,
     pub ca: Option<Arc<CertificateAuthority>>,
     pub ca_view: CaView,
-    pub machines: Vec<MachineView>,
+    /// Member Machines, oldest first.
+    pub machines: Vec<MachineRecord>,
     pub leftovers: Vec<String>,
-    pub init_secret: Option<InitSecretView>,
+    pub init_secret: Option<InitSecret>,
     pub kcp: Option<KubeadmControlPlane>,
     pub kcp_view: KcpView,
     pub control_plane_machines: usize,
@@ -61,14 +58,23 @@ pub struct Observation {
     pub missing_infra_template: Option<String>,
     /// The infra machine kind cloned from `spec.infrastructureTemplate`.
     pub infra_machine: Option<ApiResource>,
-    /// Per Machine (same order as `machines`): what the rollout and remediation checks need.
-    pub machine_facts: Vec<MachineFacts>,
 }
 
-/// What a Machine was made from, and when.
+/// Everything read about one member Machine: the Machine, its EtcdadmConfig and its infra
+/// machine.
 #[derive(Clone, Debug, Default)]
-pub struct MachineFacts {
+pub struct MachineRecord {
+    pub name: String,
+    pub failure_domain: Option<String>,
+    /// Address used for the member's URLs (`Machine::etcd_address`).
+    pub address: Option<String>,
+    pub deleting: bool,
+    pub has_hook: bool,
+    /// Labelled for us but controlled by nobody.
+    pub orphan: bool,
+    pub delete_requested: bool,
     pub created: Option<Timestamp>,
+    /// Its EtcdadmConfig's spec.
     pub config: Option<EtcdadmConfigSpec>,
     /// `cloned-from-name` and `cloned-from-groupkind` of its infra machine.
     pub cloned_from: Option<(String, String)>,
@@ -76,86 +82,37 @@ pub struct MachineFacts {
     pub remediation_for: Option<RemediationRecord>,
 }
 
-/// The record of the last remediation on the EtcdadmCluster.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RemediationRecord {
-    pub machine: String,
-    pub timestamp: Time,
-    #[serde(default)]
-    pub retry_count: u32,
-}
-
-impl RemediationRecord {
-    fn view(&self, now: Timestamp) -> LastRemediation {
-        LastRemediation {
-            machine: self.machine.clone(),
-            ago: since(now, self.timestamp.0),
-            retries: self.retry_count,
+impl MachineRecord {
+    /// The Machine as the plan sees it: against the spec, the stored status and the clock.
+    fn view(
+        &self,
+        desired: &DesiredSpec<'_>,
+        stored: &[MemberStatus],
+        clock: &UnhealthyClock,
+    ) -> MachineView {
+        let entry = stored
+            .iter()
+            .find(|s| s.name == self.name && s.machine_ref.is_some());
+        let member = MemberSpec {
+            config: self.config.as_ref(),
+            cloned_from: self.cloned_from.clone(),
+            created: self.created.map(|t| t.as_second()),
+        };
+        MachineView {
+            name: self.name.clone(),
+            failure_domain: self.failure_domain.clone(),
+            address: self.address.clone(),
+            deleting: self.deleting,
+            has_hook: self.has_hook,
+            orphan: self.orphan,
+            delete_requested: self.delete_requested,
+            outdated: outdated_reason(&member, desired),
+            was_member: entry.is_some_and(|s| s.member_id.is_some()),
+            unhealthy_for: clock.unhealthy_for(entry),
+            age: self.created.map(|t| clock.since(t)).unwrap_or_default(),
+            replaces: self.remediation_for.as_ref().map(|r| r.view(clock.now())),
         }
     }
-}
-
-fn since(now: Timestamp, then: Timestamp) -> Duration {
-    let millis = now.as_millisecond().saturating_sub(then.as_millisecond());
-    Duration::from_millis(u64::try_from(millis).unwrap_or(0))
-}
-
-/// How long a stored entry has been unhealthy, counted from its last flip to unhealthy but not
-/// before the cluster last regained quorum (while it had none, every member looks unhealthy).
-fn unhealthy_for(entry: Option<&MemberStatus>, serving_since: Option<Timestamp>, now: Timestamp) -> Duration {
-    let Some(entry) = entry.filter(|e| !e.healthy) else {
-        return Duration::ZERO;
-    };
-    let Some(flipped) = entry.last_transition_time.as_ref().map(|t| t.0) else {
-        return Duration::ZERO;
-    };
-    let start = serving_since.map_or(flipped, |s| s.max(flipped));
-    since(now, start)
-}
-
-/// Since when the cluster has served clients without a break, for the unhealthy clock: when
-/// `EndpointsAvailable` last turned True, or `now` while it is stored False (quorum was lost at
-/// the last look, so it is at best being regained in this very pass: nobody has been unhealthy
-/// while it served). `None` before the condition was ever written.
-fn serving_since(conditions: &[conditions::Condition], now: Timestamp) -> Option<Timestamp> {
-    conditions::find(conditions, ENDPOINTS_AVAILABLE).map(|c| match c.status {
-        ConditionStatus::True => c.last_transition_time.0,
-        _ => now,
-    })
-}
-
-/// `healthCheck` settings plus the reference's `healthcheck-retries` annotation: 0 turns
-/// remediation off; N > 0 means N failed checks (N × interval) unless `unhealthyAfter` is set;
-/// anything else is ignored (never "remove after one failure").
-pub fn remediation_policy(etcd: &EtcdadmCluster) -> RemediationPolicy {
-    let settings = etcd.spec.health_settings();
-    let mut policy = RemediationPolicy {
-        enabled: settings.remediation,
-        unhealthy_after: settings.unhealthy_after,
-        join_deadline: settings.unhealthy_after,
-    };
-    let explicit = etcd
-        .spec
-        .health_check
-        .as_ref()
-        .is_some_and(|h| h.unhealthy_after.is_some());
-    match etcd
-        .annotations()
-        .get(names::HEALTHCHECK_RETRIES_ANNOTATION)
-        .and_then(|v| v.trim().parse::<u32>().ok())
-    {
-        Some(0) => policy.enabled = false,
-        Some(retries) if !explicit => {
-            policy.unhealthy_after = settings.interval.saturating_mul(retries);
-        }
-        _ => {}
-    }
-    policy.join_deadline = policy
-        .unhealthy_after
-        .max(settings.interval.saturating_mul(MIN_JOIN_INTERVALS))
-        .max(MIN_JOIN_DEADLINE);
-    policy
 }
 
 impl Observation {
@@ -199,61 +156,52 @@ impl Observation {
             .or_else(|| self.kcp.as_ref().and_then(|k| k.spec.version.clone()))
     }
 
-    /// The plan's input, with the etcd side from the health check, timed against `now`.
+    /// `status.members` as stored.
+    pub fn stored_members(&self) -> &[MemberStatus] {
+        self.etcd_cluster
+            .status
+            .as_ref()
+            .map(|s| s.members.as_slice())
+            .unwrap_or_default()
+    }
+
+    /// The remediation clock at `now`, from the stored conditions.
+    pub fn clock(&self, now: Timestamp) -> UnhealthyClock {
+        let conditions = self
+            .etcd_cluster
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default();
+        UnhealthyClock::new(conditions, now)
+    }
+
+    /// Every member Machine as the plan sees it, in one pass over what was read.
+    pub fn machine_views(&self, clock: &UnhealthyClock) -> Vec<MachineView> {
+        let spec = &self.etcd_cluster.spec;
+        let desired = DesiredSpec {
+            config: &spec.etcdadm_config_spec,
+            template: self.desired_template(),
+            rollout_after: spec.rollout_after.as_ref().map(|t| t.0.as_second()),
+            now: clock.now().as_second(),
+        };
+        self.machines
+            .iter()
+            .map(|m| m.view(&desired, self.stored_members(), clock))
+            .collect()
+    }
+
+    /// The plan's input at `now`, the etcd side from the health check.
     pub fn observed(&self, etcd: EtcdView, now: Timestamp) -> Observed {
+        let clock = self.clock(now);
+        let machines = self.machine_views(&clock);
         let e = &self.etcd_cluster;
         let status = e.status.clone().unwrap_or_default();
-        let serving_since = serving_since(&status.conditions, now);
-        let record: Option<RemediationRecord> = e
+        let last_remediation = e
             .annotations()
             .get(REMEDIATION_ANNOTATION)
-            .and_then(|text| serde_json::from_str(text).ok());
-        let last_remediation = record.as_ref().map(|r| r.view(now));
-        let desired_template = self.desired_template();
-        let desired = DesiredSpec {
-            config: &e.spec.etcdadm_config_spec,
-            template: desired_template,
-            rollout_after: e.spec.rollout_after.as_ref().map(|t| t.0.as_second()),
-            now: now.as_second(),
-        };
-        let machines: Vec<MachineView> = self
-            .machines
-            .iter()
-            .zip(self.machine_facts.iter())
-            .map(|(machine, facts)| {
-                let entry = status
-                    .members
-                    .iter()
-                    .find(|s| s.name == machine.name && s.machine_ref.is_some());
-                let member = MemberSpec {
-                    config: facts.config.as_ref(),
-                    cloned_from: facts.cloned_from.clone(),
-                    created: facts.created.map(|t| t.as_second()),
-                };
-                MachineView {
-                    outdated: outdated_reason(&member, &desired),
-                    was_member: entry.is_some_and(|s| s.member_id.is_some()),
-                    unhealthy_for: unhealthy_for(entry, serving_since, now),
-                    age: facts.created.map(|t| since(now, t)).unwrap_or_default(),
-                    replaces: facts.remediation_for.as_ref().map(|r| r.view(now)),
-                    ..machine.clone()
-                }
-            })
-            .collect();
-        let etcd = match etcd {
-            EtcdView::Members(mut members) => {
-                for member in &mut members {
-                    let id = member_id_hex(member.id);
-                    let entry = status
-                        .members
-                        .iter()
-                        .find(|s| s.member_id.as_deref() == Some(id.as_str()));
-                    member.unhealthy_for = unhealthy_for(entry, serving_since, now);
-                }
-                EtcdView::Members(members)
-            }
-            other => other,
-        };
+            .and_then(|text| RemediationRecord::from_annotation(text))
+            .map(|r| r.view(clock.now()));
         let cluster_view = match &self.cluster {
             None => ClusterView::Missing,
             Some(c) => ClusterView::Found {
@@ -286,6 +234,9 @@ impl Observation {
             member_spec_problem: self.member_spec_problem.clone(),
             missing_infra_template: self.missing_infra_template.clone(),
             spec_failure_domains: e.spec.failure_domains.clone(),
+            spec_version: etcd_version(&e.spec.etcdadm_config_spec)
+                .map(|(field, version)| (format!("spec.etcdadmConfigSpec.{field}"), version.to_string())),
+            running_versions: running_versions(&etcd, self.stored_members()),
             cluster: cluster_view,
             ca: self.ca_view.clone(),
             machines,
@@ -296,8 +247,45 @@ impl Observation {
             creation_complete: status.creation_complete,
             kcp: self.kcp_view.clone(),
             control_plane_machines: self.control_plane_machines,
+            new_member_name: member_name(&e.name_any()),
         }
     }
+}
+
+/// The etcd versions the started members run: as each answered now, else as last recorded.
+fn running_versions(etcd: &EtcdView, stored: &[MemberStatus]) -> Vec<String> {
+    let recorded = |id: u64| {
+        let id = member_id_hex(id);
+        stored
+            .iter()
+            .find(|s| s.member_id.as_deref() == Some(id.as_str()))
+            .and_then(|s| s.etcd_version.clone())
+    };
+    let mut versions: Vec<String> = match etcd {
+        EtcdView::Members(members) => members
+            .iter()
+            .filter(|m| m.is_started())
+            .filter_map(|m| m.etcd_version.clone().or_else(|| recorded(m.id)))
+            .collect(),
+        EtcdView::NotChecked | EtcdView::Unreachable { .. } => stored
+            .iter()
+            .filter(|s| s.member_id.is_some())
+            .filter_map(|s| s.etcd_version.clone())
+            .collect(),
+    };
+    versions.sort();
+    versions.dedup();
+    versions
+}
+
+/// `<etcdadmcluster>-<5 random lowercase alphanumerics>`: a name for a new member's objects.
+fn member_name(etcd: &str) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::thread_rng();
+    let suffix: String = (0..NAME_SUFFIX_LEN)
+        .map(|_| char::from(ALPHABET[rng.gen_range(0..ALPHABET.len())]))
+        .collect();
+    format!("{etcd}-{suffix}")
 }
 
 /// Read everything around `etcd_cluster` (as just read).
@@ -327,20 +315,6 @@ pub async fn observe_around(
         .collect();
     machines.sort_by(|a, b| age_order(a.meta(), b.meta()));
     let machine_names: BTreeSet<String> = machines.iter().map(|m| m.name_any()).collect();
-    let machine_views: Vec<MachineView> = machines
-        .iter()
-        .map(|m| MachineView {
-            name: m.name_any(),
-            failure_domain: m.spec.failure_domain.clone(),
-            address: m.etcd_address().map(String::from),
-            deleting: m.is_deleting(),
-            has_hook: m.annotations().contains_key(names::PRE_TERMINATE_HOOK_ANNOTATION),
-            orphan: !m.owner_references().iter().any(|r| r.controller == Some(true)),
-            delete_requested: m.annotations().contains_key(names::DELETE_MACHINE_ANNOTATION),
-            ..Default::default()
-        })
-        .collect();
-
     let params = ListParams::default().labels(&selector);
     let configs: Vec<EtcdadmConfig> = Api::<EtcdadmConfig>::namespaced(client.clone(), namespace)
         .list(&params)
@@ -366,7 +340,7 @@ pub async fn observe_around(
         configs.iter().map(|c| (c.name_any(), c)).collect();
     let infra_by_name: BTreeMap<String, &DynamicObject> =
         infra_objects.iter().map(|o| (o.name_any(), o)).collect();
-    let machine_facts: Vec<MachineFacts> = machines
+    let records: Vec<MachineRecord> = machines
         .iter()
         .map(|m| {
             let config_name = m
@@ -385,14 +359,21 @@ pub async fn observe_around(
                         annotations.get(names::CLONED_FROM_GROUPKIND_ANNOTATION)?.clone(),
                     ))
                 });
-            MachineFacts {
+            MachineRecord {
+                name: m.name_any(),
+                failure_domain: m.spec.failure_domain.clone(),
+                address: m.etcd_address().map(String::from),
+                deleting: m.is_deleting(),
+                has_hook: m.annotations().contains_key(names::PRE_TERMINATE_HOOK_ANNOTATION),
+                orphan: !m.owner_references().iter().any(|r| r.controller == Some(true)),
+                delete_requested: m.annotations().contains_key(names::DELETE_MACHINE_ANNOTATION),
                 created: m.meta().creation_timestamp.as_ref().map(|t| t.0),
                 config: configs_by_name.get(&config_name).map(|c| c.spec.clone()),
                 cloned_from,
                 remediation_for: m
                     .annotations()
                     .get(REMEDIATION_FOR_ANNOTATION)
-                    .and_then(|text| serde_json::from_str(text).ok()),
+                    .and_then(|text| RemediationRecord::from_annotation(text)),
             }
         })
         .collect();
@@ -404,19 +385,12 @@ pub async fn observe_around(
     let (ca, ca_view, init_secret) = match &cluster_name {
         None => (None, CaView::Missing, None),
         Some(cluster) => {
-            let ca_name = names::ca_secret_name(cluster);
-            let (ca, view) = match secrets.get_opt(&ca_name).await? {
-                None => (None, CaView::Missing),
-                Some(secret) => match ca_from_secret(&secret, namespace, &ca_name) {
-                    Ok(ca) => (Some(Arc::new(ca)), CaView::Valid),
-                    Err(problem) => (None, CaView::Corrupt(problem)),
-                },
-            };
+            let (view, ca) = read_ca(&secrets, namespace, cluster).await?;
             let init = secrets
                 .get_opt(&names::init_secret_name(cluster))
                 .await?
-                .map(|s| init_secret_view(&s));
-            (ca, view, init)
+                .map(|s| InitSecret::from_secret(&s));
+            (ca.map(Arc::new), view, init)
         }
     };
 
@@ -447,7 +421,7 @@ pub async fn observe_around(
         cluster,
         ca,
         ca_view,
-        machines: machine_views,
+        machines: records,
         leftovers,
         init_secret,
         kcp,
@@ -457,7 +431,6 @@ pub async fn observe_around(
         member_spec_problem,
         missing_infra_template,
         infra_machine,
-        machine_facts,
     })
 }
 
@@ -611,32 +584,6 @@ fn find_leftovers(mut metas: Vec<ObjectMeta>, machines: &BTreeSet<String>) -> Ve
     names
 }
 
-fn secret_text(secret: &Secret, key: &str) -> Option<String> {
-    secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .and_then(|v| String::from_utf8(v.0.clone()).ok())
-        .or_else(|| secret.string_data.as_ref().and_then(|d| d.get(key)).cloned())
-}
-
-fn init_secret_view(secret: &Secret) -> InitSecretView {
-    InitSecretView {
-        address: secret_text(secret, names::INIT_ADDRESS_KEY)
-            .map(|a| a.trim().to_string())
-            .filter(|a| !a.is_empty()),
-        client_urls: secret_text(secret, names::INIT_CLIENT_URLS_KEY)
-            .map(|urls| {
-                urls.split(',')
-                    .map(str::trim)
-                    .filter(|u| !u.is_empty())
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default(),
-    }
-}
-
 async fn observe_kcp(
     client: &Client,
     namespace: &str,
@@ -686,155 +633,4 @@ async fn observe_kcp(
         rollout_complete: kcp.rollout_complete(),
     };
     Ok((Some(kcp), view))
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-    use super::*;
-
-    fn etcd(annotation: Option<&str>, health: serde_json::Value) -> EtcdadmCluster {
-        let mut etcd: EtcdadmCluster = serde_json::from_value(serde_json::json!({
-            "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmCluster",
-            "metadata": {"name": "c1-etcd"},
-            "spec": {"infrastructureTemplate": {}, "healthCheck": health},
-        }))
-        .unwrap();
-        if let Some(value) = annotation {
-            etcd.metadata.annotations = Some(BTreeMap::from([(
-                names::HEALTHCHECK_RETRIES_ANNOTATION.to_string(),
-                value.to_string(),
-            )]));
-        }
-        etcd
-    }
-
-    #[test]
-    fn the_reference_retries_annotation_is_honoured_but_never_means_one_failure() {
-        let policy = remediation_policy(&etcd(None, serde_json::json!({"interval": "2s"})));
-        assert_eq!(
-            (policy.enabled, policy.unhealthy_after),
-            (true, Duration::from_secs(300))
-        );
-        let off = remediation_policy(&etcd(Some("0"), serde_json::json!({})));
-        assert!(!off.enabled);
-        let three = remediation_policy(&etcd(Some("3"), serde_json::json!({"interval": "2s"})));
-        assert_eq!(
-            (three.enabled, three.unhealthy_after),
-            (true, Duration::from_secs(6))
-        );
-        for junk in ["-1", "abc", "", "1.5"] {
-            let policy = remediation_policy(&etcd(Some(junk), serde_json::json!({"interval": "2s"})));
-            assert_eq!(
-                (policy.enabled, policy.unhealthy_after),
-                (true, Duration::from_secs(300)),
-                "{junk}"
-            );
-        }
-        // The spec's own unhealthyAfter wins over the annotation's count.
-        let explicit = remediation_policy(&etcd(Some("3"), serde_json::json!({"unhealthyAfter": "7s"})));
-        assert_eq!(explicit.unhealthy_after, Duration::from_secs(7));
-        let disabled = remediation_policy(&etcd(None, serde_json::json!({"remediation": "Disabled"})));
-        assert!(!disabled.enabled);
-    }
-
-    #[test]
-    fn a_join_gets_unhealthy_after_and_at_least_three_intervals_and_30_s() {
-        let default = remediation_policy(&etcd(None, serde_json::json!({})));
-        assert_eq!(default.join_deadline, Duration::from_secs(300));
-        let spec = remediation_policy(&etcd(
-            None,
-            serde_json::json!({"interval": "1s", "unhealthyAfter": "50s"}),
-        ));
-        assert_eq!(spec.join_deadline, Duration::from_secs(50));
-        let slow = remediation_policy(&etcd(
-            None,
-            serde_json::json!({"interval": "20s", "unhealthyAfter": "40s"}),
-        ));
-        assert_eq!(
-            slow.join_deadline,
-            Duration::from_secs(60),
-            "three intervals at least"
-        );
-        let fast = remediation_policy(&etcd(
-            None,
-            serde_json::json!({"interval": "1s", "unhealthyAfter": "5s"}),
-        ));
-        assert_eq!(fast.join_deadline, Duration::from_secs(30), "30 s at least");
-    }
-
-    #[test]
-    fn the_unhealthy_clock_starts_at_the_flip_but_not_before_quorum_came_back() {
-        let at = |s: i64| Timestamp::from_second(s).unwrap();
-        let entry = MemberStatus {
-            name: "m1".into(),
-            healthy: false,
-            last_transition_time: Some(Time(at(100))),
-            ..Default::default()
-        };
-        assert_eq!(
-            unhealthy_for(Some(&entry), None, at(130)),
-            Duration::from_secs(30)
-        );
-        assert_eq!(
-            unhealthy_for(Some(&entry), Some(at(50)), at(130)),
-            Duration::from_secs(30)
-        );
-        assert_eq!(
-            unhealthy_for(Some(&entry), Some(at(125)), at(130)),
-            Duration::from_secs(5)
-        );
-        let healthy = MemberStatus {
-            healthy: true,
-            ..entry.clone()
-        };
-        assert_eq!(unhealthy_for(Some(&healthy), None, at(130)), Duration::ZERO);
-        assert_eq!(unhealthy_for(None, None, at(130)), Duration::ZERO);
-    }
-
-    #[test]
-    fn a_member_unhealthy_through_a_quorum_loss_is_not_overdue_the_moment_quorum_returns() {
-        // Found by the sim: in the first pass after quorum came back, the stored condition still
-        // said False, the clock ran from the member's flip (before the loss), and a member that
-        // was only slow to recover was replaced.
-        let at = |s: i64| Timestamp::from_second(s).unwrap();
-        let endpoints = |status: ConditionStatus, since: i64| {
-            let mut list = vec![];
-            conditions::set(
-                &mut list,
-                match status {
-                    ConditionStatus::True => {
-                        conditions::NewCondition::true_(ENDPOINTS_AVAILABLE, "EndpointsAvailable")
-                    }
-                    _ => conditions::NewCondition::false_(
-                        ENDPOINTS_AVAILABLE,
-                        conditions::Severity::Info,
-                        "NoHealthyMembers",
-                        "none",
-                    ),
-                },
-                None,
-                &Time(at(since)),
-            );
-            list
-        };
-        let entry = MemberStatus {
-            name: "m1".into(),
-            healthy: false,
-            last_transition_time: Some(Time(at(100))),
-            ..Default::default()
-        };
-        let lost = endpoints(ConditionStatus::False, 100);
-        let now = at(130);
-        assert_eq!(
-            unhealthy_for(Some(&entry), serving_since(&lost, now), now),
-            Duration::ZERO
-        );
-        let back = endpoints(ConditionStatus::True, 131);
-        assert_eq!(
-            unhealthy_for(Some(&entry), serving_since(&back, at(137)), at(137)),
-            Duration::from_secs(6)
-        );
-        assert_eq!(serving_since(&[], now), None);
-    }
 }

@@ -9,9 +9,8 @@ use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus, MemberStatus};
 use etcdadm_shared::etcd::member_id_hex;
 use etcdadm_shared::names;
 
-use super::apply::member_selector;
 use super::plan::{
-    self, CaView, ClusterView, EtcdView, KcpView, MachineView, MemberView, Observed, Step, reason,
+    self, CaView, ClusterView, EtcdView, EventNote, KcpView, MachineView, MemberView, Observed, Step, reason,
 };
 
 /// Condition types this controller sets.
@@ -20,37 +19,12 @@ pub const CERTIFICATES_AVAILABLE: &str = "CertificatesAvailable";
 pub const INITIALIZED: &str = "Initialized";
 pub const MACHINES_READY: &str = "MachinesReady";
 pub const MEMBERS_HEALTHY: &str = "MembersHealthy";
-pub const ENDPOINTS_AVAILABLE: &str = "EndpointsAvailable";
+/// The remediation clock reads when this one last turned True.
+pub use super::plan::ENDPOINTS_AVAILABLE;
 pub const CONTROL_PLANE_ENDPOINTS_UPDATED: &str = "ControlPlaneEndpointsUpdated";
 pub const PAUSED: &str = "Paused";
 pub const RESIZE_COMPLETED: &str = "ResizeCompleted";
 pub const MACHINES_SPEC_UP_TO_DATE: &str = "MachinesSpecUpToDate";
-
-/// A change an operator should hear about, as an Event.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Transition {
-    pub warning: bool,
-    pub reason: &'static str,
-    pub note: String,
-}
-
-impl Transition {
-    fn normal(reason: &'static str, note: String) -> Self {
-        Transition {
-            warning: false,
-            reason,
-            note,
-        }
-    }
-
-    fn warning(reason: &'static str, note: String) -> Self {
-        Transition {
-            warning: true,
-            reason,
-            note,
-        }
-    }
-}
 
 /// The new status and the transitions from the old one to it.
 pub fn next_status(
@@ -58,7 +32,7 @@ pub fn next_status(
     o: &Observed,
     step: &Step,
     now: &Time,
-) -> (EtcdadmClusterStatus, Vec<Transition>) {
+) -> (EtcdadmClusterStatus, Vec<EventNote>) {
     let old = etcd.status.clone().unwrap_or_default();
     let mut status = old.clone();
     let mut transitions = Vec::new();
@@ -78,7 +52,7 @@ pub fn next_status(
             .find(|m| m.healthy)
             .map(|m| m.name.clone())
             .unwrap_or_default();
-        transitions.push(Transition::normal(
+        transitions.push(EventNote::normal(
             "Initialized",
             format!("etcd is initialized: member {first} passed its health check"),
         ));
@@ -88,6 +62,9 @@ pub fn next_status(
     status.creation_complete = old.creation_complete || ready;
     if matches!(o.etcd, EtcdView::Members(_)) {
         status.endpoints = plan::voting_endpoints(o).join(",");
+    }
+    if let Some(version) = plan::cluster_version(&o.etcd) {
+        status.cluster_version = Some(version);
     }
     if let (Some(cluster), Some(_)) = (cluster_name, &o.init_secret) {
         status.init_machine_address = names::init_secret_name(cluster);
@@ -103,7 +80,7 @@ pub fn next_status(
     let active = o.machines.iter().filter(|m| !m.deleting).count();
     status.updated_replicas = Some(i32::try_from(plan::up_to_date_machines(o)).unwrap_or(i32::MAX));
     if let Some(cluster) = cluster_name {
-        status.selector = Some(member_selector(cluster, &o.name));
+        status.selector = Some(names::member_selector(cluster, &o.name));
     }
     status.observed_generation = generation;
 
@@ -153,7 +130,7 @@ pub fn next_status(
     let old_reason = conditions::find(&old.conditions, READY).and_then(|c| c.reason.clone());
     let new_reason = conditions::find(&status.conditions, READY).and_then(|c| c.reason.clone());
     if ready && !old.ready {
-        transitions.push(Transition::normal(
+        transitions.push(EventNote::normal(
             "Ready",
             format!(
                 "all {ready_members} members are healthy voting members: {}",
@@ -162,7 +139,7 @@ pub fn next_status(
         ));
     } else if !ready && old.ready {
         let (why, message) = step.reason();
-        transitions.push(Transition::warning(
+        transitions.push(EventNote::warning(
             "NotReady",
             format!("etcd is no longer ready ({why}): {message}"),
         ));
@@ -171,7 +148,7 @@ pub fn next_status(
         && step.is_refusal()
         && let Step::Refuse { reason, message } | Step::Wait { reason, message } = step
     {
-        transitions.push(Transition::warning(reason, message.clone()));
+        transitions.push(EventNote::warning(reason, message.clone()));
     }
     (status, transitions)
 }
@@ -417,7 +394,7 @@ fn member_statuses(
     o: &Observed,
     previous: &[MemberStatus],
     now: &Time,
-    transitions: &mut Vec<Transition>,
+    transitions: &mut Vec<EventNote>,
 ) -> Vec<MemberStatus> {
     let members: &[MemberView] = match &o.etcd {
         EtcdView::Members(members) => members,
@@ -530,10 +507,10 @@ fn stamp_times(entry: &mut MemberStatus, prev: Option<&MemberStatus>, now: &Time
     }
 }
 
-fn health_transition(entry: &MemberStatus, prev: Option<&MemberStatus>) -> Option<Transition> {
+fn health_transition(entry: &MemberStatus, prev: Option<&MemberStatus>) -> Option<EventNote> {
     let joined = entry.member_id.is_some() && prev.is_none_or(|p| p.member_id.is_none());
     if joined && entry.machine_ref.is_some() {
-        return Some(Transition::normal(
+        return Some(EventNote::normal(
             "MemberJoined",
             format!(
                 "Machine {} is etcd member {}",
@@ -544,7 +521,7 @@ fn health_transition(entry: &MemberStatus, prev: Option<&MemberStatus>) -> Optio
     }
     let was_healthy = prev.is_some_and(|p| p.healthy);
     match (was_healthy, entry.healthy) {
-        (true, false) => Some(Transition::warning(
+        (true, false) => Some(EventNote::warning(
             "MemberUnhealthy",
             format!(
                 "member {} is unhealthy: {}",
@@ -552,7 +529,7 @@ fn health_transition(entry: &MemberStatus, prev: Option<&MemberStatus>) -> Optio
                 entry.message.clone().unwrap_or_default()
             ),
         )),
-        (false, true) if prev.is_some_and(|p| p.last_healthy_time.is_some()) => Some(Transition::normal(
+        (false, true) if prev.is_some_and(|p| p.last_healthy_time.is_some()) => Some(EventNote::normal(
             "MemberHealthy",
             format!("member {} is healthy again", entry.name),
         )),
@@ -564,7 +541,8 @@ fn health_transition(entry: &MemberStatus, prev: Option<&MemberStatus>) -> Optio
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
-    use crate::controller::plan::{InitSecretView, MachineView};
+    use crate::controller::plan::testing::base;
+    use crate::controller::plan::{InitSecret, MachineView};
 
     fn at(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
@@ -593,43 +571,17 @@ mod tests {
                 ..Default::default()
             })
             .collect();
-        Observed {
-            name: "c1-etcd".into(),
-            deleting: false,
-            has_finalizer: true,
-            has_cluster_owner_ref: true,
-            paused_annotation: false,
-            replicas: 3,
-            max_surge: 1,
-            remediation: Default::default(),
-            last_remediation: None,
-            spec_problem: None,
-            member_spec_problem: None,
-            missing_infra_template: None,
-            spec_failure_domains: vec![],
-            cluster: ClusterView::Found {
-                name: "c1".into(),
-                paused: false,
-                deleting: false,
-                infrastructure_ready: true,
-                failure_domains: vec![],
-            },
-            ca: CaView::Valid,
-            machines,
-            leftovers: vec![],
-            etcd: EtcdView::Members(members),
-            init_secret: Some(InitSecretView {
-                address: Some("10.0.0.1".into()),
-                client_urls: (0..2)
-                    .filter(|i| healthy[*i])
-                    .map(|i| names::client_url(&format!("10.0.0.{}", i + 1)))
-                    .collect(),
-            }),
-            initialized: false,
-            creation_complete: false,
-            kcp: KcpView::None,
-            control_plane_machines: 0,
-        }
+        let mut o = base();
+        o.machines = machines;
+        o.etcd = EtcdView::Members(members);
+        o.init_secret = Some(InitSecret {
+            address: Some("10.0.0.1".into()),
+            client_urls: (0..2)
+                .filter(|i| healthy[*i])
+                .map(|i| names::client_url(&format!("10.0.0.{}", i + 1)))
+                .collect(),
+        });
+        o
     }
 
     fn with_status(status: EtcdadmClusterStatus) -> EtcdadmCluster {
@@ -754,7 +706,7 @@ mod tests {
                 ..Default::default()
             });
         }
-        sick.init_secret = Some(InitSecretView {
+        sick.init_secret = Some(InitSecret {
             address: Some("10.0.0.1".into()),
             client_urls: plan::healthy_client_urls(&sick),
         });
@@ -798,5 +750,21 @@ mod tests {
         );
         let (_, again) = next_status(&with_status(status), &o, &step, &at(2));
         assert!(!again.iter().any(|t| t.reason == reason::CA_CORRUPT));
+    }
+
+    #[test]
+    fn the_cluster_version_comes_from_the_members_answers_and_stays_while_one_is_silent() {
+        let mut o = observed([true, true]);
+        if let EtcdView::Members(members) = &mut o.etcd {
+            members[0].etcd_version = Some("3.5.9".into());
+            members[1].etcd_version = Some("3.5.1".into());
+        }
+        let (status, _) = next_status(&with_status(Default::default()), &o, &plan::plan(&o), &at(1));
+        assert_eq!(status.cluster_version.as_deref(), Some("3.5.0"));
+        if let EtcdView::Members(members) = &mut o.etcd {
+            members[1].etcd_version = None;
+        }
+        let (later, _) = next_status(&with_status(status), &o, &plan::plan(&o), &at(2));
+        assert_eq!(later.cluster_version.as_deref(), Some("3.5.0"));
     }
 }

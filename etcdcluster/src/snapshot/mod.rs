@@ -130,10 +130,9 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
             now: Timestamp::now(),
         });
         let find = |wanted: &str| {
-            snapshots
-                .iter()
-                .find(|s| s.name_any() == wanted)
-                .ok_or_else(|| Error::InvalidObject(format!("EtcdadmSnapshot {wanted} disappeared")))
+            snapshots.iter().find(|s| s.name_any() == wanted).ok_or_else(|| {
+                Error::NotFound(format!("EtcdadmSnapshot {wanted} disappeared during reconcile"))
+            })
         };
         match step {
             Step::Idle { requeue } => {
@@ -209,7 +208,7 @@ pub async fn reconcile_orphan(snapshot: Arc<EtcdadmSnapshot>, ctx: Arc<Context>)
 }
 
 fn error_policy<K: Resource>(object: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
-    warn!(object = ?object.meta().name, category = error.category(), %error, "snapshot reconcile failed");
+    warn!(object = ?object.meta().name, category = %error.category(), %error, "snapshot reconcile failed");
     Action::requeue(ERROR_REQUEUE)
 }
 

@@ -8,8 +8,9 @@ use kube::{Client, ResourceExt};
 
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::{CA_BUNDLE_KEY, EtcdadmSnapshot, S3Store};
+use etcdadm_shared::contract::ca::ca_from_secret;
 use etcdadm_shared::names;
-use etcdadm_shared::pki::{CertificateAuthority, ca_from_secret};
+use etcdadm_shared::pki::CertificateAuthority;
 use etcdadm_shared::store::{StoreClient, StoreCredentials, StoreError};
 
 use crate::error::Error;

@@ -105,10 +105,10 @@ async fn attempt(
     let failed = |reason: &'static str, message: String| Ok(Outcome::Failed { reason, message });
     let store_client = match store_client(&ctx.client, namespace, store).await? {
         Ok(client) => client,
-        Err(e) => return failed(e.category(), e.to_string()),
+        Err(e) => return failed(e.category().as_str(), e.to_string()),
     };
     if let Err(e) = store_client.check_bucket().await {
-        return failed(e.category(), e.to_string());
+        return failed(e.category().as_str(), e.to_string());
     }
     let ca = match cluster_ca(&ctx.client, cluster).await? {
         Ok(ca) => ca,
@@ -126,7 +126,7 @@ async fn attempt(
     let key = object_key(store, snapshot);
     let upload_id = match store_client.create_multipart_upload(&key).await {
         Ok(id) => id,
-        Err(e) => return failed(e.category(), e.to_string()),
+        Err(e) => return failed(e.category().as_str(), e.to_string()),
     };
     let location = store_client.location(&key);
     let api: Api<EtcdadmSnapshot> = Api::namespaced(ctx.client.clone(), namespace);

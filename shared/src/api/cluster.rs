@@ -278,6 +278,10 @@ pub struct EtcdadmClusterStatus {
     /// Generation the status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The etcd cluster version (`3.5.0`): the lowest minor version the voting members report in
+    /// their Status responses, as etcd itself decides it once every member answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_version: Option<String>,
     /// One entry per etcd member or member Machine.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<MemberStatus>,

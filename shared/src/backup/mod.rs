@@ -57,8 +57,8 @@ impl SnapshotError {
             }
             SnapshotError::Member(EtcdError::Tls { .. }) => "MemberTLSError",
             SnapshotError::Member(EtcdError::Refused { .. }) => "MemberRefused",
-            SnapshotError::Member(e) => e.category(),
-            SnapshotError::Store(e) => e.category(),
+            SnapshotError::Member(e) => e.category().as_str(),
+            SnapshotError::Store(e) => e.category().as_str(),
             SnapshotError::Checksum(ChecksumError::Mismatch { .. }) => "HashMismatch",
             SnapshotError::Checksum(_) => "SnapshotTruncated",
         }

@@ -420,7 +420,7 @@ mod tests {
         ] {
             let err = MemberClient::new(bad, &tls(), t).unwrap_err();
             assert!(matches!(err, EtcdError::InvalidInput(_)), "{bad}: {err}");
-            assert_eq!(err.category(), "EtcdInvalidInput");
+            assert_eq!(err.category().as_str(), "EtcdInvalidInput");
         }
     }
 

@@ -4,6 +4,8 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
+use crate::category::ErrorCategory;
+
 /// Why a call to one etcd member failed.
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
@@ -54,15 +56,15 @@ pub enum EtcdError {
 }
 
 impl EtcdError {
-    /// A stable CamelCase name for Event reasons and metric labels.
-    pub fn category(&self) -> &'static str {
+    /// The category for Event reasons and metric labels.
+    pub fn category(&self) -> ErrorCategory {
         match self {
-            EtcdError::Unreachable { .. } => "EtcdUnreachable",
-            EtcdError::Timeout { .. } => "EtcdTimeout",
-            EtcdError::Tls { .. } => "EtcdTLSError",
-            EtcdError::Refused { .. } => "EtcdRefused",
-            EtcdError::Protocol { .. } => "EtcdProtocolError",
-            EtcdError::InvalidInput(_) => "EtcdInvalidInput",
+            EtcdError::Unreachable { .. } => ErrorCategory::EtcdUnreachable,
+            EtcdError::Timeout { .. } => ErrorCategory::EtcdTimeout,
+            EtcdError::Tls { .. } => ErrorCategory::EtcdTls,
+            EtcdError::Refused { .. } => ErrorCategory::EtcdRefused,
+            EtcdError::Protocol { .. } => ErrorCategory::EtcdProtocol,
+            EtcdError::InvalidInput(_) => ErrorCategory::EtcdInvalidInput,
         }
     }
 
@@ -364,7 +366,7 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("etcdserver: not leader"), "{text}");
         assert!(text.contains("current leader"), "{text}");
-        assert_eq!(err.category(), "EtcdRefused");
+        assert_eq!(err.category().as_str(), "EtcdRefused");
         assert_eq!(err.refusal(), Some(Refusal::NotLeader));
     }
 

@@ -5,7 +5,7 @@
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch};
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
@@ -14,7 +14,8 @@ use tracing::warn;
 /// Condition reason (and Event reason) for an object that cannot be read.
 pub const INVALID_OBJECT: &str = "InvalidObject";
 
-/// Write the condition (merge patch on `/status`, as `field_manager`) and publish the Event,
+/// Write the condition (server-side apply of `status.conditions` on `/status`, as
+/// `field_manager`, forced: the conditions are the controller's own) and publish the Event,
 /// once: an object already reported with the same message gets neither again. Both the read and
 /// the write are untyped, since the typed form is exactly what cannot be read.
 pub async fn report_invalid_object<K>(
@@ -43,12 +44,17 @@ where
         "type": "Ready", "status": "False", "severity": "Error", "reason": INVALID_OBJECT,
         "message": message, "lastTransitionTime": Time(k8s_openapi::jiff::Timestamp::now()),
     });
-    let params = PatchParams {
-        field_manager: Some(field_manager.into()),
-        ..Default::default()
-    };
-    let patch = serde_json::json!({"status": {"conditions": [condition]}});
-    api.patch_status(&name, &params, &Patch::Merge(&patch)).await?;
+    let body = crate::ssa::configuration::<K>(
+        &name,
+        serde_json::json!({}),
+        serde_json::json!({"status": {"conditions": [condition]}}),
+    );
+    api.patch_status(
+        &name,
+        &crate::ssa::params(field_manager, true),
+        &Patch::Apply(&body),
+    )
+    .await?;
     let reference = ObjectReference {
         api_version: Some(K::api_version(&()).into_owned()),
         kind: Some(kind),

@@ -2,6 +2,8 @@
 //! missing, the credentials are refused, the endpoint cannot be reached (or its certificate is
 //! not trusted), or the store answered something else.
 
+use crate::category::ErrorCategory;
+
 /// Why a request to the object store failed. Messages never carry credentials or signed URLs.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -66,16 +68,15 @@ pub enum StoreError {
 
 impl StoreError {
     /// A stable CamelCase name for Event and condition reasons and metric labels.
-    pub fn category(&self) -> &'static str {
+    pub fn category(&self) -> ErrorCategory {
         match self {
-            StoreError::BucketMissing { .. } => "BucketMissing",
-            StoreError::AuthRefused { .. } => "AuthRefused",
-            StoreError::Unreachable { .. } => "StoreUnreachable",
-            StoreError::Tls { .. } => "StoreTLSError",
-            StoreError::NoSuchUpload { .. } => "NoSuchUpload",
-            StoreError::Refused { .. } => "StoreError",
-            StoreError::InvalidConfig(_) => "InvalidStore",
-            StoreError::Interrupted(_) => "StoreError",
+            StoreError::BucketMissing { .. } => ErrorCategory::StoreBucketMissing,
+            StoreError::AuthRefused { .. } => ErrorCategory::StoreAuthRefused,
+            StoreError::Unreachable { .. } => ErrorCategory::StoreUnreachable,
+            StoreError::Tls { .. } => ErrorCategory::StoreTls,
+            StoreError::NoSuchUpload { .. } => ErrorCategory::StoreNoSuchUpload,
+            StoreError::Refused { .. } | StoreError::Interrupted(_) => ErrorCategory::StoreRefused,
+            StoreError::InvalidConfig(_) => ErrorCategory::InvalidStore,
         }
     }
 }

@@ -500,7 +500,7 @@ mod tests {
     #[test]
     fn an_ip_endpoint_without_path_style_is_refused_with_the_fix() {
         let err = StoreClient::new(&store("http://127.0.0.1:8333", false), credentials(), None).unwrap_err();
-        assert_eq!(err.category(), "InvalidStore");
+        assert_eq!(err.category().as_str(), "InvalidStore");
         assert!(err.to_string().contains("forcePathStyle: true"), "{err}");
     }
 

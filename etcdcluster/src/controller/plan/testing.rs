@@ -1,0 +1,340 @@
+//! Fixtures of the plan's table tests: observations to start from, and a toy world in which
+//! planned steps take effect at once, for tests of whole operations.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use etcdadm_shared::names;
+
+use super::*;
+
+pub(super) fn machine(name: &str, address: Option<&str>, domain: Option<&str>) -> MachineView {
+    MachineView {
+        name: name.into(),
+        failure_domain: domain.map(String::from),
+        address: address.map(String::from),
+        has_hook: true,
+        ..Default::default()
+    }
+}
+
+/// A started, healthy voter on Machine `name` at `address`.
+pub(super) fn member(id: u64, name: &str, address: &str) -> MemberView {
+    MemberView {
+        id,
+        name: name.into(),
+        peer_urls: vec![names::peer_url(address)],
+        client_urls: vec![names::client_url(address)],
+        is_learner: false,
+        healthy: true,
+        ever_healthy: true,
+        is_leader: id == 1,
+        message: None,
+        machine: Some(name.into()),
+        ..Default::default()
+    }
+}
+
+pub(super) fn unhealthy(mut m: MemberView, why: &str) -> MemberView {
+    m.healthy = false;
+    m.message = Some(why.into());
+    m
+}
+
+pub(super) fn kcp(endpoints: &[&str], paused: bool, secrets: bool) -> KcpView {
+    KcpView::Found {
+        name: "c1-cp".into(),
+        local_etcd: false,
+        endpoints: endpoints.iter().map(|s| s.to_string()).collect(),
+        paused,
+        skip_pause: false,
+        secrets_present: secrets,
+        rollout_complete: true,
+    }
+}
+
+/// A 3-replica cluster past all housekeeping, nothing created yet.
+pub(crate) fn base() -> Observed {
+    Observed {
+        name: "c1-etcd".into(),
+        deleting: false,
+        has_finalizer: true,
+        has_cluster_owner_ref: true,
+        paused_annotation: false,
+        replicas: 3,
+        max_surge: 1,
+        remediation: RemediationPolicy::default(),
+        last_remediation: None,
+        spec_problem: None,
+        member_spec_problem: None,
+        missing_infra_template: None,
+        spec_failure_domains: vec![],
+        spec_version: None,
+        running_versions: vec![],
+        cluster: ClusterView::Found {
+            name: "c1".into(),
+            paused: false,
+            deleting: false,
+            infrastructure_ready: true,
+            failure_domains: vec![],
+        },
+        ca: CaView::Valid,
+        machines: vec![],
+        leftovers: vec![],
+        etcd: EtcdView::NotChecked,
+        init_secret: None,
+        initialized: false,
+        creation_complete: false,
+        kcp: KcpView::None,
+        control_plane_machines: 0,
+        new_member_name: "c1-etcd-fresh".into(),
+    }
+}
+
+/// `n` healthy members on `n` Machines, initialized, init Secret published.
+pub(super) fn running(n: usize) -> Observed {
+    let mut o = base();
+    for i in 0..n {
+        let name = format!("c1-etcd-m{i}");
+        let address = format!("10.0.0.{}", i + 1);
+        o.machines.push(machine(&name, Some(&address), None));
+    }
+    o.etcd = EtcdView::Members(
+        (0..n)
+            .map(|i| {
+                member(
+                    i as u64 + 1,
+                    &format!("c1-etcd-m{i}"),
+                    &format!("10.0.0.{}", i + 1),
+                )
+            })
+            .collect(),
+    );
+    o.initialized = true;
+    o.init_secret = Some(InitSecret {
+        address: Some("10.0.0.1".into()),
+        client_urls: healthy_client_urls(&o),
+    });
+    o
+}
+
+pub(super) fn wait_reason(step: &Step) -> &'static str {
+    match step {
+        Step::Wait { reason, .. } | Step::Refuse { reason, .. } => reason,
+        other => panic!("expected a wait, got {other:?}"),
+    }
+}
+
+pub(super) fn wait_message(step: &Step) -> String {
+    match step {
+        Step::Wait { message, .. } | Step::Refuse { message, .. } => message.clone(),
+        other => panic!("expected a wait, got {other:?}"),
+    }
+}
+
+pub(super) fn members_mut(o: &mut Observed) -> &mut Vec<MemberView> {
+    match &mut o.etcd {
+        EtcdView::Members(m) => m,
+        _ => panic!("no members"),
+    }
+}
+
+/// `running(3)` scaling to 5, with a fourth Machine `c1-etcd-m3` at 10.0.0.4, `age` old,
+/// whose join is in the state `member` gives (`None`: never added).
+pub(super) fn joining(age: Duration, member: Option<MemberView>) -> Observed {
+    let mut o = running(3);
+    o.replicas = 5;
+    let mut m = machine("c1-etcd-m3", Some("10.0.0.4"), None);
+    m.age = age;
+    o.machines.push(m);
+    if let Some(member) = member {
+        members_mut(&mut o).push(member);
+    }
+    o
+}
+
+/// Added by `MemberAdd` through etcdadm, process never started.
+pub(super) fn added_not_started() -> MemberView {
+    MemberView {
+        id: 4,
+        peer_urls: vec![names::peer_url("10.0.0.4")],
+        machine: Some("c1-etcd-m3".into()),
+        ..Default::default()
+    }
+}
+
+pub(super) fn started_never_healthy() -> MemberView {
+    let mut m = unhealthy(member(4, "c1-etcd-m3", "10.0.0.4"), "not yet synced");
+    m.ever_healthy = false;
+    m
+}
+
+pub(super) const DEADLINE: Duration = etcdadm_shared::api::cluster::DEFAULT_UNHEALTHY_AFTER;
+pub(super) const JUST_BEFORE: Duration = DEADLINE;
+pub(super) const JUST_AFTER: Duration = DEADLINE.saturating_add(Duration::from_secs(1));
+
+pub(super) fn failed_join_of(step: &Step) -> Option<&str> {
+    match step {
+        Step::DeleteMachine {
+            machine,
+            purpose: Removal::FailedJoin,
+            ..
+        } => Some(machine),
+        _ => None,
+    }
+}
+
+/// A toy world for whole-operation plan tests: every step takes effect at once, joins are
+/// instant and healthy, CAPI lets a Machine go as soon as its hook is released, and the
+/// control plane finishes a rollout when waited for.
+pub(super) struct World {
+    pub(super) o: Observed,
+    next: usize,
+    pub(super) kcp_writes: Vec<Vec<String>>,
+    pub(super) max_members: usize,
+    pub(super) max_machines: usize,
+    pub(super) removed: Vec<String>,
+}
+
+impl World {
+    pub(super) fn new(o: Observed) -> World {
+        let members = o.members().len();
+        let machines = o.machines.len();
+        World {
+            o,
+            next: 0,
+            kcp_writes: vec![],
+            max_members: members,
+            max_machines: machines,
+            removed: vec![],
+        }
+    }
+
+    pub(super) fn apply(&mut self, step: &Step) {
+        match step {
+            Step::CreateMachine { failure_domain, .. } => {
+                self.next += 1;
+                let name = format!("c1-etcd-n{}", self.next);
+                let address = format!("10.0.1.{}", self.next);
+                self.o
+                    .machines
+                    .push(machine(&name, Some(&address), failure_domain.as_deref()));
+                let mut m = member(100 + self.next as u64, &name, &address);
+                m.is_leader = false;
+                members_mut(&mut self.o).push(m);
+            }
+            Step::DeleteMachine { machine, .. } => {
+                let m = self.o.machines.iter_mut().find(|m| &m.name == machine).unwrap();
+                assert!(!m.deleting, "deleted twice: {machine}");
+                m.deleting = true;
+            }
+            Step::MoveLeader { to, .. } => {
+                for m in members_mut(&mut self.o) {
+                    m.is_leader = m.id == *to;
+                }
+            }
+            Step::RemoveMember { member_id, .. } => {
+                let members = members_mut(&mut self.o);
+                let gone = members.iter().find(|m| m.id == *member_id).unwrap();
+                assert!(!gone.is_leader, "removed the leader without moving it");
+                self.removed.push(gone.name.clone());
+                members.retain(|m| m.id != *member_id);
+            }
+            Step::ReleaseHook { machine } => self.o.machines.retain(|m| &m.name != machine),
+            Step::WriteKcpEndpoints { endpoints } => {
+                self.kcp_writes.push(endpoints.clone());
+                if let KcpView::Found {
+                    endpoints: current,
+                    rollout_complete,
+                    ..
+                } = &mut self.o.kcp
+                {
+                    *current = endpoints.clone();
+                    *rollout_complete = false;
+                }
+            }
+            Step::Wait { reason, .. } if *reason == reason::WAITING_FOR_CONTROL_PLANE_ROLLOUT => {
+                if let KcpView::Found { rollout_complete, .. } = &mut self.o.kcp {
+                    *rollout_complete = true;
+                }
+            }
+            Step::UpdateInitSecretUrls { client_urls } => {
+                self.o.init_secret = Some(InitSecret {
+                    address: Some("10.0.0.1".into()),
+                    client_urls: client_urls.clone(),
+                });
+            }
+            other => panic!("unexpected step {other:?}"),
+        }
+        self.max_members = self.max_members.max(self.o.members().len());
+        self.max_machines = self.max_machines.max(self.o.machines.len());
+    }
+
+    /// Plan and apply until steady; returns the steps taken.
+    pub(super) fn run(&mut self) -> Vec<Step> {
+        let mut steps = vec![];
+        for _ in 0..200 {
+            let step = plan(&self.o);
+            if step == Step::Steady {
+                return steps;
+            }
+            self.apply(&step);
+            steps.push(step);
+        }
+        panic!("no steady state after 200 steps: {steps:#?}");
+    }
+
+    pub(super) fn member_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.o.members().iter().map(|m| m.name.clone()).collect();
+        names.sort();
+        names
+    }
+}
+
+pub(super) fn zones() -> Vec<String> {
+    vec!["a".to_string(), "b".into(), "c".into()]
+}
+
+/// `n` healthy members spread over zones a, b, c, optionally with a KCP that uses them.
+pub(super) fn zoned(n: usize, with_kcp: bool) -> Observed {
+    let mut o = running(n);
+    o.cluster = ClusterView::Found {
+        name: "c1".into(),
+        paused: false,
+        deleting: false,
+        infrastructure_ready: true,
+        failure_domains: zones(),
+    };
+    for (i, m) in o.machines.iter_mut().enumerate() {
+        m.failure_domain = Some(zones()[i % 3].clone());
+    }
+    o.creation_complete = true;
+    if with_kcp {
+        let urls = voting_endpoints(&o);
+        let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+        o.kcp = kcp(&refs, false, true);
+    }
+    o
+}
+
+pub(super) fn outdate_all(o: &mut Observed) {
+    for m in &mut o.machines {
+        m.outdated = Some("etcdadmConfigSpec changed (cloudInitConfig.version)".into());
+    }
+}
+
+pub(super) fn new_members_only(w: &World) -> bool {
+    w.member_names().iter().all(|n| n.starts_with("c1-etcd-n"))
+}
+
+pub(super) fn zone_counts(o: &Observed) -> Vec<usize> {
+    zones()
+        .iter()
+        .map(|z| {
+            o.machines
+                .iter()
+                .filter(|m| m.failure_domain.as_deref() == Some(z.as_str()))
+                .count()
+        })
+        .collect()
+}
