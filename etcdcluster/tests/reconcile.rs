@@ -835,7 +835,27 @@ async fn a_ready_member_unpauses_kcp_after_endpoints_and_secrets() {
     );
     assert!(reusing <= 2, "a kept observation took {reusing} requests");
     assert_eq!(condition(&etcd, "Ready").0, "True");
+
+    // A new controller process (a leader change, an upgrade) taking over the established
+    // cluster reads what it needs and writes nothing: no object, no status, no Event.
+    let takeover = Arc::new(Context::new(env.client.clone()));
+    let before = env.server.request_tally();
+    reconcile(Arc::new(etcd), takeover).await.unwrap();
+    let after = env.server.request_tally();
+    assert_ne!(before, after, "the takeover's reads are counted");
+    let writes = writes_since(&before, &after);
+    assert!(writes.is_empty(), "the takeover wrote {writes:?}");
     drop(etcd_process);
+}
+
+/// The write requests (by kind, e.g. `PATCH machines`) served between two tallies.
+fn writes_since(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> Vec<String> {
+    after
+        .iter()
+        .filter(|(kind, _)| !kind.starts_with("GET") && !kind.starts_with("WATCH"))
+        .filter(|(kind, count)| before.get(*kind) != Some(count))
+        .map(|(kind, count)| format!("{kind} x{}", count - before.get(kind).unwrap_or(&0)))
+        .collect()
 }
 
 #[tokio::test]
