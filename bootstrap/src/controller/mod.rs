@@ -5,6 +5,7 @@ pub mod apply;
 pub mod observe;
 pub mod plan;
 pub mod status;
+mod watches;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +15,8 @@ use kube::core::DeserializeGuard;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tracing::{instrument, warn};
 
@@ -24,6 +26,7 @@ use etcdadm_shared::manager::ManagerContext;
 use etcdadm_shared::manager::invalid::report_invalid_object;
 
 use self::apply::{Next, Outputs, WAIT_REQUEUE};
+use self::watches::{cluster_inputs, configs_of_cluster, configs_of_etcd_cluster, etcd_cluster_inputs};
 use crate::error::Error;
 use crate::metrics::BootstrapMetrics;
 
@@ -84,19 +87,6 @@ fn error_policy(config: Arc<DeserializeGuard<EtcdadmConfig>>, error: &Error, _ct
     Action::requeue(WAIT_REQUEUE)
 }
 
-/// Configs in `namespace` from the controller's cache.
-fn configs_in(
-    store: &Store<DeserializeGuard<EtcdadmConfig>>,
-    namespace: Option<String>,
-) -> Vec<ObjectRef<DeserializeGuard<EtcdadmConfig>>> {
-    store
-        .state()
-        .iter()
-        .filter(|c| c.namespace() == namespace)
-        .map(|c| ObjectRef::from_obj(c.as_ref()))
-        .collect()
-}
-
 /// Reconcile with the runtime's timing and error metrics around it.
 async fn measured_reconcile(
     guarded: Arc<DeserializeGuard<EtcdadmConfig>>,
@@ -135,6 +125,20 @@ pub async fn run(manager: ManagerContext, metrics: BootstrapMetrics) {
     let cluster_store = store.clone();
     let etcd_store = store;
     let ctx = Arc::new(Context::with_metrics(client.clone(), metrics));
+    let clusters = watcher(
+        settings.api::<DeserializeGuard<Cluster>>(&client),
+        settings.watcher_config(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .predicate_filter(cluster_inputs, PredicateConfig::default());
+    let etcd_clusters = watcher(
+        settings.api::<DeserializeGuard<EtcdadmCluster>>(&client),
+        settings.watcher_config(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .predicate_filter(etcd_cluster_inputs, PredicateConfig::default());
     controller
         .watches(
             settings.api::<DeserializeGuard<Machine>>(&client),
@@ -146,16 +150,12 @@ pub async fn run(manager: ManagerContext, metrics: BootstrapMetrics) {
                 (config_ref.kind == "EtcdadmConfig").then(|| ObjectRef::new(&config_ref.name).within(&ns))
             },
         )
-        .watches(
-            settings.api::<DeserializeGuard<Cluster>>(&client),
-            settings.watcher_config(),
-            move |cluster| configs_in(&cluster_store, cluster.namespace()),
-        )
-        .watches(
-            settings.api::<DeserializeGuard<EtcdadmCluster>>(&client),
-            settings.watcher_config(),
-            move |etcd| configs_in(&etcd_store, etcd.namespace()),
-        )
+        .watches_stream(clusters, move |cluster| {
+            configs_of_cluster(&cluster_store, &cluster)
+        })
+        .watches_stream(etcd_clusters, move |etcd| {
+            configs_of_etcd_cluster(&etcd_store, &etcd)
+        })
         .reconcile_all_on(settings.resync_ticks())
         .graceful_shutdown_on(shutdown.wait())
         .run(measured_reconcile, error_policy, ctx)

@@ -172,7 +172,7 @@ fn data_secret_view(secret: &Secret, config: &EtcdadmConfig) -> DataSecretView {
     }
 }
 
-fn etcd_cluster_view(etcd: &EtcdadmCluster) -> EtcdClusterView {
+pub(super) fn etcd_cluster_view(etcd: &EtcdadmCluster) -> EtcdClusterView {
     let status = etcd.status.clone().unwrap_or_default();
     EtcdClusterView {
         initialized: status.initialized,

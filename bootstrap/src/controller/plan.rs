@@ -33,7 +33,7 @@ pub enum ClusterView {
 }
 
 /// The EtcdadmCluster controlling the Machine.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Hash)]
 pub struct EtcdClusterView {
     pub initialized: bool,
     /// Client URLs of members the EtcdadmCluster last saw healthy and voting, in status order.

@@ -520,17 +520,19 @@ async fn seed_cluster(
     Ok(())
 }
 
-/// Machine `machine`'s EtcdadmConfig, owned by it and ready, with its data Secret: what the
-/// bootstrap controller leaves behind once a member has its user data.
+/// Machine `machine`'s EtcdadmConfig, labelled as the EtcdadmCluster controller labels it, owned
+/// by it and ready, with its data Secret: what the bootstrap controller leaves behind once a
+/// member has its user data.
 async fn seed_config(client: &Client, cluster: &str, machine: &Machine) -> Result<(), SimError> {
     let name = machine.name_any();
+    let labels = machine.labels();
     let configs: Api<EtcdadmConfig> = Api::namespaced(client.clone(), NAMESPACE);
     let config = configs
         .create(
             &Default::default(),
             &serde_json::from_value(json!({
                 "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmConfig",
-                "metadata": {"name": name, "labels": {names::CLUSTER_NAME_LABEL: cluster},
+                "metadata": {"name": name, "labels": labels,
                              "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
                                                   "name": name, "uid": machine.uid().unwrap_or_default(),
                                                   "controller": true, "blockOwnerDeletion": true}]},
