@@ -25,6 +25,7 @@ use super::plan::{
     REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION, RemediationRecord, UnhealthyClock, outdated_reason,
     remediation_policy,
 };
+use super::restore_source::{self, RestoreObservation};
 use crate::error::Error;
 
 /// Group and kind of our own API, for owner references and `managedExternalEtcdRef`.
@@ -58,6 +59,8 @@ pub struct Observation {
     pub missing_infra_template: Option<String>,
     /// The infra machine kind cloned from `spec.infrastructureTemplate`.
     pub infra_machine: Option<ApiResource>,
+    /// `spec.restore`, when set.
+    pub restore: Option<RestoreObservation>,
 }
 
 /// Everything read about one member Machine: the Machine, its EtcdadmConfig and its infra
@@ -247,6 +250,11 @@ impl Observation {
             creation_complete: status.creation_complete,
             kcp: self.kcp_view.clone(),
             control_plane_machines: self.control_plane_machines,
+            restore: self.restore.as_ref().map(|r| {
+                let mut view = r.view.clone();
+                view.secret_age = r.secret_written.map(|t| clock.since(t));
+                view
+            }),
             new_member_name: member_name(&e.name_any()),
         }
     }
@@ -399,6 +407,8 @@ pub async fn observe_around(
         _ => (None, KcpView::None),
     };
 
+    let restore = restore_source::observe(client, namespace, &etcd_cluster).await?;
+
     let control_plane_machines = match (&cluster_name, deleting) {
         (Some(cluster), true) => {
             let selector = format!(
@@ -431,6 +441,7 @@ pub async fn observe_around(
         member_spec_problem,
         missing_infra_template,
         infra_machine,
+        restore,
     })
 }
 

@@ -5,6 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use etcdadm_shared::api::cluster::MachineReference;
 use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
+use etcdadm_shared::api::snapshot::RestoredFrom;
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus, MemberStatus};
 use etcdadm_shared::etcd::member_id_hex;
 use etcdadm_shared::names;
@@ -58,6 +59,28 @@ pub fn next_status(
         ));
     }
     status.initialized = initialized;
+    if let Some(restore) = &o.restore
+        && initialized
+        && status.restored_from.is_none()
+    {
+        status.restored_from = Some(RestoredFrom {
+            snapshot: restore.snapshot.clone(),
+            location: restore.location.clone(),
+            revision: restore.revision,
+            time: Some(now.clone()),
+        });
+        let revision = restore
+            .revision
+            .map(|r| format!(" at revision {r}"))
+            .unwrap_or_default();
+        transitions.push(EventNote::normal(
+            "Restored",
+            format!(
+                "the first member is healthy on the data of {}{revision}",
+                restore.describe()
+            ),
+        ));
+    }
     status.ready = ready;
     status.creation_complete = old.creation_complete || ready;
     if matches!(o.etcd, EtcdView::Members(_)) {
