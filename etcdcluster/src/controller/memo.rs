@@ -172,6 +172,7 @@ mod tests {
             missing_infra_template: None,
             infra_machine: None,
             restore: None,
+            recovery: None,
         }
     }
 

@@ -22,8 +22,8 @@ use etcdadm_shared::validation::etcd_version;
 
 use super::plan::{
     CaView, ClusterView, DesiredSpec, EtcdView, KcpView, MachineView, MemberSpec, Observed,
-    REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION, RemediationRecord, UnhealthyClock, outdated_reason,
-    remediation_policy,
+    REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION, RecoverySource, RecoveryView, RemediationRecord,
+    UnhealthyClock, outdated_reason, remediation_policy,
 };
 use super::restore_source::{self, RestoreObservation};
 use crate::error::Error;
@@ -61,6 +61,8 @@ pub struct Observation {
     pub infra_machine: Option<ApiResource>,
     /// `spec.restore`, when set.
     pub restore: Option<RestoreObservation>,
+    /// The `recover` annotation's request, when set.
+    pub recovery: Option<RecoveryView>,
 }
 
 /// Everything read about one member Machine: the Machine, its EtcdadmConfig and its infra
@@ -255,6 +257,7 @@ impl Observation {
                 view.secret_age = r.secret_written.map(|t| clock.since(t));
                 view
             }),
+            recovery: self.recovery.clone(),
             new_member_name: member_name(&e.name_any()),
         }
     }
@@ -408,6 +411,22 @@ pub async fn observe_around(
     };
 
     let restore = restore_source::observe(client, namespace, &etcd_cluster).await?;
+    let recovery = match etcd_cluster.annotations().get(names::RECOVER_ANNOTATION) {
+        None => None,
+        Some(requested) => {
+            let snapshot_problem = match RecoverySource::parse(requested) {
+                Ok(RecoverySource::Snapshot(name)) => {
+                    restore_source::snapshot_problem(client, namespace, &name).await?
+                }
+                _ => None,
+            };
+            Some(RecoveryView {
+                requested: requested.clone(),
+                store_configured: etcd_cluster.spec.backup.is_some(),
+                snapshot_problem,
+            })
+        }
+    };
 
     let control_plane_machines = match (&cluster_name, deleting) {
         (Some(cluster), true) => {
@@ -442,6 +461,7 @@ pub async fn observe_around(
         missing_infra_template,
         infra_machine,
         restore,
+        recovery,
     })
 }
 

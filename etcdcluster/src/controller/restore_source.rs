@@ -1,5 +1,6 @@
 //! Reading `spec.restore`: the EtcdadmSnapshot or store object it names, whether it can be
-//! restored from (Succeeded, in a store this controller can reach), and the restore Secret.
+//! restored from (Succeeded, in a store this controller can reach), and the restore Secret; and
+//! whether a recovery's named snapshot can be.
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
@@ -31,6 +32,20 @@ pub struct RestoreObservation {
     pub view: RestoreView,
     pub secret_written: Option<Timestamp>,
     pub download: Option<RestoreDownload>,
+}
+
+/// Why the EtcdadmSnapshot `name` cannot be restored from, if it cannot.
+pub async fn snapshot_problem(client: &Client, namespace: &str, name: &str) -> Result<Option<String>, Error> {
+    let source = RestoreSource {
+        name: Some(name.to_string()),
+        ..Default::default()
+    };
+    Ok(
+        match resolve(client, namespace, &source, &mut RestoreView::default()).await? {
+            Ok(source) => reach(client, namespace, &source.store).await?.err(),
+            Err(problem) => Some(problem),
+        },
+    )
 }
 
 /// The object a source names: its store, key and what an EtcdadmSnapshot says of it.

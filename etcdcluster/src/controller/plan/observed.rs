@@ -239,6 +239,8 @@ pub struct Observed {
     pub control_plane_machines: usize,
     /// `spec.restore`, when set.
     pub restore: Option<RestoreView>,
+    /// The `recover` annotation's request, when set.
+    pub recovery: Option<super::recovery::RecoveryView>,
     /// The name a member Machine created now gets (`<etcdadmcluster>-<5 random>`, drawn anew
     /// for every plan).
     pub new_member_name: String,

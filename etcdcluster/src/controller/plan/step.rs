@@ -164,6 +164,8 @@ pub mod reason {
     pub const RESTORING: &str = "RestoringFromSnapshot";
     pub const RESTORE_SOURCE_UNUSABLE: &str = "RestoreSourceUnusable";
     pub const RESTORE_VERSION_MISMATCH: &str = "RestoreVersionMismatch";
+    pub const RECOVERY_REFUSED: &str = "RecoveryRefused";
+    pub const RECOVERY_NOT_AVAILABLE: &str = "RecoveryNotAvailable";
 
     /// Waits that are refusals: something is asked for that the safety rules do not allow now.
     /// Entering one is a Warning Event.

@@ -88,6 +88,7 @@ pub(crate) fn base() -> Observed {
         kcp: KcpView::None,
         control_plane_machines: 0,
         restore: None,
+        recovery: None,
         new_member_name: "c1-etcd-fresh".into(),
     }
 }
