@@ -14,7 +14,11 @@ use serde_json::Value;
 const CA_CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n";
 const CA_KEY: &str = "-----BEGIN RSA PRIVATE KEY-----\nMIIEfake\n-----END RSA PRIVATE KEY-----\n";
 
-fn render_with(spec: &EtcdadmConfigSpec, secrets: &ResolvedSecrets) -> Result<String, RenderError> {
+fn render_command(
+    spec: &EtcdadmConfigSpec,
+    secrets: &ResolvedSecrets,
+    command: EtcdadmCommand,
+) -> Result<String, RenderError> {
     render_user_data(&RenderInput {
         spec,
         machine_name: "etcd-0",
@@ -22,9 +26,13 @@ fn render_with(spec: &EtcdadmConfigSpec, secrets: &ResolvedSecrets) -> Result<St
             cert_pem: CA_CERT,
             key_pem: CA_KEY,
         },
-        command: EtcdadmCommand::Init,
+        command,
         secrets,
     })
+}
+
+fn render_with(spec: &EtcdadmConfigSpec, secrets: &ResolvedSecrets) -> Result<String, RenderError> {
+    render_command(spec, secrets, EtcdadmCommand::Init)
 }
 
 fn render(spec: &EtcdadmConfigSpec) -> Result<String, RenderError> {
@@ -422,4 +430,76 @@ fn eks_anywhere_init_passes_cipher_suites_as_a_flag() {
         !commands.iter().any(|c| c.contains("ETCD_CIPHER_SUITES")),
         "{commands:?}"
     );
+}
+
+/// A restoring first member: the URL only in the root-only curl config, the runcmd line valid
+/// POSIX sh (shellcheck, every severity), and Bottlerocket refusing with the field to fix.
+#[test]
+fn a_restoring_init_keeps_the_url_in_a_root_only_file_and_is_shellcheck_clean() {
+    use etcdadm_bootstrap::render::{RESTORE_CURL_CONFIG, SnapshotDownload};
+    let download = SnapshotDownload {
+        url:
+            "https://s3.example/etcd-backups/ns/c0/s.db?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=0a1b"
+                .into(),
+        sha256: Some("c".repeat(64)),
+        ca_pem: None,
+    };
+    let secrets = ResolvedSecrets::default();
+    let render_for = |spec: &EtcdadmConfigSpec| {
+        render_command(spec, &secrets, EtcdadmCommand::InitFromSnapshot(&download))
+    };
+    let doc: Value = serde_saphyr::from_str(&render_for(&EtcdadmConfigSpec::default()).unwrap()).unwrap();
+    let config = doc["write_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == RESTORE_CURL_CONFIG)
+        .unwrap();
+    assert_eq!(config["permissions"], "0600");
+    assert!(config["content"].as_str().unwrap().contains(&download.url));
+    let commands = runcmd(&doc);
+    assert!(commands.iter().all(|c| !c.contains("X-Amz")), "{commands:?}");
+    let line = commands.iter().find(|c| c.contains("etcdadm init")).unwrap();
+    assert!(
+        line.contains("--snapshot /var/lib/etcd-restore/snapshot.db"),
+        "{line}"
+    );
+
+    let shellcheck = std::env::var_os("SHELLCHECK").unwrap_or_else(|| "shellcheck".into());
+    let mut child = std::process::Command::new(&shellcheck)
+        .args(["--severity=style", "--shell=sh", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot run shellcheck ({e}): install it with `apt-get install shellcheck` (.ci/setup does), or set SHELLCHECK")
+        });
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("#!/bin/sh\n{line}\n").as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+
+    let bottlerocket = EtcdadmConfigSpec {
+        format: Some(Format::Bottlerocket),
+        bottlerocket_config: Some(BottlerocketConfig {
+            etcd_image: Some("r/etcd:v3.5.9".into()),
+            bootstrap_image: "r/bootstrap:1".into(),
+            admin_image: "r/admin:1".into(),
+            control_image: "r/control:1".into(),
+            pause_image: "r/pause:1".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let err = render_for(&bottlerocket).unwrap_err();
+    assert_eq!(err.field_path(), Some("spec.format"), "{err}");
 }

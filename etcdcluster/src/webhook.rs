@@ -74,19 +74,19 @@ pub fn validate_cluster(req: AdmissionRequest<DynamicObject>) -> AdmissionRespon
     let mut errors = validate_spec(&new.spec, namespace.as_deref());
     match old {
         Some(old) => errors.extend(validate_update(&old.spec, &new.spec)),
-        None => errors.extend(restore_not_yet_honoured(&new.spec)),
+        None => errors.extend(restore_needs_cloud_config(&new.spec)),
     }
     admission::validated(&req, &errors)
 }
 
-/// The EtcdadmCluster controller does not restore yet (the first member would start empty):
-/// refused rather than ignored until it does. Remove with the restore part of issue 19.
-pub fn restore_not_yet_honoured(spec: &EtcdadmClusterSpec) -> Option<FieldError> {
-    spec.restore.as_ref().map(|_| {
+/// The first member of a cluster created from a snapshot downloads and restores it in its
+/// cloud-config user data; the Bottlerocket bootstrap image cannot.
+pub fn restore_needs_cloud_config(spec: &EtcdadmClusterSpec) -> Option<FieldError> {
+    (spec.restore.is_some() && spec.etcdadm_config_spec.format() == Format::Bottlerocket).then(|| {
         FieldError::new(
             "spec.restore",
-            "restoring from a snapshot is not available in this version yet; create the cluster \
-             without spec.restore",
+            "a cluster created from a snapshot needs spec.etcdadmConfigSpec.format cloud-config: the \
+             Bottlerocket bootstrap image cannot restore one",
         )
     })
 }
@@ -437,12 +437,15 @@ mod tests {
     }
 
     #[test]
-    fn a_restore_is_refused_at_creation_until_the_controller_honours_it() {
-        let from = spec(json!({"restore": {"snapshot": {"name": "s1"}}}));
-        let refused = restore_not_yet_honoured(&from).unwrap();
+    fn a_restore_needs_cloud_config_user_data() {
+        let from = |format: &str| {
+            spec(json!({"restore": {"snapshot": {"name": "s1"}}, "etcdadmConfigSpec": {"format": format}}))
+        };
+        let refused = restore_needs_cloud_config(&from("bottlerocket")).unwrap();
         assert_eq!(refused.path, "spec.restore");
-        assert!(refused.message.contains("not available"));
-        assert!(restore_not_yet_honoured(&spec(json!({}))).is_none());
+        assert!(refused.message.contains("format cloud-config"));
+        assert!(restore_needs_cloud_config(&from("cloud-config")).is_none());
+        assert!(restore_needs_cloud_config(&spec(json!({}))).is_none());
     }
 
     #[test]

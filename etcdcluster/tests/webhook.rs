@@ -163,7 +163,7 @@ async fn invalid_clusters_are_denied_with_every_field_path() {
 }
 
 #[tokio::test]
-async fn backup_settings_are_checked_and_a_restore_is_refused_for_now() {
+async fn backup_settings_are_checked_and_a_restore_is_admitted_with_cloud_config_only() {
     let webhooks = Webhooks::start().await;
     let store = json!({"s3": {"endpoint": "minio:9000", "bucket": "etcd-backups",
                               "credentialsSecretRef": {"name": "s3"}}});
@@ -195,10 +195,19 @@ async fn backup_settings_are_checked_and_a_restore_is_refused_for_now() {
     let response = webhooks
         .call(VALIDATE_PATH, &review("CREATE", restored, None))
         .await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let bottlerocket = cluster(json!({"infrastructureTemplate": template(),
+        "etcdadmConfigSpec": {"format": "bottlerocket",
+            "bottlerocketConfig": {"etcdImage": "r/etcd:v3.5.9", "bootstrapImage": "b", "adminImage": "a",
+                                   "controlImage": "c", "pauseImage": "p"}},
+        "restore": {"snapshot": {"name": "c1-snap"}}}));
+    let response = webhooks
+        .call(VALIDATE_PATH, &review("CREATE", bottlerocket, None))
+        .await;
     assert_eq!(response["allowed"], false);
     let message = response["status"]["message"].as_str().unwrap();
     assert!(
-        message.contains("spec.restore") && message.contains("not available"),
+        message.contains("spec.restore") && message.contains("format cloud-config"),
         "{message}"
     );
 }

@@ -27,6 +27,22 @@ pub const HEALTHCHECK_RETRIES_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/h
 /// config: the controller pre-adds the Machine's member as a learner, so the user data waits
 /// for it before `etcdadm join` (see `EtcdadmConfig::joins_as_learner`).
 pub const LEARNER_JOIN_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/learner-join";
+/// On the first member's EtcdadmConfig of a cluster created from a snapshot: the Secret (same
+/// namespace) holding the snapshot's short-lived download URL ([`RESTORE_URL_KEY`]), its
+/// SHA-256 ([`RESTORE_SHA256_KEY`], optional) and the store's CA bundle ([`RESTORE_CA_KEY`],
+/// optional). The bootstrap provider renders `etcdadm init --snapshot` from it.
+pub const RESTORE_SECRET_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/restore-secret";
+/// On the restore Secret: when its URL was presigned (RFC 3339), so it is renewed in time.
+pub const RESTORE_URL_WRITTEN_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/restore-url-written";
+/// Restore Secret key: the presigned GET URL of the snapshot object.
+pub const RESTORE_URL_KEY: &str = "url";
+/// Restore Secret key: hex SHA-256 of the snapshot object.
+pub const RESTORE_SHA256_KEY: &str = "sha256";
+/// Restore Secret key: PEM CA bundle the store's certificate is checked against.
+pub const RESTORE_CA_KEY: &str = "ca.crt";
+/// On an EtcdadmCluster: recover from quorum loss from this source (`latest`,
+/// `member/<machine>`, `snapshot/<name>`), SPEC-day2.md section 3.
+pub const RECOVER_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/recover";
 /// On a Machine: prefer this one when choosing a scale-down victim.
 pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
 /// Prefix of CAPI's pre-terminate hook annotations: a Machine is not terminated while one is set.
@@ -75,6 +91,11 @@ pub fn ca_secret_name(cluster: &str) -> String {
 /// Secret `<cluster>-etcd-init`: where joining members find the cluster.
 pub fn init_secret_name(cluster: &str) -> String {
     format!("{cluster}-etcd-init")
+}
+
+/// Secret `<etcdadmcluster>-restore`: see [`RESTORE_SECRET_ANNOTATION`].
+pub fn restore_secret_name(etcd_cluster: &str) -> String {
+    format!("{etcd_cluster}-restore")
 }
 
 /// ConfigMap `<cluster>-etcd-lock`: the init lock.

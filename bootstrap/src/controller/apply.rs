@@ -125,7 +125,11 @@ pub async fn apply(
             .await?
         }
         Step::RenderInit => {
-            if !render_and_store(out, config, obs, EtcdadmCommand::Init).await? {
+            let command = match &obs.restore {
+                Some(download) => EtcdadmCommand::InitFromSnapshot(download),
+                None => EtcdadmCommand::Init,
+            };
+            if !render_and_store(out, config, obs, command).await? {
                 return Ok(Next::Done(Action::requeue(REFUSED_REQUEUE)));
             }
             true

@@ -14,7 +14,7 @@ use etcdadm_shared::pki::CertificateAuthority;
 
 use super::plan::{CaView, ClusterView, DataSecretView, EtcdClusterView, LockView, MachineView, Observed};
 use crate::error::Error;
-use crate::render::{ResolvedSecrets, secret_refs};
+use crate::render::{ResolvedSecrets, SnapshotDownload, secret_refs};
 
 /// What was read, in the plan's terms, plus the objects `apply` needs to act on.
 pub struct Observation {
@@ -24,6 +24,8 @@ pub struct Observation {
     pub cluster: Option<Cluster>,
     pub ca: Option<CertificateAuthority>,
     pub secrets: ResolvedSecrets,
+    /// The snapshot an init restores, from the Secret the EtcdadmCluster controller named.
+    pub restore: Option<SnapshotDownload>,
     /// resourceVersion of the lock ConfigMap, for a guarded release.
     pub lock_resource_version: Option<String>,
 }
@@ -97,11 +99,31 @@ pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observat
         (ca_view, ca) = read_ca(&secrets, &namespace, cluster).await?;
     }
 
-    let (resolved, spec_problem) = if data_secret == DataSecretView::Missing {
+    let (resolved, mut spec_problem) = if data_secret == DataSecretView::Missing {
         resolve_secret_refs(&secrets, config, &namespace).await?
     } else {
         (ResolvedSecrets::default(), None)
     };
+    let restore_secret = config.annotations().get(names::RESTORE_SECRET_ANNOTATION);
+    let mut restore = None;
+    if let (DataSecretView::Missing, Some(name)) = (&data_secret, restore_secret) {
+        match secrets.get_opt(name).await? {
+            Some(secret) => match snapshot_download(&secret) {
+                Ok(download) => restore = Some(download),
+                Err(problem) => spec_problem = spec_problem.or(Some(problem)),
+            },
+            None => {
+                spec_problem = spec_problem.or_else(|| {
+                    Some(format!(
+                        "metadata.annotations[{}]: Secret {namespace}/{name} not found (the \
+                         EtcdadmCluster controller creates it before the Machine; it is deleted once \
+                         the restored member is healthy)",
+                        names::RESTORE_SECRET_ANNOTATION
+                    ))
+                })
+            }
+        }
+    }
 
     let observed = Observed {
         paused_annotation: config.annotations().contains_key(names::PAUSED_ANNOTATION),
@@ -134,7 +156,40 @@ pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observat
         cluster,
         ca,
         secrets: resolved,
+        restore,
         lock_resource_version,
+    })
+}
+
+/// The download a restore Secret describes; a missing URL or a value that is not UTF-8 is the
+/// problem to show.
+fn snapshot_download(secret: &Secret) -> Result<SnapshotDownload, String> {
+    let data = secret.data.clone().unwrap_or_default();
+    let text = |key: &str| -> Result<Option<String>, String> {
+        data.get(key)
+            .map(|v| {
+                String::from_utf8(v.0.clone()).map_err(|_| {
+                    format!(
+                        "metadata.annotations[{}]: Secret {} has a key {key} that is not UTF-8",
+                        names::RESTORE_SECRET_ANNOTATION,
+                        secret.name_any()
+                    )
+                })
+            })
+            .transpose()
+    };
+    let url = text(names::RESTORE_URL_KEY)?.ok_or_else(|| {
+        format!(
+            "metadata.annotations[{}]: Secret {} has no key {}",
+            names::RESTORE_SECRET_ANNOTATION,
+            secret.name_any(),
+            names::RESTORE_URL_KEY
+        )
+    })?;
+    Ok(SnapshotDownload {
+        url,
+        sha256: text(names::RESTORE_SHA256_KEY)?,
+        ca_pem: text(names::RESTORE_CA_KEY)?,
     })
 }
 

@@ -14,6 +14,7 @@ use super::files::{
     ETCDADM_CERTS_DIR, FileEntry, ca_files, cert_bundle_files, check_content_sources, check_unique_paths,
     placeholder_file, user_files,
 };
+use super::restore;
 use super::secrets::check_resolved;
 use super::yaml::{double_quoted, scalar};
 use super::{EtcdadmCommand, RenderInput, ResolvedSecrets};
@@ -84,6 +85,9 @@ pub fn render(input: &RenderInput) -> Result<String, RenderError> {
     let containerd = containerd_setup(spec.proxy.as_ref(), spec.registry_mirror.as_ref())?;
     files.extend(containerd.files);
     files.push(placeholder_file());
+    if let EtcdadmCommand::InitFromSnapshot(download) = input.command {
+        files.extend(restore::files(download)?);
+    }
     if let EtcdadmCommand::Join { learner: true, .. } = input.command {
         files.push(FileEntry::generated(
             LEARNER_JOIN_SCRIPT,

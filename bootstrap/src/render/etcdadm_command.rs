@@ -6,7 +6,7 @@ use etcdadm_shared::validation::{is_etcd_version, quoted};
 
 use super::EtcdadmCommand;
 use super::error::RenderError;
-use super::shell;
+use super::{restore, shell};
 
 /// Written when etcd runs as configured; CAPI's cloud-init contract reads it.
 pub const SUCCESS_SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
@@ -61,7 +61,7 @@ pub fn etcdadm_runcmd(
     let mut words: Vec<String> = vec!["etcdadm".into()];
     let mut learner_url = None;
     match command {
-        EtcdadmCommand::Init => words.push("init".into()),
+        EtcdadmCommand::Init | EtcdadmCommand::InitFromSnapshot(_) => words.push("init".into()),
         EtcdadmCommand::Join { urls, learner } => {
             let target = shell::word(&join_target(urls, flavor)?);
             if *learner {
@@ -106,6 +106,10 @@ pub fn etcdadm_runcmd(
         words.extend(["--cipher-suites".into(), list.clone()]);
     }
     let mut steps = Vec::with_capacity(5);
+    if let EtcdadmCommand::InitFromSnapshot(download) = command {
+        steps.extend(restore::before_init(download)?);
+        words.extend(["--snapshot".into(), restore::RESTORE_SNAPSHOT_FILE.into()]);
+    }
     match learner_url {
         None => steps.push(words.join(" ")),
         // The member must be listed before etcdadm looks for it, or etcdadm adds a voter; and
@@ -120,6 +124,9 @@ pub fn etcdadm_runcmd(
                 words.join(" ")
             ));
         }
+    }
+    if let EtcdadmCommand::InitFromSnapshot(_) = command {
+        steps.push(restore::after_init());
     }
     if let (Some(list), EtcdadmFlavor::Upstream) = (&cipher_suites, flavor) {
         // Upstream etcdadm has no --cipher-suites flag: etcd reads the same setting from its env
@@ -344,6 +351,33 @@ mod tests {
         assert!(line.ends_with(
             "systemctl restart etcd && echo success > /run/cluster-api/bootstrap-success.complete"
         ));
+    }
+
+    #[test]
+    fn a_restoring_init_downloads_checks_restores_then_forgets_the_snapshot() {
+        let download = super::super::SnapshotDownload {
+            url: "http://127.0.0.1:8333/b/k?X-Amz-Signature=1".into(),
+            sha256: Some("0f".repeat(32)),
+            ca_pem: None,
+        };
+        let line = etcdadm_runcmd(
+            &EtcdadmConfigSpec::default(),
+            "etcd-0",
+            &EtcdadmCommand::InitFromSnapshot(&download),
+        )
+        .unwrap();
+        assert_eq!(
+            line,
+            format!(
+                "curl -fsS --retry 5 --create-dirs --config /run/cluster-api/etcd-restore.curlrc \
+                 && echo '{}  /var/lib/etcd-restore/snapshot.db' | sha256sum -c --quiet - \
+                 && etcdadm init --init-system systemd --name etcd-0 --snapshot /var/lib/etcd-restore/snapshot.db \
+                 && rm -f /run/cluster-api/etcd-restore.curlrc /run/cluster-api/etcd-restore-ca.crt /var/lib/etcd-restore/snapshot.db \
+                 && echo success > /run/cluster-api/bootstrap-success.complete",
+                "0f".repeat(32)
+            )
+        );
+        assert!(!line.contains("X-Amz"), "the URL never reaches runcmd");
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod containerd;
 mod error;
 mod etcdadm_command;
 mod files;
+mod restore;
 mod secrets;
 mod shell;
 mod yaml;
@@ -22,6 +23,7 @@ pub use etcdadm_command::{
     DEFAULT_ETCDADM_RELEASE, LEARNER_HEALTHY_WAIT_SECONDS, LEARNER_JOIN_SCRIPT, LEARNER_LISTED_WAIT_SECONDS,
     SUCCESS_SENTINEL,
 };
+pub use restore::{RESTORE_CURL_CONFIG, RESTORE_SNAPSHOT_FILE, SnapshotDownload};
 pub use secrets::{REGISTRY_CREDENTIALS_SECRET, ResolvedSecrets, SecretRefUse, SecretTarget, secret_refs};
 
 /// The etcd CA as PEM text (certificate, and the RSA key etcdadm signs member certificates with).
@@ -44,6 +46,9 @@ impl std::fmt::Debug for CaFiles<'_> {
 pub enum EtcdadmCommand<'a> {
     /// `etcdadm init`: the first member.
     Init,
+    /// `etcdadm init --snapshot`: the first member, its data restored from a snapshot it
+    /// downloads first (cloud-config only).
+    InitFromSnapshot(&'a SnapshotDownload),
     /// `etcdadm join`: client URLs of healthy members. The upstream flavor uses the first only;
     /// the eks-anywhere flavor passes them all. `learner`: the EtcdadmCluster controller
     /// pre-adds the member as a learner (`EtcdadmConfig::joins_as_learner`, upstream flavor

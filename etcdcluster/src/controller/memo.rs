@@ -171,6 +171,8 @@ mod tests {
             member_spec_problem: None,
             missing_infra_template: None,
             infra_machine: None,
+            restore: None,
+            recovery: None,
         }
     }
 

@@ -7,6 +7,7 @@ pub mod health;
 pub mod memo;
 pub mod observe;
 pub mod plan;
+pub mod restore_source;
 pub mod status;
 mod watches;
 

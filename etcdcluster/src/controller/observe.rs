@@ -22,9 +22,10 @@ use etcdadm_shared::validation::etcd_version;
 
 use super::plan::{
     CaView, ClusterView, DesiredSpec, EtcdView, KcpView, MachineView, MemberSpec, Observed,
-    REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION, RemediationRecord, UnhealthyClock, outdated_reason,
-    remediation_policy,
+    REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION, RecoverySource, RecoveryView, RemediationRecord,
+    UnhealthyClock, outdated_reason, remediation_policy,
 };
+use super::restore_source::{self, RestoreObservation};
 use crate::error::Error;
 
 /// Group and kind of our own API, for owner references and `managedExternalEtcdRef`.
@@ -58,6 +59,10 @@ pub struct Observation {
     pub missing_infra_template: Option<String>,
     /// The infra machine kind cloned from `spec.infrastructureTemplate`.
     pub infra_machine: Option<ApiResource>,
+    /// `spec.restore`, when set.
+    pub restore: Option<RestoreObservation>,
+    /// The `recover` annotation's request, when set.
+    pub recovery: Option<RecoveryView>,
 }
 
 /// Everything read about one member Machine: the Machine, its EtcdadmConfig and its infra
@@ -247,6 +252,12 @@ impl Observation {
             creation_complete: status.creation_complete,
             kcp: self.kcp_view.clone(),
             control_plane_machines: self.control_plane_machines,
+            restore: self.restore.as_ref().map(|r| {
+                let mut view = r.view.clone();
+                view.secret_age = r.secret_written.map(|t| clock.since(t));
+                view
+            }),
+            recovery: self.recovery.clone(),
             new_member_name: member_name(&e.name_any()),
         }
     }
@@ -399,6 +410,24 @@ pub async fn observe_around(
         _ => (None, KcpView::None),
     };
 
+    let restore = restore_source::observe(client, namespace, &etcd_cluster).await?;
+    let recovery = match etcd_cluster.annotations().get(names::RECOVER_ANNOTATION) {
+        None => None,
+        Some(requested) => {
+            let snapshot_problem = match RecoverySource::parse(requested) {
+                Ok(RecoverySource::Snapshot(name)) => {
+                    restore_source::snapshot_problem(client, namespace, &name).await?
+                }
+                _ => None,
+            };
+            Some(RecoveryView {
+                requested: requested.clone(),
+                store_configured: etcd_cluster.spec.backup.is_some(),
+                snapshot_problem,
+            })
+        }
+    };
+
     let control_plane_machines = match (&cluster_name, deleting) {
         (Some(cluster), true) => {
             let selector = format!(
@@ -431,6 +460,8 @@ pub async fn observe_around(
         member_spec_problem,
         missing_infra_template,
         infra_machine,
+        restore,
+        recovery,
     })
 }
 

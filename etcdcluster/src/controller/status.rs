@@ -5,6 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use etcdadm_shared::api::cluster::MachineReference;
 use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
+use etcdadm_shared::api::snapshot::RestoredFrom;
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus, MemberStatus};
 use etcdadm_shared::etcd::member_id_hex;
 use etcdadm_shared::names;
@@ -25,6 +26,8 @@ pub const CONTROL_PLANE_ENDPOINTS_UPDATED: &str = "ControlPlaneEndpointsUpdated"
 pub const PAUSED: &str = "Paused";
 pub const RESIZE_COMPLETED: &str = "ResizeCompleted";
 pub const MACHINES_SPEC_UP_TO_DATE: &str = "MachinesSpecUpToDate";
+/// While the `recover` annotation is set: the answer to it (shown even when the cluster is Ready).
+pub const RECOVERY: &str = "Recovery";
 
 /// The new status and the transitions from the old one to it.
 pub fn next_status(
@@ -58,6 +61,28 @@ pub fn next_status(
         ));
     }
     status.initialized = initialized;
+    if let Some(restore) = &o.restore
+        && initialized
+        && status.restored_from.is_none()
+    {
+        status.restored_from = Some(RestoredFrom {
+            snapshot: restore.snapshot.clone(),
+            location: restore.location.clone(),
+            revision: restore.revision,
+            time: Some(now.clone()),
+        });
+        let revision = restore
+            .revision
+            .map(|r| format!(" at revision {r}"))
+            .unwrap_or_default();
+        transitions.push(EventNote::normal(
+            "Restored",
+            format!(
+                "the first member is healthy on the data of {}{revision}",
+                restore.describe()
+            ),
+        ));
+    }
     status.ready = ready;
     status.creation_complete = old.creation_complete || ready;
     if matches!(o.etcd, EtcdView::Members(_)) {
@@ -126,6 +151,19 @@ pub fn next_status(
         NewCondition::false_(READY, severity, why, message)
     };
     set(ready_condition);
+    let old_recovery =
+        conditions::find(&old.conditions, RECOVERY).map(|c| (c.reason.clone(), c.message.clone()));
+    match (step, &o.recovery) {
+        (Step::Refuse { reason, message }, Some(_)) if is_recovery_answer(reason) => {
+            let answer = NewCondition::false_(RECOVERY, Severity::Warning, reason, message.clone());
+            conditions::set(&mut status.conditions, answer, generation, now);
+            if old_recovery != Some((Some(reason.to_string()), Some(message.clone()))) {
+                transitions.push(EventNote::warning(reason, message.clone()));
+            }
+        }
+        (_, None) => status.conditions.retain(|c| c.type_ != RECOVERY),
+        _ => {}
+    }
 
     let old_reason = conditions::find(&old.conditions, READY).and_then(|c| c.reason.clone());
     let new_reason = conditions::find(&status.conditions, READY).and_then(|c| c.reason.clone());
@@ -147,10 +185,17 @@ pub fn next_status(
     if old_reason != new_reason
         && step.is_refusal()
         && let Step::Refuse { reason, message } | Step::Wait { reason, message } = step
+        && !is_recovery_answer(reason)
     {
         transitions.push(EventNote::warning(reason, message.clone()));
     }
     (status, transitions)
+}
+
+/// The reasons a `recover` annotation is answered with (their Event comes with the `Recovery`
+/// condition).
+fn is_recovery_answer(why: &str) -> bool {
+    matches!(why, reason::RECOVERY_REFUSED | reason::RECOVERY_NOT_AVAILABLE)
 }
 
 fn paused_condition(step: &Step) -> NewCondition {
@@ -750,6 +795,36 @@ mod tests {
         );
         let (_, again) = next_status(&with_status(status), &o, &step, &at(2));
         assert!(!again.iter().any(|t| t.reason == reason::CA_CORRUPT));
+    }
+
+    #[test]
+    fn a_recovery_request_on_a_ready_cluster_is_answered_in_its_own_condition_and_one_event() {
+        let mut o = observed([true, true]);
+        o.replicas = 1;
+        o.machines.pop();
+        if let EtcdView::Members(members) = &mut o.etcd {
+            members.pop();
+        }
+        o.recovery = Some(plan::RecoveryView {
+            requested: "latest".into(),
+            store_configured: true,
+            snapshot_problem: None,
+        });
+        let step = plan::plan(&o);
+        let (status, transitions) = next_status(&with_status(Default::default()), &o, &step, &at(1));
+        assert!(status.ready, "Ready stays what it is");
+        let answer = conditions::find(&status.conditions, RECOVERY).unwrap();
+        assert_eq!(answer.reason.as_deref(), Some(reason::RECOVERY_REFUSED));
+        assert!(answer.message.as_deref().unwrap().contains("quorum is not lost"));
+        let warnings: Vec<&EventNote> = transitions.iter().filter(|t| t.warning).collect();
+        assert_eq!(warnings.len(), 1, "{transitions:?}");
+        assert_eq!(warnings[0].reason, reason::RECOVERY_REFUSED);
+        let (status, again) = next_status(&with_status(status), &o, &step, &at(2));
+        assert!(!again.iter().any(|t| t.warning), "{again:?}");
+        // The annotation removed: the condition goes with it.
+        o.recovery = None;
+        let (status, _) = next_status(&with_status(status), &o, &plan::plan(&o), &at(3));
+        assert!(conditions::find(&status.conditions, RECOVERY).is_none());
     }
 
     #[test]

@@ -84,23 +84,35 @@ pub async fn store_client(
             Ok(credentials) => credentials,
             Err(e) => return Ok(Err(e)),
         };
-    let ca_pem = match &store.ca_secret_ref {
-        None => None,
-        Some(reference) => {
-            let missing = |what: &str| {
-                StoreError::InvalidConfig(format!("the CA Secret {namespace}/{} {what}", reference.name))
-            };
-            let Some(secret) = secrets.get_opt(&reference.name).await? else {
-                return Ok(Err(missing("does not exist")));
-            };
-            let Some(bytes) = secret.data.unwrap_or_default().remove(CA_BUNDLE_KEY) else {
-                return Ok(Err(missing(&format!("has no {CA_BUNDLE_KEY}"))));
-            };
-            match String::from_utf8(bytes.0) {
-                Ok(pem) => Some(pem),
-                Err(_) => return Ok(Err(missing(&format!("has a {CA_BUNDLE_KEY} that is not PEM")))),
-            }
-        }
+    let ca_pem = match store_ca(client, namespace, store).await? {
+        Ok(ca_pem) => ca_pem,
+        Err(e) => return Ok(Err(e)),
     };
     Ok(StoreClient::new(store, credentials, ca_pem.as_deref()))
+}
+
+/// The PEM bundle `store`'s endpoint certificate is checked against (`caSecretRef`), if any; a
+/// missing Secret or key is a store problem.
+pub async fn store_ca(
+    client: &Client,
+    namespace: &str,
+    store: &S3Store,
+) -> Result<Result<Option<String>, StoreError>, Error> {
+    let Some(reference) = &store.ca_secret_ref else {
+        return Ok(Ok(None));
+    };
+    let missing = |what: &str| {
+        StoreError::InvalidConfig(format!("the CA Secret {namespace}/{} {what}", reference.name))
+    };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let Some(secret) = secrets.get_opt(&reference.name).await? else {
+        return Ok(Err(missing("does not exist")));
+    };
+    let Some(bytes) = secret.data.unwrap_or_default().remove(CA_BUNDLE_KEY) else {
+        return Ok(Err(missing(&format!("has no {CA_BUNDLE_KEY}"))));
+    };
+    Ok(match String::from_utf8(bytes.0) {
+        Ok(pem) => Ok(Some(pem)),
+        Err(_) => Err(missing(&format!("has a {CA_BUNDLE_KEY} that is not PEM"))),
+    })
 }

@@ -366,6 +366,8 @@ fn rbac_is_least_privilege() {
         ("infrastructure.cluster.x-k8s.io", "awsmachines", "create"),
         ("controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes", "patch"),
         ("", "secrets", "create"),
+        // A restored cluster's download URL, once the first member is healthy.
+        ("", "secrets", "delete"),
         ("events.k8s.io", "events", "create"),
     ] {
         assert!(
@@ -374,7 +376,6 @@ fn rbac_is_least_privilege() {
         );
     }
     for (group, resource, verb) in [
-        ("", "secrets", "delete"),
         ("", "configmaps", "create"),
         (B, "etcdadmconfigs/status", "patch"),
         ("infrastructure.cluster.x-k8s.io", "devmachines", "watch"),

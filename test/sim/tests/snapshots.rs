@@ -2,16 +2,20 @@
 //! Snapshots end to end with both real controller binaries, real etcd machines and a real S3
 //! store (SeaweedFS): a Ready cluster of three backed up to a bucket, a client writes 1,000 keys,
 //! `kubectl create` of an EtcdadmSnapshot ends Succeeded with the revision of the last write,
-//! taken from a follower, and the object in the bucket is the snapshot file etcd reads back.
+//! taken from a follower, and the object in the bucket is the snapshot file etcd reads back;
+//! and a second EtcdadmCluster created from such a snapshot has every key and is Ready.
 
 mod lifecycle_support;
 
 use std::time::{Duration, Instant};
 
+use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::etcd::MemberClient;
+use etcdadm_shared::store::StoreClient;
 use etcdadm_shared::testing::{CREDENTIALS_SECRET, SeaweedFs, TempDir, etcd_binary};
 use etcdadm_sim::demo;
+use etcdadm_sim::plane::Plane;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
@@ -61,68 +65,231 @@ async fn credentials_secret(client: &Client, s3: &SeaweedFs) {
         .unwrap();
 }
 
-async fn snapshot_scenario(real: Option<&real_apiserver::RealApiServer>, prefix: u8) {
-    let work = TempDir::new("sim-snapshots");
+/// SeaweedFS with the bucket [`BUCKET`], a plane, and its Ready cluster `b1` of `replicas`
+/// members backed up to the bucket.
+async fn backed_up_cluster(
+    real: Option<&real_apiserver::RealApiServer>,
+    prefix: u8,
+    work: &TempDir,
+    replicas: usize,
+) -> (SeaweedFs, StoreClient, Plane, EtcdadmCluster) {
     let s3 = SeaweedFs::start().await;
     let bucket = s3.create_bucket(BUCKET).await;
-    let plane = start_plane_on(real, prefix, &work, Duration::from_secs(1)).await;
-    let client = plane.client.clone();
-    credentials_secret(&client, &s3).await;
+    let plane = start_plane_on(real, prefix, work, Duration::from_secs(1)).await;
+    credentials_secret(&plane.client, &s3).await;
     let store = serde_json::to_value(s3.store(BUCKET)).unwrap();
     create(
-        &client,
+        &plane.client,
         "b1",
-        3,
+        i32::try_from(replicas).unwrap(),
         false,
         json!({}),
         json!({"backup": {"store": {"s3": store}}}),
     )
     .await;
-    let etcd = wait_settled(&client, "b1", 3, TIMEOUT, &work).await;
-    let members = etcd.status.clone().unwrap().members;
-    let leader = members.iter().find(|m| m.is_leader).unwrap().name.clone();
+    let etcd = wait_settled(&plane.client, "b1", replicas, TIMEOUT, work).await;
+    (s3, bucket, plane, etcd)
+}
 
-    // A client writes 1,000 keys through one member.
-    let tls = demo::etcd_tls(&client, client.default_namespace(), "b1")
-        .await
-        .unwrap()
-        .unwrap();
-    let url = members[0].client_url.clone().unwrap();
-    let member = MemberClient::new(&url, &tls, Duration::from_secs(5)).unwrap();
-    let mut kv = member.etcd_client().await.unwrap();
-    for i in 0..1000 {
-        kv.put(format!("app/{i:04}"), format!("value-{i}"), None)
-            .await
-            .unwrap();
+/// The snapshot `name`, once Succeeded (a Failed one or a minute's wait fails the test).
+async fn wait_succeeded(snapshots: &Api<EtcdadmSnapshot>, name: &str, work: &TempDir) -> EtcdadmSnapshot {
+    let started = Instant::now();
+    loop {
+        let current = snapshots.get(name).await.unwrap();
+        match current.phase() {
+            SnapshotPhase::Succeeded => return current,
+            SnapshotPhase::Failed => panic!("snapshot failed: {:?}\n{}", current.status, logs(work)),
+            _ if started.elapsed() > Duration::from_secs(60) => {
+                panic!(
+                    "snapshot not taken within 60 s: {:?}\n{}",
+                    current.status,
+                    logs(work)
+                )
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
     }
-    let written = member.local_revision().await.unwrap();
+}
 
+/// An on-demand snapshot `name` of the EtcdadmCluster `<cluster>-etcd`, once Succeeded.
+async fn take_snapshot(client: &Client, cluster: &str, name: &str, work: &TempDir) -> EtcdadmSnapshot {
     let snapshots: Api<EtcdadmSnapshot> = Api::default_namespaced(client.clone());
     let requested: EtcdadmSnapshot = serde_json::from_value(json!({
         "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmSnapshot",
-        "metadata": {"name": "b1-before-upgrade"}, "spec": {"clusterName": "b1-etcd"},
+        "metadata": {"name": name}, "spec": {"clusterName": format!("{cluster}-etcd")},
     }))
     .unwrap();
     snapshots
         .create(&PostParams::default(), &requested)
         .await
         .unwrap();
+    wait_succeeded(&snapshots, name, work).await
+}
+
+/// The etcd revision after a client wrote `count` keys `app/NNNN` through the first member
+/// `etcd` lists.
+async fn write_keys(
+    client: &Client,
+    cluster: &str,
+    etcd: &EtcdadmCluster,
+    count: usize,
+) -> (MemberClient, i64) {
+    let tls = demo::etcd_tls(client, client.default_namespace(), cluster)
+        .await
+        .unwrap()
+        .unwrap();
+    let url = etcd.status.clone().unwrap().members[0]
+        .client_url
+        .clone()
+        .unwrap();
+    let member = MemberClient::new(&url, &tls, Duration::from_secs(5)).unwrap();
+    let mut kv = member.etcd_client().await.unwrap();
+    for i in 0..count {
+        kv.put(format!("app/{i:04}"), format!("value-{i}"), None)
+            .await
+            .unwrap();
+    }
+    let written = member.local_revision().await.unwrap();
+    (member, written)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_created_from_a_snapshot_has_every_key_and_is_ready() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    restore_scenario(None, 15).await;
+}
+
+/// The same on a real kube-apiserver under the controllers' own RBAC (the restore Secret is
+/// written and deleted by the controller, read by the bootstrap provider).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_restore_scenario_passes_on_a_real_api_server_under_the_controllers_own_rbac() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let real = real_apiserver::RealApiServer::start().await;
+    restore_scenario(Some(&real), 16).await;
+}
+
+async fn restore_scenario(real: Option<&real_apiserver::RealApiServer>, prefix: u8) {
+    let work = TempDir::new("sim-restore");
+    let (_s3, _bucket, plane, source) = backed_up_cluster(real, prefix, &work, 1).await;
+    let client = plane.client.clone();
+    let (_, written) = write_keys(&client, "b1", &source, 1000).await;
+    let taken = take_snapshot(&client, "b1", "b1-nightly", &work).await;
+    let taken = taken.status.unwrap();
+    assert_eq!(taken.revision, Some(written));
+
+    // A new cluster of three from it: the first member restores, the others join it.
     let started = Instant::now();
-    let taken = loop {
-        let current = snapshots.get("b1-before-upgrade").await.unwrap();
-        match current.phase() {
-            SnapshotPhase::Succeeded => break current,
-            SnapshotPhase::Failed => panic!("snapshot failed: {:?}\n{}", current.status, logs(&work)),
-            _ if started.elapsed() > Duration::from_secs(60) => {
-                panic!(
-                    "snapshot not taken within 60 s: {:?}\n{}",
-                    current.status,
-                    logs(&work)
-                )
-            }
-            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+    create(
+        &client,
+        "r1",
+        3,
+        false,
+        json!({}),
+        json!({"restore": {"snapshot": {"name": "b1-nightly"}}}),
+    )
+    .await;
+    let restored = wait_settled(&client, "r1", 3, TIMEOUT, &work).await;
+    println!(
+        "restored cluster Ready in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let status = restored.status.clone().unwrap();
+    let from = status.restored_from.clone().expect("status.restoredFrom");
+    assert_eq!(from.snapshot.as_deref(), Some("b1-nightly"));
+    assert_eq!(from.revision, Some(written));
+    assert_eq!(from.location, taken.location);
+    assert!(from.time.is_some());
+
+    // Every key, through every member of the new cluster (which has a CA of its own).
+    let tls = demo::etcd_tls(&client, client.default_namespace(), "r1")
+        .await
+        .unwrap()
+        .unwrap();
+    for m in &status.members {
+        let url = m.client_url.as_deref().unwrap();
+        let member = MemberClient::new(url, &tls, Duration::from_secs(5)).unwrap();
+        let mut kv = member.etcd_client().await.unwrap();
+        for i in 0..1000 {
+            let got = kv.get(format!("app/{i:04}"), None).await.unwrap();
+            let values: Vec<&str> = got.kvs().iter().map(|pair| pair.value_str().unwrap()).collect();
+            assert_eq!(
+                values,
+                [format!("value-{i}")],
+                "app/{i:04} read through {}",
+                m.name
+            );
         }
-    };
+        assert!(member.local_revision().await.unwrap() >= written);
+    }
+    let source_ids: Vec<_> = source
+        .status
+        .unwrap()
+        .members
+        .into_iter()
+        .map(|m| m.member_id)
+        .collect();
+    assert!(
+        status.members.iter().all(|m| !source_ids.contains(&m.member_id)),
+        "new members, not the source's"
+    );
+
+    // The download URL is not kept, and never shows in a log; the restore is told.
+    let secrets: Api<Secret> = Api::default_namespaced(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while secrets.get_opt("r1-etcd-restore").await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "the restore Secret is still there");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let reasons: Vec<String> = events(&client, "r1")
+        .await
+        .into_iter()
+        .map(|(reason, _)| reason)
+        .collect();
+    for expected in ["RestoreSecretWritten", "Restored", "RestoreSecretDeleted"] {
+        assert!(
+            reasons.iter().any(|r| r == expected),
+            "no {expected} Event: {reasons:?}"
+        );
+    }
+    for file in files_under(work.path()) {
+        if file.extension().is_some_and(|e| e == "log") {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            assert!(
+                !text.contains("X-Amz-Signature"),
+                "{} shows the download URL",
+                file.display()
+            );
+        }
+    }
+    save_logs(&work, "restore");
+}
+
+/// Every file under `dir`.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() && !path.is_symlink() {
+            files.extend(files_under(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+async fn snapshot_scenario(real: Option<&real_apiserver::RealApiServer>, prefix: u8) {
+    let work = TempDir::new("sim-snapshots");
+    let (_s3, bucket, plane, etcd) = backed_up_cluster(real, prefix, &work, 3).await;
+    let client = plane.client.clone();
+    let members = etcd.status.clone().unwrap().members;
+    let leader = members.iter().find(|m| m.is_leader).unwrap().name.clone();
+
+    // A client writes 1,000 keys through one member.
+    let (_, written) = write_keys(&client, "b1", &etcd, 1000).await;
+
+    let started = Instant::now();
+    let taken = take_snapshot(&client, "b1", "b1-before-upgrade", &work).await;
     println!("snapshot taken in {:.1}s", started.elapsed().as_secs_f64());
     let status = taken.status.unwrap();
     assert_eq!(status.revision, Some(written), "the revision of the last write");

@@ -100,6 +100,11 @@ pub fn etcdadm_line(spec: &EtcdadmConfigSpec, command: &EtcdadmCommand) -> Resul
     let words = [repository, version, ciphers.as_str()].join(" ");
     match command {
         EtcdadmCommand::Init => Ok(format!("{INIT_WORD} {words}")),
+        EtcdadmCommand::InitFromSnapshot(_) => Err(RenderError::invalid(
+            "spec.format",
+            "the Bottlerocket bootstrap image cannot restore a snapshot; a cluster created from \
+             a snapshot needs cloud-config user data",
+        )),
         EtcdadmCommand::Join { learner: true, .. } => Err(RenderError::invalid(
             "spec.format",
             "the Bottlerocket bootstrap image joins as a voting member; a learner join needs \

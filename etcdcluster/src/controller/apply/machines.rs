@@ -78,7 +78,7 @@ pub(super) async fn create(
     let version = obs.machine_version();
     let remediation_for = match purpose {
         Growth::Replacement => etcd.annotations().get(REMEDIATION_ANNOTATION),
-        Growth::ScaleUp | Growth::Rollout => None,
+        Growth::ScaleUp | Growth::Rollout | Growth::Restore => None,
     };
     let m = NewMember {
         etcd,
@@ -120,6 +120,12 @@ pub(super) async fn create(
     config.metadata.namespace = Some(m.ns.into());
     config.metadata.labels = Some(labels.clone());
     config.metadata.owner_references = Some(vec![owner_reference(etcd)?]);
+    if purpose == Growth::Restore {
+        config.metadata.annotations = Some(BTreeMap::from([(
+            names::RESTORE_SECRET_ANNOTATION.to_string(),
+            names::restore_secret_name(&etcd.name_any()),
+        )]));
+    }
     create_if_absent(&configs, &config, FIELD_MANAGER).await?;
 
     // 3. The Machine, controlled by the EtcdadmCluster, with our pre-terminate hook.

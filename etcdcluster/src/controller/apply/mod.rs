@@ -11,6 +11,7 @@ mod control_plane;
 mod etcd_cluster;
 mod machines;
 mod membership;
+mod restore;
 mod secrets;
 
 use std::time::Duration;
@@ -137,6 +138,8 @@ pub async fn apply(
             secrets::update_init_secret_urls(out, obs, client_urls).await?
         }
         Step::CreateKcpSecrets => secrets::create_kcp_secrets(out, obs).await?,
+        Step::WriteRestoreSecret => restore::write_secret(out, obs).await?,
+        Step::DeleteRestoreSecret => restore::delete_secret(out, obs).await?,
         Step::PauseKcp => control_plane::pause(out, obs).await?,
         Step::UnpauseKcp => control_plane::unpause(out, obs).await?,
         Step::WriteKcpEndpoints { endpoints } => control_plane::write_endpoints(out, obs, endpoints).await?,

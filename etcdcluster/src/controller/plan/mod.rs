@@ -15,8 +15,10 @@ mod growth;
 mod observed;
 mod placement;
 mod preflight;
+mod recovery;
 mod remediation;
 mod removal;
+mod restore;
 mod rollout;
 mod step;
 #[cfg(test)]
@@ -27,14 +29,16 @@ pub use self::gates::quorum;
 pub use self::growth::{MIN_JOIN_DEADLINE, MIN_JOIN_INTERVALS, join_deadline};
 pub use self::observed::{
     CaView, ClusterView, EtcdView, InitSecret, KcpView, LastRemediation, MachineView, MemberView, Observed,
-    RemediationPolicy, healthy_client_urls, is_ready, machine_for_member, up_to_date_machines,
+    RemediationPolicy, RestoreView, healthy_client_urls, is_ready, machine_for_member, up_to_date_machines,
     voting_endpoints,
 };
 pub use self::placement::{allowed_failure_domains, pick_failure_domain, pick_victim};
+pub use self::recovery::{RecoverySource, RecoveryView};
 pub use self::remediation::{
     ENDPOINTS_AVAILABLE, MIN_HEALTHY_PERIOD, REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION,
     RemediationRecord, UnhealthyClock, remediation_backoff, remediation_policy,
 };
+pub use self::restore::RESTORE_URL_TTL;
 pub use self::rollout::{DesiredSpec, MemberSpec, config_hash, outdated_reason};
 pub use self::step::{EventNote, Growth, Removal, Step, reason, removal_reason};
 pub use self::versions::{VERSION_FIELD, cluster_version};
@@ -50,6 +54,10 @@ pub fn plan(o: &Observed) -> Step {
         .or_else(|| preflight::infrastructure(o))
         .or_else(|| control_plane::keep_paused(o))
         .or_else(|| preflight::ca(o))
+        // Restore: only while no member ever existed.
+        .or_else(|| restore::plan(o))
+        // Recovery: asked for by annotation, refused unless quorum is really lost.
+        .or_else(|| recovery::plan(o))
         // Rule 3: nothing at all while quorum is lost.
         .or_else(|| gates::quorum_lost(o))
         // Rule 4: every Machine carries our hook; a deleted one's member goes first (rules 3, 6).

@@ -162,6 +162,36 @@ pub struct LastRemediation {
     pub retries: u32,
 }
 
+/// `spec.restore`: the snapshot the first member's data comes from, as far as the plan needs it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RestoreView {
+    /// The EtcdadmSnapshot named by `spec.restore.snapshot.name`.
+    pub snapshot: Option<String>,
+    /// `<bucket>/<key>` of the object, when known.
+    pub location: Option<String>,
+    /// The revision the snapshot holds, when an EtcdadmSnapshot says.
+    pub revision: Option<i64>,
+    /// etcd version of the member it was taken from, when an EtcdadmSnapshot says.
+    pub etcd_version: Option<String>,
+    /// Why it cannot be restored from (missing, not Succeeded, no store, store unusable).
+    pub problem: Option<String>,
+    /// Age of the restore Secret holding its download URL, when it exists.
+    pub secret_age: Option<Duration>,
+    /// `status.restoredFrom` is recorded: the restore is done.
+    pub recorded: bool,
+}
+
+impl RestoreView {
+    /// `EtcdadmSnapshot <name> (<bucket>/<key>)`, or the object alone.
+    pub fn describe(&self) -> String {
+        let location = self.location.as_deref().unwrap_or("an unknown location");
+        match &self.snapshot {
+            Some(name) => format!("EtcdadmSnapshot {name} ({location})"),
+            None => location.to_string(),
+        }
+    }
+}
+
 /// Everything the plan reads.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Observed {
@@ -207,6 +237,10 @@ pub struct Observed {
     pub kcp: KcpView,
     /// Control plane Machines of the Cluster (only counted while deleting).
     pub control_plane_machines: usize,
+    /// `spec.restore`, when set.
+    pub restore: Option<RestoreView>,
+    /// The `recover` annotation's request, when set.
+    pub recovery: Option<super::recovery::RecoveryView>,
     /// The name a member Machine created now gets (`<etcdadmcluster>-<5 random>`, drawn anew
     /// for every plan).
     pub new_member_name: String,

@@ -32,6 +32,9 @@ pub enum Growth {
     /// The replacement of a remediated member: it carries the remediation's record, so its own
     /// failure soon after counts as a failed replacement.
     Replacement,
+    /// The first member of a cluster created from a snapshot: its EtcdadmConfig names the
+    /// restore Secret.
+    Restore,
 }
 
 /// The one next thing to do, and why.
@@ -68,6 +71,10 @@ pub enum Step {
         failure_domain: Option<String>,
         purpose: Growth,
     },
+    /// Write the restore Secret: a fresh download URL of `spec.restore`'s snapshot.
+    WriteRestoreSecret,
+    /// The restored first member is healthy: its download URL is not kept.
+    DeleteRestoreSecret,
     /// Remove infra machines/configs of interrupted creations no longer needed.
     DeleteLeftovers {
         names: Vec<String>,
@@ -154,6 +161,11 @@ pub mod reason {
     pub const UPDATING_CONTROL_PLANE: &str = "UpdatingControlPlane";
     pub const DELETING: &str = "Deleting";
     pub const READY: &str = "Ready";
+    pub const RESTORING: &str = "RestoringFromSnapshot";
+    pub const RESTORE_SOURCE_UNUSABLE: &str = "RestoreSourceUnusable";
+    pub const RESTORE_VERSION_MISMATCH: &str = "RestoreVersionMismatch";
+    pub const RECOVERY_REFUSED: &str = "RecoveryRefused";
+    pub const RECOVERY_NOT_AVAILABLE: &str = "RecoveryNotAvailable";
 
     /// Waits that are refusals: something is asked for that the safety rules do not allow now.
     /// Entering one is a Warning Event.
@@ -201,7 +213,19 @@ impl Step {
                     reason::REMEDIATING,
                     "creating a Machine to replace the remediated member".into(),
                 ),
+                Growth::Restore => (
+                    reason::RESTORING,
+                    "creating the first member Machine, its data restored from the snapshot".into(),
+                ),
             },
+            Step::WriteRestoreSecret => (
+                reason::RESTORING,
+                "writing the snapshot's download URL for the first member".into(),
+            ),
+            Step::DeleteRestoreSecret => (
+                reason::RESTORING,
+                "the restored member is healthy: deleting the snapshot's download URL".into(),
+            ),
             Step::DeleteLeftovers { names } => (
                 reason::PROVISIONING,
                 format!(
@@ -295,6 +319,10 @@ impl Step {
                     Growth::Replacement => format!(
                         "created Machine {name} to replace the remediated member ({machines} Machines for {replicas} replicas)"
                     ),
+                    Growth::Restore => format!(
+                        "created Machine {name}, the first member, its data restored from {}",
+                        restore_source(o)
+                    ),
                 };
                 if let Some(domain) = failure_domain {
                     note.push_str(&format!(" in failure domain {domain}"));
@@ -331,6 +359,21 @@ impl Step {
                     note: message.clone(),
                 });
             }
+            Step::WriteRestoreSecret => (
+                "RestoreSecretWritten",
+                format!(
+                    "wrote Secret {} with a download URL of {} for the first member",
+                    names::restore_secret_name(&o.name),
+                    restore_source(o)
+                ),
+            ),
+            Step::DeleteRestoreSecret => (
+                "RestoreSecretDeleted",
+                format!(
+                    "the restored first member is healthy: deleted Secret {} and the download URL in it",
+                    names::restore_secret_name(&o.name)
+                ),
+            ),
             Step::DeleteLeftovers { names } => (
                 "LeftoversDeleted",
                 format!("deleted leftovers of interrupted creations: {}", names.join(", ")),
@@ -402,6 +445,10 @@ impl Step {
             _ => false,
         }
     }
+}
+
+fn restore_source(o: &Observed) -> String {
+    o.restore.clone().unwrap_or_default().describe()
 }
 
 /// The condition reason of a Machine deletion.

@@ -87,6 +87,8 @@ pub(crate) fn base() -> Observed {
         creation_complete: false,
         kcp: KcpView::None,
         control_plane_machines: 0,
+        restore: None,
+        recovery: None,
         new_member_name: "c1-etcd-fresh".into(),
     }
 }

@@ -25,6 +25,11 @@ pub struct Options {
     pub bind_address: Option<String>,
     pub retry: bool,
     pub skip_remove_member: bool,
+    /// `init --snapshot`: the etcd v3 snapshot file the member's data is restored from.
+    pub snapshot: Option<PathBuf>,
+    /// `init --skip-hash-check`: restore a snapshot without etcd's integrity hash (a copied
+    /// database file has none).
+    pub skip_hash_check: bool,
 }
 
 impl Default for Options {
@@ -40,6 +45,8 @@ impl Default for Options {
             bind_address: None,
             retry: true,
             skip_remove_member: false,
+            snapshot: None,
+            skip_hash_check: false,
         }
     }
 }
@@ -119,7 +126,7 @@ pub fn parse(args: &[String]) -> Result<Invocation, CliError> {
         if !accepts(command, name) {
             return usage_error(format!("unknown flag: --{name}"));
         }
-        if matches!(name, "retry" | "skip-remove-member") {
+        if matches!(name, "retry" | "skip-remove-member" | "skip-hash-check") {
             let value = match inline.as_deref() {
                 None | Some("true") => true,
                 Some("false") => false,
@@ -129,10 +136,10 @@ pub fn parse(args: &[String]) -> Result<Invocation, CliError> {
                     ));
                 }
             };
-            if name == "retry" {
-                options.retry = value;
-            } else {
-                options.skip_remove_member = value;
+            match name {
+                "retry" => options.retry = value,
+                "skip-remove-member" => options.skip_remove_member = value,
+                _ => options.skip_hash_check = value,
             }
             continue;
         }
@@ -152,6 +159,7 @@ pub fn parse(args: &[String]) -> Result<Invocation, CliError> {
             "data-dir" => options.data_dir = value.into(),
             "name" => options.name = Some(value),
             "bind-address" => options.bind_address = Some(value),
+            "snapshot" => options.snapshot = Some(value.into()),
             _ => return usage_error(format!("unknown flag: --{name}")),
         }
     }
@@ -203,6 +211,7 @@ fn accepts(command: &str, flag: &str) -> bool {
     ];
     COMMON.contains(&flag)
         || (command == "join" && flag == "retry")
+        || (command == "init" && matches!(flag, "snapshot" | "skip-hash-check"))
         || (command == "reset" && flag == "skip-remove-member")
 }
 
@@ -227,7 +236,9 @@ pub fn usage() -> &'static str {
      Flags (init, join, reset):\n      --version string        etcd version\n      --release-url string    URL used to download etcd\n      \
      --install-dir string    install directory (default \"/opt/bin/\")\n      --init-system string    init system (default \"systemd\")\n      \
      --certs-dir string      certificates directory (default \"/etc/etcd/pki\")\n      --data-dir string       etcd data directory (default \"/var/lib/etcd\")\n      \
-     --name string           etcd member name\n      --bind-address string   etcd bind address\n      --retry                 retry join with backoff (join only, default true)\n"
+     --name string           etcd member name\n      --bind-address string   etcd bind address\n      --retry                 retry join with backoff (join only, default true)\n      \
+     --snapshot string       etcd v3 snapshot file used to initialize member (init only)\n      \
+     --skip-hash-check       ignore snapshot integrity hash value (init only)\n"
 }
 
 #[cfg(test)]
@@ -269,6 +280,14 @@ mod tests {
         assert_eq!(phases, Verb::Join.phases());
         assert_eq!(options.name.as_deref(), Some("m2"));
         assert!(!options.retry);
+        let (_, options, _) =
+            run("init --name m1 --snapshot /var/lib/etcd-restore/snapshot.db --skip-hash-check");
+        assert_eq!(
+            options.snapshot,
+            Some(PathBuf::from("/var/lib/etcd-restore/snapshot.db"))
+        );
+        assert!(options.skip_hash_check);
+        assert!(!run("init --snapshot=/s.db").1.skip_hash_check);
     }
 
     #[test]
@@ -324,6 +343,10 @@ mod tests {
             "unknown flag: --cipher-suites"
         );
         assert_eq!(usage("init --retry"), "unknown flag: --retry");
+        assert_eq!(
+            usage("join https://a:2379 --snapshot /s.db"),
+            "unknown flag: --snapshot"
+        );
         assert_eq!(usage("join"), "requires at least 1 arg(s), only received 0");
         assert_eq!(usage("init --name"), "flag needs an argument: --name");
         assert_eq!(usage("grow"), "unknown command \"grow\" for \"etcdadm\"");

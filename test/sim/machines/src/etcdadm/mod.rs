@@ -24,6 +24,10 @@
 //! - Certificates: valid 365 days as upstream's, unless the machine runtime sets
 //!   [`certs::CERT_VALIDITY_ENV`] (a scenario wanting members whose certificates expire soon).
 //! - The unit starts `<--install-dir>/etcd` (upstream: `<install dir>/etcd-v<version>/etcd`).
+//! - `init --snapshot`: upstream restores with etcd's library in its `snapshot` phase (into the
+//!   data dir, as a one-member cluster of this name and peer URL, checking the hash unless
+//!   `--skip-hash-check`), then configures and starts etcd on it; the stand-in runs the
+//!   installed release's `etcdutl snapshot restore` (`etcdctl` for 3.4) with the same values.
 
 pub mod certs;
 pub mod cli;
@@ -161,16 +165,24 @@ struct Member<'a> {
     options: &'a Options,
     name: String,
     ip: IpAddr,
+    /// `--initial-cluster-token` of a new cluster (init): the snapshot restore and etcd.env
+    /// use the same one.
+    token: String,
     initial_cluster: Option<String>,
 }
 
 /// Run `phases` of `command` in order; the first failure ends the run as `[<phase>] <error>`.
 async fn run_phases(command: &cli::Command, options: &Options, phases: &[Phase]) -> Result<(), String> {
     check_init_system(options)?;
+    let name = member_name(options)?;
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
     let mut member = Member {
         command,
         options,
-        name: member_name(options)?,
+        token: format!("{name}-{:x}", nanos & 0xffff_ffff),
+        name,
         ip: machine_ip()?,
         initial_cluster: None,
     };
@@ -220,8 +232,12 @@ async fn run_phase(phase: Phase, member: &mut Member<'_>) -> Result<(), String> 
                 })
                 .map_err(|e| format!("failed creating PKI assets: {e}"))
         }
-        // The stand-in takes no `--snapshot`; without one upstream's phase does nothing.
-        Phase::Snapshot => Ok(()),
+        Phase::Snapshot => match &options.snapshot {
+            Some(file) => {
+                restore_snapshot(file, member).map_err(|e| format!("error restoring snapshot: {e}"))
+            }
+            None => Ok(()),
+        },
         Phase::Membership => {
             let cli::Command::Join { endpoint } = member.command else {
                 return Ok(());
@@ -275,6 +291,59 @@ async fn run_phase(phase: Phase, member: &mut Member<'_>) -> Result<(), String> 
     }
 }
 
+/// `<name>=<peer URL>`: the one-member cluster `init` founds.
+fn own_initial_cluster(member: &Member<'_>) -> String {
+    let peer_url = etcdadm_shared::names::peer_url(&member.ip.to_string());
+    format!("{}={peer_url}", member.name)
+}
+
+/// Restore `file` into the (removed by the install phase) data dir as this one-member cluster.
+fn restore_snapshot(file: &Path, member: &Member<'_>) -> Result<(), String> {
+    let options = member.options;
+    if !file.is_file() {
+        return Err(format!("snapshot file {} does not exist", file.display()));
+    }
+    let installed = options.install_dir.join("etcd");
+    let etcdutl = std::fs::canonicalize(&installed)
+        .ok()
+        .and_then(|etcd| etcd.parent().map(|dir| dir.join("etcdutl")))
+        .filter(|tool| tool.is_file());
+    let tool = etcdutl.unwrap_or_else(|| options.install_dir.join("etcdctl"));
+    say(&format!(
+        "[snapshot] Restoring {} into {} with {}",
+        file.display(),
+        options.data_dir.display(),
+        tool.display()
+    ));
+    let peer_url = etcdadm_shared::names::peer_url(&member.ip.to_string());
+    let mut restore = Command::new(&tool);
+    restore
+        .env("ETCDCTL_API", "3")
+        .arg("snapshot")
+        .arg("restore")
+        .arg(file)
+        .arg(format!("--data-dir={}", options.data_dir.display()))
+        .arg(format!("--name={}", member.name))
+        .arg(format!("--initial-cluster={}", own_initial_cluster(member)))
+        .arg(format!("--initial-cluster-token={}", member.token))
+        .arg(format!("--initial-advertise-peer-urls={peer_url}"));
+    if options.skip_hash_check {
+        restore.arg("--skip-hash-check");
+    }
+    let output = restore
+        .output()
+        .map_err(|e| format!("running {}: {e}", tool.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} snapshot restore exited with {}: {}",
+            tool.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
 fn disable_and_stop() -> Result<(), String> {
     if systemctl(&["is-enabled", "--quiet", "etcd"]).unwrap_or(false) && !systemctl(&["disable", "etcd"])? {
         return Err("error disabling and stopping etcd service: `systemctl disable etcd` failed".into());
@@ -290,14 +359,12 @@ fn disable_and_stop() -> Result<(), String> {
 fn member_config(member: &Member<'_>) -> Result<MemberConfig, String> {
     let options = member.options;
     let (initial_cluster, state) = match member.command {
-        cli::Command::Init => {
-            let nanos = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            let token = format!("{}-{:x}", member.name, nanos & 0xffff_ffff);
-            let peer_url = etcdadm_shared::names::peer_url(&member.ip.to_string());
-            (format!("{}={peer_url}", member.name), ClusterState::New { token })
-        }
+        cli::Command::Init => (
+            own_initial_cluster(member),
+            ClusterState::New {
+                token: member.token.clone(),
+            },
+        ),
         cli::Command::Join { .. } => (
             member
                 .initial_cluster

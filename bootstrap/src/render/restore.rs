@@ -1,0 +1,182 @@
+//! The first member of a cluster created from a snapshot: the user data downloads it through a
+//! short-lived URL kept in a root-only curl config file (never on a command line, in runcmd or
+//! in a log), checks its SHA-256, and hands it to `etcdadm init --snapshot`.
+
+use etcdadm_shared::names;
+
+use super::error::RenderError;
+use super::files::FileEntry;
+
+/// curl reads the URL (and the store's CA file) from here: root-only, removed after the restore.
+pub const RESTORE_CURL_CONFIG: &str = "/run/cluster-api/etcd-restore.curlrc";
+/// The store's CA bundle, when the restore Secret has one.
+pub const RESTORE_CA_FILE: &str = "/run/cluster-api/etcd-restore-ca.crt";
+/// Where the snapshot is downloaded to (outside etcd's data dir, which `etcdadm init` empties).
+pub const RESTORE_SNAPSHOT_FILE: &str = "/var/lib/etcd-restore/snapshot.db";
+
+/// The snapshot download of a restoring first member, from the Secret named by the config's
+/// [`names::RESTORE_SECRET_ANNOTATION`].
+#[derive(Clone, PartialEq)]
+pub struct SnapshotDownload {
+    /// Presigned GET URL: whoever holds it may read the snapshot until it expires.
+    pub url: String,
+    /// Hex SHA-256 of the object, checked before etcdadm sees the file.
+    pub sha256: Option<String>,
+    /// PEM bundle the store's certificate is checked against, instead of the machine's CAs.
+    pub ca_pem: Option<String>,
+}
+
+/// Never prints the URL (it grants access to the snapshot).
+impl std::fmt::Debug for SnapshotDownload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotDownload")
+            .field("url", &"<redacted>")
+            .field("sha256", &self.sha256)
+            .field("ca_pem", &self.ca_pem.is_some())
+            .finish()
+    }
+}
+
+fn field() -> String {
+    format!("metadata.annotations[{}]", names::RESTORE_SECRET_ANNOTATION)
+}
+
+/// The files the download needs: curl's config (URL, CA) and the CA bundle.
+pub fn files(download: &SnapshotDownload) -> Result<Vec<FileEntry>, RenderError> {
+    let url = download.url.trim();
+    // curl's config syntax quotes with `"` and `\`; the user data is a Jinja template. A
+    // presigned URL has none of these characters, so one that does is not what we made.
+    let unsafe_char = |c: char| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\\' | '{' | '}');
+    if !(url.starts_with("https://") || url.starts_with("http://")) || url.chars().any(unsafe_char) {
+        return Err(RenderError::invalid(
+            field(),
+            format!(
+                "the restore Secret's {} is not a plain http(s) URL",
+                names::RESTORE_URL_KEY
+            ),
+        ));
+    }
+    let mut config = format!("url = \"{url}\"\noutput = \"{RESTORE_SNAPSHOT_FILE}\"\n");
+    let mut files = Vec::with_capacity(2);
+    if let Some(ca_pem) = download.ca_pem.as_deref().filter(|pem| !pem.trim().is_empty()) {
+        if ["{{", "{%", "{#"].iter().any(|opener| ca_pem.contains(opener)) {
+            return Err(RenderError::invalid(
+                field(),
+                format!(
+                    "the restore Secret's {} is not a PEM bundle",
+                    names::RESTORE_CA_KEY
+                ),
+            ));
+        }
+        config.push_str(&format!("cacert = \"{RESTORE_CA_FILE}\"\n"));
+        files.push(FileEntry::generated(RESTORE_CA_FILE, "0644", ca_pem.to_string()));
+    }
+    files.push(FileEntry::generated(RESTORE_CURL_CONFIG, "0600", config));
+    Ok(files)
+}
+
+/// What runs before `etcdadm init --snapshot`: the download (retried; curl names no URL in its
+/// errors) and the checksum.
+pub fn before_init(download: &SnapshotDownload) -> Result<Vec<String>, RenderError> {
+    let mut steps = vec![format!(
+        "curl -fsS --retry 5 --create-dirs --config {RESTORE_CURL_CONFIG}"
+    )];
+    if let Some(sha256) = download
+        .sha256
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        if sha256.len() != 64 || !sha256.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(RenderError::invalid(
+                field(),
+                format!(
+                    "the restore Secret's {} is not a hex SHA-256",
+                    names::RESTORE_SHA256_KEY
+                ),
+            ));
+        }
+        steps.push(format!(
+            "echo '{}  {RESTORE_SNAPSHOT_FILE}' | sha256sum -c --quiet -",
+            sha256.to_ascii_lowercase()
+        ));
+    }
+    Ok(steps)
+}
+
+/// What runs once etcd is up on the restored data: the URL and the copy are not kept.
+pub fn after_init() -> String {
+    format!("rm -f {RESTORE_CURL_CONFIG} {RESTORE_CA_FILE} {RESTORE_SNAPSHOT_FILE}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn download(url: &str, sha256: Option<&str>) -> SnapshotDownload {
+        SnapshotDownload {
+            url: url.into(),
+            sha256: sha256.map(str::to_string),
+            ca_pem: None,
+        }
+    }
+
+    const URL: &str = "http://127.0.0.1:8333/b/c1/s.db?X-Amz-Signature=ab12&X-Amz-Expires=3600";
+
+    #[test]
+    fn the_url_goes_to_a_root_only_curl_config_and_nowhere_else() {
+        let d = download(URL, None);
+        let files = files(&d).unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].path, RESTORE_CURL_CONFIG);
+        assert_eq!(files[0].permissions.as_deref(), Some("0600"));
+        assert!(files[0].content.contains(&format!("url = \"{URL}\"")));
+        let steps = before_init(&d).unwrap();
+        assert!(steps.iter().all(|s| !s.contains("X-Amz")), "{steps:?}");
+        assert!(!after_init().contains("X-Amz"));
+        assert!(!format!("{d:?}").contains("X-Amz"), "Debug never shows it");
+    }
+
+    #[test]
+    fn the_checksum_and_the_ca_are_used_when_given() {
+        let sha = "AB".repeat(32);
+        let mut d = download(URL, Some(&sha));
+        d.ca_pem = Some("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n".into());
+        let steps = before_init(&d).unwrap();
+        assert_eq!(
+            steps[1],
+            format!(
+                "echo '{}  /var/lib/etcd-restore/snapshot.db' | sha256sum -c --quiet -",
+                "ab".repeat(32)
+            )
+        );
+        let files = files(&d).unwrap();
+        assert_eq!(files[0].path, RESTORE_CA_FILE);
+        assert!(
+            files[1]
+                .content
+                .contains("cacert = \"/run/cluster-api/etcd-restore-ca.crt\"")
+        );
+    }
+
+    #[test]
+    fn what_is_not_a_plain_url_or_checksum_is_refused_naming_the_annotation() {
+        for url in [
+            "ftp://x/y",
+            "http://x/\"; rm",
+            "http://x/{{ y }}",
+            "http://x/ y",
+            "",
+        ] {
+            let err = files(&download(url, None)).unwrap_err();
+            assert!(
+                err.to_string()
+                    .starts_with("metadata.annotations[etcdcluster.cluster.x-k8s.io/restore-secret]: "),
+                "{err}"
+            );
+        }
+        for sha in ["abc", "'; reboot; '", &"g".repeat(64)] {
+            assert!(before_init(&download(URL, Some(sha))).is_err(), "{sha}");
+        }
+    }
+}

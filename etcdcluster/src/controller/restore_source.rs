@@ -1,0 +1,178 @@
+//! Reading `spec.restore`: the EtcdadmSnapshot or store object it names, whether it can be
+//! restored from (Succeeded, in a store this controller can reach), and the restore Secret; and
+//! whether a recovery's named snapshot can be.
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use kube::{Client, ResourceExt};
+
+use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, RestoreSource, S3Store, SnapshotPhase};
+use etcdadm_shared::names;
+use etcdadm_shared::store::StoreClient;
+
+use super::plan::RestoreView;
+use crate::error::Error;
+use crate::snapshot::observe::{store_ca, store_client};
+
+/// What presigning the download needs.
+#[derive(Clone, Debug)]
+pub struct RestoreDownload {
+    pub store: StoreClient,
+    pub key: String,
+    pub sha256: Option<String>,
+    pub ca_pem: Option<String>,
+}
+
+/// `spec.restore` as read: the plan's view (its Secret's age filled in at plan time), when the
+/// restore Secret's URL was written, and the download when the source is usable.
+#[derive(Clone, Debug)]
+pub struct RestoreObservation {
+    pub view: RestoreView,
+    pub secret_written: Option<Timestamp>,
+    pub download: Option<RestoreDownload>,
+}
+
+/// Why the EtcdadmSnapshot `name` cannot be restored from, if it cannot.
+pub async fn snapshot_problem(client: &Client, namespace: &str, name: &str) -> Result<Option<String>, Error> {
+    let source = RestoreSource {
+        name: Some(name.to_string()),
+        ..Default::default()
+    };
+    Ok(
+        match resolve(client, namespace, &source, &mut RestoreView::default()).await? {
+            Ok(source) => reach(client, namespace, &source.store).await?.err(),
+            Err(problem) => Some(problem),
+        },
+    )
+}
+
+/// The object a source names: its store, key and what an EtcdadmSnapshot says of it.
+struct Source {
+    store: S3Store,
+    key: String,
+    sha256: Option<String>,
+}
+
+/// Read `spec.restore` of `etcd`, if set.
+pub async fn observe(
+    client: &Client,
+    namespace: &str,
+    etcd: &EtcdadmCluster,
+) -> Result<Option<RestoreObservation>, Error> {
+    let Some(restore) = &etcd.spec.restore else {
+        return Ok(None);
+    };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret_written = secrets
+        .get_opt(&names::restore_secret_name(&etcd.name_any()))
+        .await?
+        .map(|secret| {
+            secret
+                .annotations()
+                .get(names::RESTORE_URL_WRITTEN_ANNOTATION)
+                .and_then(|t| t.parse::<Timestamp>().ok())
+                .or_else(|| secret.metadata.creation_timestamp.map(|t| t.0))
+                .unwrap_or(Timestamp::UNIX_EPOCH)
+        });
+    let mut view = RestoreView {
+        snapshot: restore.snapshot.name.clone(),
+        recorded: etcd.status.as_ref().is_some_and(|s| s.restored_from.is_some()),
+        ..Default::default()
+    };
+    let mut download = None;
+    if !view.recorded {
+        match resolve(client, namespace, &restore.snapshot, &mut view).await? {
+            Ok(source) => {
+                view.location = Some(format!("{}/{}", source.store.bucket, source.key));
+                match reach(client, namespace, &source.store).await? {
+                    Ok((store, ca_pem)) => {
+                        download = Some(RestoreDownload {
+                            store,
+                            key: source.key,
+                            sha256: source.sha256,
+                            ca_pem,
+                        })
+                    }
+                    Err(problem) => view.problem = Some(problem),
+                }
+            }
+            Err(problem) => view.problem = Some(problem),
+        }
+    }
+    Ok(Some(RestoreObservation {
+        view,
+        secret_written,
+        download,
+    }))
+}
+
+/// The object `source` names, filling in what an EtcdadmSnapshot records; or why it is not
+/// usable.
+async fn resolve(
+    client: &Client,
+    namespace: &str,
+    source: &RestoreSource,
+    view: &mut RestoreView,
+) -> Result<Result<Source, String>, Error> {
+    let Some(name) = &source.name else {
+        return Ok(match (&source.store, &source.key) {
+            (Some(store), Some(key)) => Ok(Source {
+                store: store.s3.clone(),
+                key: key.clone(),
+                sha256: None,
+            }),
+            _ => Err("neither an EtcdadmSnapshot name nor a store and key".into()),
+        });
+    };
+    let Some(snapshot) = Api::<EtcdadmSnapshot>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await?
+    else {
+        return Ok(Err(format!("EtcdadmSnapshot {namespace}/{name} not found")));
+    };
+    let status = snapshot.status.clone().unwrap_or_default();
+    view.revision = status.revision;
+    view.etcd_version = status.etcd_version.clone();
+    view.location = status.location.clone();
+    let phase = snapshot.phase();
+    if phase != SnapshotPhase::Succeeded {
+        return Ok(Err(format!("EtcdadmSnapshot {name} is {phase:?}, not Succeeded")));
+    }
+    let (Some(store), Some(location)) = (status.store, status.location) else {
+        return Ok(Err(format!(
+            "EtcdadmSnapshot {name} records no store or location to download it from"
+        )));
+    };
+    let Some(key) = location
+        .strip_prefix(&format!("{}/", store.s3.bucket))
+        .filter(|k| !k.is_empty())
+    else {
+        return Ok(Err(format!(
+            "EtcdadmSnapshot {name}'s location {location} is not in its store's bucket {}",
+            store.s3.bucket
+        )));
+    };
+    Ok(Ok(Source {
+        key: key.to_string(),
+        store: store.s3,
+        sha256: status.sha256,
+    }))
+}
+
+/// A client of `store` (credentials from its Secret) and its CA bundle, or why there is none.
+async fn reach(
+    client: &Client,
+    namespace: &str,
+    store: &S3Store,
+) -> Result<Result<(StoreClient, Option<String>), String>, Error> {
+    let store_client = match store_client(client, namespace, store).await? {
+        Ok(store_client) => store_client,
+        Err(e) => return Ok(Err(format!("its store cannot be used: {e}"))),
+    };
+    Ok(match store_ca(client, namespace, store).await? {
+        Ok(ca_pem) => Ok((store_client, ca_pem)),
+        Err(e) => Err(format!("its store cannot be used: {e}")),
+    })
+}
