@@ -153,16 +153,15 @@ pub fn next_status(
     set(ready_condition);
     let old_recovery =
         conditions::find(&old.conditions, RECOVERY).map(|c| (c.reason.clone(), c.message.clone()));
-    match (step, &o.recovery) {
-        (Step::Refuse { reason, message }, Some(_)) if is_recovery_answer(reason) => {
+    match plan::recovery_answer(o) {
+        Some(Step::Refuse { reason, message }) => {
             let answer = NewCondition::false_(RECOVERY, Severity::Warning, reason, message.clone());
             conditions::set(&mut status.conditions, answer, generation, now);
             if old_recovery != Some((Some(reason.to_string()), Some(message.clone()))) {
                 transitions.push(EventNote::warning(reason, message.clone()));
             }
         }
-        (_, None) => status.conditions.retain(|c| c.type_ != RECOVERY),
-        _ => {}
+        _ => status.conditions.retain(|c| c.type_ != RECOVERY),
     }
 
     let old_reason = conditions::find(&old.conditions, READY).and_then(|c| c.reason.clone());
@@ -185,17 +184,10 @@ pub fn next_status(
     if old_reason != new_reason
         && step.is_refusal()
         && let Step::Refuse { reason, message } | Step::Wait { reason, message } = step
-        && !is_recovery_answer(reason)
     {
         transitions.push(EventNote::warning(reason, message.clone()));
     }
     (status, transitions)
-}
-
-/// The reasons a `recover` annotation is answered with (their Event comes with the `Recovery`
-/// condition).
-fn is_recovery_answer(why: &str) -> bool {
-    matches!(why, reason::RECOVERY_REFUSED | reason::RECOVERY_NOT_AVAILABLE)
 }
 
 fn paused_condition(step: &Step) -> NewCondition {

@@ -33,7 +33,7 @@ pub use self::observed::{
     voting_endpoints,
 };
 pub use self::placement::{allowed_failure_domains, pick_failure_domain, pick_victim};
-pub use self::recovery::{RecoverySource, RecoveryView};
+pub use self::recovery::{RecoverySource, RecoveryView, answer as recovery_answer};
 pub use self::remediation::{
     ENDPOINTS_AVAILABLE, MIN_HEALTHY_PERIOD, REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION,
     RemediationRecord, UnhealthyClock, remediation_backoff, remediation_policy,
@@ -56,8 +56,6 @@ pub fn plan(o: &Observed) -> Step {
         .or_else(|| preflight::ca(o))
         // Restore: only while no member ever existed.
         .or_else(|| restore::plan(o))
-        // Recovery: asked for by annotation, refused unless quorum is really lost.
-        .or_else(|| recovery::plan(o))
         // Rule 3: nothing at all while quorum is lost.
         .or_else(|| gates::quorum_lost(o))
         // Rule 4: every Machine carries our hook; a deleted one's member goes first (rules 3, 6).

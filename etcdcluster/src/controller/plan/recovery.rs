@@ -11,7 +11,9 @@
 //!
 //! This version refuses a request that passes every check too: the sequence that snapshots the
 //! survivor, deletes the dead Machines and restores a first member is not built yet, and a
-//! request is never silently ignored.
+//! request is never silently ignored. The answer is a condition of its own beside the plan's
+//! step, never the step: a refused request on a healthy cluster must not stop its scaling,
+//! rollouts or remediation, and a cluster that lost quorum changes nothing anyway (rule 3).
 
 use etcdadm_shared::names::RECOVER_ANNOTATION;
 
@@ -72,8 +74,8 @@ pub struct RecoveryView {
     pub snapshot_problem: Option<String>,
 }
 
-/// The answer to a recovery request, if one is made.
-pub(super) fn plan(o: &Observed) -> Option<Step> {
+/// The answer to a recovery request, if one is made: always a refusal in this version.
+pub fn answer(o: &Observed) -> Option<Step> {
     let request = o.recovery.as_ref()?;
     let refuse = |why: String| Step::Refuse {
         reason: reason::RECOVERY_REFUSED,
@@ -267,7 +269,7 @@ mod tests {
             ),
         ];
         for (what, o, why, says) in cases {
-            let step = plan(&o);
+            let step = super::answer(&o).unwrap();
             assert_eq!(wait_reason(&step), why, "{what}: {step:?}");
             assert!(step.is_refusal() && !step.writes(), "{what}");
             let message = wait_message(&step);
@@ -284,9 +286,20 @@ mod tests {
     }
 
     #[test]
-    fn without_the_annotation_quorum_loss_is_waited_out_as_before() {
+    fn quorum_loss_is_waited_out_with_or_without_the_annotation() {
         let mut o = lost("latest");
+        assert_eq!(wait_reason(&plan(&o)), reason::QUORUM_LOST);
         o.recovery = None;
         assert_eq!(wait_reason(&plan(&o)), reason::QUORUM_LOST);
+        assert_eq!(super::answer(&o), None);
+    }
+
+    #[test]
+    fn a_refused_request_never_holds_back_a_healthy_clusters_changes() {
+        let mut o = running(3);
+        o.recovery = lost("latest").recovery;
+        o.replicas = 5;
+        assert_eq!(wait_reason(&super::answer(&o).unwrap()), reason::RECOVERY_REFUSED);
+        assert!(matches!(plan(&o), Step::CreateMachine { .. }), "{:?}", plan(&o));
     }
 }
