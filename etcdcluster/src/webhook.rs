@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use etcdadm_shared::api::cluster::{
     DEFAULT_HEALTH_INTERVAL, DEFAULT_HEALTH_TIMEOUT, DEFAULT_REPLICAS, DEFAULT_UNHEALTHY_AFTER,
+    MIN_CERTIFICATES_EXPIRY_DAYS,
 };
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterSpec, Format};
 use etcdadm_shared::duration;
@@ -143,6 +144,19 @@ pub fn validate_spec(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<
         errors.push(FieldError::new(
             "spec.rolloutStrategy.rollingUpdate.maxSurge",
             format!("{surge}: must be 0 or 1 (members are replaced one at a time)"),
+        ));
+    }
+    if let Some(days) = spec
+        .rollout_before
+        .as_ref()
+        .and_then(|r| r.certificates_expiry_days)
+        && days < MIN_CERTIFICATES_EXPIRY_DAYS
+    {
+        errors.push(FieldError::new(
+            "spec.rolloutBefore.certificatesExpiryDays",
+            format!(
+                "{days}: must be at least {MIN_CERTIFICATES_EXPIRY_DAYS} (days left on a certificate when its member is replaced)"
+            ),
         ));
     }
     errors.extend(health_check(spec));
@@ -334,6 +348,27 @@ mod tests {
             )
             .is_empty()
         );
+    }
+
+    #[test]
+    fn certificates_expiry_days_is_at_least_seven() {
+        for bad in [6, 0, -30] {
+            let errors = validate_spec(
+                &spec(json!({"rolloutBefore": {"certificatesExpiryDays": bad}})),
+                None,
+            );
+            assert_eq!(
+                paths(&errors),
+                ["spec.rolloutBefore.certificatesExpiryDays"],
+                "{bad}"
+            );
+            assert!(errors[0].message.contains("at least 7"), "{}", errors[0].message);
+        }
+        for good in [7, 30, 300] {
+            let valid = spec(json!({"rolloutBefore": {"certificatesExpiryDays": good}}));
+            assert!(validate_spec(&valid, None).is_empty(), "{good}");
+        }
+        assert!(validate_spec(&spec(json!({"rolloutBefore": {}})), None).is_empty());
     }
 
     #[test]

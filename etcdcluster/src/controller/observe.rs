@@ -15,15 +15,16 @@ use etcdadm_shared::api::capi::{Cluster, ControlPlaneEtcd, KubeadmControlPlane, 
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig, EtcdadmConfigSpec, MemberStatus};
 use etcdadm_shared::contract::ca::read_ca;
 use etcdadm_shared::contract::init_secret::InitSecret;
+use etcdadm_shared::contract::secret_text;
 use etcdadm_shared::etcd::member_id_hex;
 use etcdadm_shared::names;
-use etcdadm_shared::pki::CertificateAuthority;
+use etcdadm_shared::pki::{CertificateAuthority, cert_validity};
 use etcdadm_shared::validation::etcd_version;
 
 use super::plan::{
-    CaView, ClusterView, DesiredSpec, EtcdView, KcpView, MachineView, MemberSpec, Observed,
-    REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION, RemediationRecord, UnhealthyClock, outdated_reason,
-    remediation_policy,
+    CaView, CertificateView, ClusterView, DesiredSpec, EtcdView, KcpView, MachineView, MemberSpec, Observed,
+    REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION, RemediationRecord, UnhealthyClock, outdate_expiring,
+    outdated_reason, remediation_policy,
 };
 use crate::error::Error;
 
@@ -50,6 +51,9 @@ pub struct Observation {
     pub init_secret: Option<InitSecret>,
     pub kcp: Option<KubeadmControlPlane>,
     pub kcp_view: KcpView,
+    /// `notBefore` and `notAfter` of the certificate in `<cluster>-apiserver-etcd-client`, when
+    /// it is read (a KubeadmControlPlane with external etcd) and parses.
+    pub apiserver_client_validity: Option<(Timestamp, Timestamp)>,
     pub control_plane_machines: usize,
     pub spec_problem: Option<String>,
     /// What admission would refuse in the spec new members are made from.
@@ -194,8 +198,18 @@ impl Observation {
     /// The plan's input at `now`, the etcd side from the health check.
     pub fn observed(&self, etcd: EtcdView, now: Timestamp) -> Observed {
         let clock = self.clock(now);
-        let machines = self.machine_views(&clock);
+        let mut machines = self.machine_views(&clock);
         let e = &self.etcd_cluster;
+        let certificates = CertificateView {
+            now,
+            renew_before: e.spec.certificates_renew_before(),
+            ca_expiry: self
+                .ca
+                .as_ref()
+                .and_then(|ca| Timestamp::try_from(ca.not_after()).ok()),
+            apiserver_client_expiry: self.apiserver_client_validity.map(|(_, not_after)| not_after),
+        };
+        outdate_expiring(&mut machines, &etcd, &certificates);
         let status = e.status.clone().unwrap_or_default();
         let last_remediation = e
             .annotations()
@@ -239,6 +253,7 @@ impl Observation {
             running_versions: running_versions(&etcd, self.stored_members()),
             cluster: cluster_view,
             ca: self.ca_view.clone(),
+            certificates,
             machines,
             leftovers: self.leftovers.clone(),
             etcd,
@@ -394,9 +409,9 @@ pub async fn observe_around(
         }
     };
 
-    let (kcp, kcp_view) = match (&cluster, &cluster_name) {
+    let (kcp, kcp_view, apiserver_client_validity) = match (&cluster, &cluster_name) {
         (Some(c), Some(cluster_name)) => observe_kcp(client, namespace, c, cluster_name).await?,
-        _ => (None, KcpView::None),
+        _ => (None, KcpView::None, None),
     };
 
     let control_plane_machines = match (&cluster_name, deleting) {
@@ -426,6 +441,7 @@ pub async fn observe_around(
         init_secret,
         kcp,
         kcp_view,
+        apiserver_client_validity,
         control_plane_machines,
         spec_problem,
         member_spec_problem,
@@ -584,18 +600,27 @@ fn find_leftovers(mut metas: Vec<ObjectMeta>, machines: &BTreeSet<String>) -> Ve
     names
 }
 
+/// The KubeadmControlPlane, as the plan sees it, and the validity of the API server client
+/// certificate it is handed.
 async fn observe_kcp(
     client: &Client,
     namespace: &str,
     cluster: &Cluster,
     cluster_name: &str,
-) -> Result<(Option<KubeadmControlPlane>, KcpView), Error> {
+) -> Result<
+    (
+        Option<KubeadmControlPlane>,
+        KcpView,
+        Option<(Timestamp, Timestamp)>,
+    ),
+    Error,
+> {
     let Some(reference) = cluster.spec.control_plane_ref.as_ref() else {
-        return Ok((None, KcpView::None));
+        return Ok((None, KcpView::None, None));
     };
     let group = reference.group();
     if reference.kind != KCP_KIND || !(group.is_empty() || group == KCP_GROUP) {
-        return Ok((None, KcpView::None));
+        return Ok((None, KcpView::None, None));
     }
     let kcps: Api<KubeadmControlPlane> = Api::namespaced(client.clone(), namespace);
     let Some(kcp) = kcps.get_opt(&reference.name).await? else {
@@ -604,24 +629,25 @@ async fn observe_kcp(
             KcpView::Missing {
                 name: reference.name.clone(),
             },
+            None,
         ));
     };
     let (local_etcd, endpoints) = match kcp.etcd() {
         ControlPlaneEtcd::External(endpoints) => (false, endpoints),
         ControlPlaneEtcd::Local => (true, Vec::new()),
     };
-    let secrets_present = if local_etcd {
-        false
+    let (secrets_present, client_validity) = if local_etcd {
+        (false, None)
     } else {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-        secrets
+        let ca_copy = secrets
             .get_opt(&names::kcp_etcd_ca_secret_name(cluster_name))
-            .await?
-            .is_some()
-            && secrets
-                .get_opt(&names::apiserver_client_secret_name(cluster_name))
-                .await?
-                .is_some()
+            .await?;
+        let client_secret = secrets
+            .get_opt(&names::apiserver_client_secret_name(cluster_name))
+            .await?;
+        let validity = client_secret.as_ref().and_then(certificate_validity);
+        (ca_copy.is_some() && client_secret.is_some(), validity)
     };
     let view = KcpView::Found {
         name: kcp.name_any(),
@@ -632,5 +658,15 @@ async fn observe_kcp(
         secrets_present,
         rollout_complete: kcp.rollout_complete(),
     };
-    Ok((Some(kcp), view))
+    Ok((Some(kcp), view, client_validity))
+}
+
+/// `notBefore` and `notAfter` of the certificate in a TLS Secret's `tls.crt`, if it parses.
+pub fn certificate_validity(secret: &Secret) -> Option<(Timestamp, Timestamp)> {
+    let pem = secret_text(secret, names::TLS_CERT_KEY)?;
+    let (not_before, not_after) = cert_validity(&pem).ok()?;
+    Some((
+        Timestamp::try_from(not_before).ok()?,
+        Timestamp::try_from(not_after).ok()?,
+    ))
 }

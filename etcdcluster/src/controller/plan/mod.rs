@@ -8,6 +8,7 @@
 //! unhealthy for long enough means "replace it". A controller killed between any two writes
 //! therefore resumes where it stopped and never repeats a membership change already done.
 
+mod certificates;
 mod control_plane;
 mod deletion;
 mod gates;
@@ -23,6 +24,9 @@ mod step;
 pub(crate) mod testing;
 mod versions;
 
+pub use self::certificates::{
+    CA_WARNING, CertificateKind, CertificateView, Expiring, expiring, outdate_expiring, soonest,
+};
 pub use self::gates::quorum;
 pub use self::growth::{MIN_JOIN_DEADLINE, MIN_JOIN_INTERVALS, join_deadline};
 pub use self::observed::{

@@ -79,6 +79,7 @@ pub(crate) fn base() -> Observed {
             failure_domains: vec![],
         },
         ca: CaView::Valid,
+        certificates: CertificateView::default(),
         machines: vec![],
         leftovers: vec![],
         etcd: EtcdView::NotChecked,

@@ -1,0 +1,294 @@
+//! Certificate lifecycle (SPEC-day2.md section 1): a member whose server certificate expires
+//! within `rolloutBefore.certificatesExpiryDays` is outdated, so the rolling replacement renews
+//! it under every rule of a rollout; and which certificates are inside their warning window.
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use super::observed::{EtcdView, MachineView, Observed};
+
+/// The CA is never replaced: its warning starts this long before it expires.
+pub const CA_WARNING: Duration = Duration::from_secs(365 * 86_400);
+
+/// What is known of the certificates' expiry, and the time it is judged at.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CertificateView {
+    pub now: Timestamp,
+    /// `rolloutBefore.certificatesExpiryDays`, defaulted.
+    pub renew_before: Duration,
+    /// `notAfter` of the CA in `<cluster>-managed-etcd`.
+    pub ca_expiry: Option<Timestamp>,
+    /// `notAfter` of the certificate in `<cluster>-apiserver-etcd-client`.
+    pub apiserver_client_expiry: Option<Timestamp>,
+}
+
+impl Default for CertificateView {
+    fn default() -> Self {
+        CertificateView {
+            now: Timestamp::UNIX_EPOCH,
+            renew_before: etcdadm_shared::api::EtcdadmClusterSpec::default().certificates_renew_before(),
+            ca_expiry: None,
+            apiserver_client_expiry: None,
+        }
+    }
+}
+
+/// The kinds of certificate the controller watches, as the metric and the condition name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CertificateKind {
+    Ca,
+    Member,
+    ApiserverClient,
+}
+
+impl CertificateKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CertificateKind::Ca => "ca",
+            CertificateKind::Member => "member",
+            CertificateKind::ApiserverClient => "apiserver-client",
+        }
+    }
+}
+
+/// One certificate inside its window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expiring {
+    pub kind: CertificateKind,
+    /// What holds it: the Secret or the member's Machine.
+    pub holder: String,
+    pub expiry: Timestamp,
+}
+
+impl Expiring {
+    pub fn describe(&self) -> String {
+        let what = match self.kind {
+            CertificateKind::Ca => "the etcd CA",
+            CertificateKind::Member => "the server certificate of",
+            CertificateKind::ApiserverClient => "the API server client certificate",
+        };
+        format!("{what} {} expires {}", self.holder, self.expiry)
+    }
+}
+
+/// Whether `expiry` falls before `now + window` (an expired one does too).
+pub fn inside(expiry: Timestamp, now: Timestamp, window: Duration) -> bool {
+    let window = SignedDuration::try_from(window).unwrap_or(SignedDuration::MAX);
+    now.checked_add(window).is_ok_and(|edge| expiry < edge)
+}
+
+/// Why a member must be replaced for its certificate, if it must (unknown expiry: never).
+pub fn renewal_reason(expiry: Option<Timestamp>, now: Timestamp, renew_before: Duration) -> Option<String> {
+    let expiry = expiry?;
+    inside(expiry, now, renew_before).then(|| format!("certificate expires {expiry}"))
+}
+
+/// Add the certificate rule to each Machine's outdated reasons: a member whose server
+/// certificate expires within the window is rolled like any other outdated member.
+pub fn outdate_expiring(machines: &mut [MachineView], etcd: &EtcdView, certificates: &CertificateView) {
+    let EtcdView::Members(members) = etcd else {
+        return;
+    };
+    for machine in machines.iter_mut() {
+        let expiry = members
+            .iter()
+            .find(|m| m.machine.as_deref() == Some(machine.name.as_str()))
+            .and_then(|m| m.certificate_expiry);
+        if let Some(why) = renewal_reason(expiry, certificates.now, certificates.renew_before) {
+            machine.outdated = Some(match machine.outdated.take() {
+                Some(other) => format!("{other}; {why}"),
+                None => why,
+            });
+        }
+    }
+}
+
+/// Every certificate inside its window, soonest first: members and the API server client
+/// certificate within `renewBefore`, the CA within a year.
+pub fn expiring(o: &Observed, ca_secret: &str, client_secret: &str) -> Vec<Expiring> {
+    let c = &o.certificates;
+    let mut found: Vec<Expiring> = Vec::new();
+    if let Some(expiry) = c.ca_expiry.filter(|e| inside(*e, c.now, CA_WARNING)) {
+        found.push(Expiring {
+            kind: CertificateKind::Ca,
+            holder: format!("(Secret {ca_secret})"),
+            expiry,
+        });
+    }
+    if let Some(expiry) = c
+        .apiserver_client_expiry
+        .filter(|e| inside(*e, c.now, c.renew_before))
+    {
+        found.push(Expiring {
+            kind: CertificateKind::ApiserverClient,
+            holder: format!("(Secret {client_secret})"),
+            expiry,
+        });
+    }
+    for member in o.members() {
+        if let Some(expiry) = member
+            .certificate_expiry
+            .filter(|e| inside(*e, c.now, c.renew_before))
+        {
+            found.push(Expiring {
+                kind: CertificateKind::Member,
+                holder: member.describe(),
+                expiry,
+            });
+        }
+    }
+    found.sort_by_key(|e| e.expiry);
+    found
+}
+
+/// The soonest expiry of each kind that is known.
+pub fn soonest(o: &Observed) -> Vec<(CertificateKind, Timestamp)> {
+    let c = &o.certificates;
+    let member = o.members().iter().filter_map(|m| m.certificate_expiry).min();
+    [
+        (CertificateKind::Ca, c.ca_expiry),
+        (CertificateKind::Member, member),
+        (CertificateKind::ApiserverClient, c.apiserver_client_expiry),
+    ]
+    .into_iter()
+    .filter_map(|(kind, expiry)| Some((kind, expiry?)))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::super::testing::*;
+    use super::super::*;
+    use super::*;
+
+    const DAY: i64 = 86_400;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(seconds).unwrap()
+    }
+
+    /// Three healthy members, the first one's certificate expiring at `expiry`, the others in a
+    /// year; judged at day 1000 with the default 30-day window.
+    fn with_first_expiring(expiry: Option<Timestamp>) -> Observed {
+        let mut o = running(3);
+        let now = at(1000 * DAY);
+        o.certificates.now = now;
+        for (i, m) in members_mut(&mut o).iter_mut().enumerate() {
+            m.certificate_expiry = if i == 0 { expiry } else { Some(at(1365 * DAY)) };
+        }
+        let certificates = o.certificates.clone();
+        outdate_expiring(&mut o.machines, &o.etcd, &certificates);
+        o
+    }
+
+    #[test]
+    fn the_window_edges_decide_which_members_roll() {
+        let now = 1000 * DAY;
+        let window = 30 * DAY;
+        // Just inside: one second less than the window left.
+        let o = with_first_expiring(Some(at(now + window - 1)));
+        let why = o.machines[0].outdated.clone().unwrap();
+        assert!(why.starts_with("certificate expires "), "{why}");
+        assert!(why.contains(&at(now + window - 1).to_string()), "{why}");
+        assert!(o.machines[1..].iter().all(|m| m.outdated.is_none()));
+        assert!(matches!(
+            plan(&o),
+            Step::CreateMachine {
+                purpose: Growth::Rollout,
+                ..
+            }
+        ));
+        // Exactly the window left is outside (KCP: expiry before now + window), and so is more.
+        for expiry in [now + window, now + window + 1] {
+            let o = with_first_expiring(Some(at(expiry)));
+            assert!(o.machines.iter().all(|m| m.outdated.is_none()), "{expiry}");
+            assert_eq!(plan(&o), Step::Steady, "{expiry}");
+        }
+        // Already expired yet still answering (a clock ahead of the member's): rolled too.
+        let o = with_first_expiring(Some(at(now - 1)));
+        assert!(o.machines[0].outdated.is_some());
+        // Unknown expiry (no handshake yet, or the TLS failed): nothing is guessed.
+        let o = with_first_expiring(None);
+        assert!(o.machines.iter().all(|m| m.outdated.is_none()));
+        assert_eq!(plan(&o), Step::Steady);
+    }
+
+    #[test]
+    fn an_expired_member_fails_its_handshake_and_is_remediated_not_rolled() {
+        // Past expiry the member's TLS fails: no expiry is known and it is unhealthy.
+        let mut o = with_first_expiring(None);
+        members_mut(&mut o)[0] = unhealthy(
+            members_mut(&mut o)[0].clone(),
+            "TLS: invalid peer certificate: Expired",
+        );
+        members_mut(&mut o)[0].unhealthy_for = Duration::from_secs(3600);
+        o.machines[0].unhealthy_for = Duration::from_secs(3600);
+        assert!(o.machines.iter().all(|m| m.outdated.is_none()));
+        let step = plan(&o);
+        assert!(
+            matches!(&step, Step::DeleteMachine { machine, purpose: Removal::Remediation { .. }, .. } if machine == "c1-etcd-m0"),
+            "{step:?}"
+        );
+    }
+
+    #[test]
+    fn a_renewal_rolls_one_member_at_a_time_and_keeps_other_reasons() {
+        let now = 1000 * DAY;
+        let mut o = running(3);
+        o.certificates.now = at(now);
+        o.machines[1].outdated = Some("etcdadmConfigSpec changed (files)".into());
+        for m in members_mut(&mut o) {
+            m.certificate_expiry = Some(at(now + 2 * DAY));
+        }
+        let certificates = o.certificates.clone();
+        outdate_expiring(&mut o.machines, &o.etcd, &certificates);
+        assert_eq!(
+            o.machines[1].outdated.as_deref(),
+            Some(
+                format!(
+                    "etcdadmConfigSpec changed (files); certificate expires {}",
+                    at(now + 2 * DAY)
+                )
+                .as_str()
+            )
+        );
+        let mut w = World::new(o);
+        w.run();
+        assert_eq!(w.max_members, 4, "maxSurge 1 without a KCP: never more than N+1");
+        assert!(new_members_only(&w), "{:?}", w.member_names());
+    }
+
+    #[test]
+    fn the_ca_warns_a_year_ahead_the_others_within_the_window() {
+        let now = 1000 * DAY;
+        let mut o = running(1);
+        o.certificates.now = at(now);
+        o.certificates.ca_expiry = Some(at(now + 366 * DAY));
+        o.certificates.apiserver_client_expiry = Some(at(now + 31 * DAY));
+        members_mut(&mut o)[0].certificate_expiry = Some(at(now + 300 * DAY));
+        assert!(expiring(&o, "c1-managed-etcd", "c1-apiserver-etcd-client").is_empty());
+        o.certificates.ca_expiry = Some(at(now + 364 * DAY));
+        o.certificates.apiserver_client_expiry = Some(at(now + 29 * DAY));
+        members_mut(&mut o)[0].certificate_expiry = Some(at(now + 3 * DAY));
+        let found = expiring(&o, "c1-managed-etcd", "c1-apiserver-etcd-client");
+        let kinds: Vec<&str> = found.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(kinds, ["member", "apiserver-client", "ca"]);
+        assert_eq!(
+            found[0].describe(),
+            format!(
+                "the server certificate of member of Machine c1-etcd-m0 expires {}",
+                at(now + 3 * DAY)
+            )
+        );
+        assert_eq!(
+            soonest(&o),
+            vec![
+                (CertificateKind::Ca, at(now + 364 * DAY)),
+                (CertificateKind::Member, at(now + 3 * DAY)),
+                (CertificateKind::ApiserverClient, at(now + 29 * DAY)),
+            ]
+        );
+    }
+}
