@@ -698,8 +698,14 @@ mod tests {
         assert_eq!(warning.status, conditions::ConditionStatus::True);
         assert_eq!(warning.severity.as_deref(), Some("Warning"));
         let message = warning.message.clone().unwrap();
-        assert!(message.contains("member of Machine m0 expires"), "{message}");
-        assert!(message.contains("Secret c1-managed-etcd"), "{message}");
+        assert!(
+            message.contains("member of Machine m0: server certificate expires"),
+            "{message}"
+        );
+        assert!(
+            message.contains("the etcd CA in Secret c1-managed-etcd expires"),
+            "{message}"
+        );
         assert!(message.contains("never replaced"), "{message}");
         let events: Vec<&EventNote> = transitions
             .iter()

@@ -63,12 +63,14 @@ pub struct Expiring {
 
 impl Expiring {
     pub fn describe(&self) -> String {
-        let what = match self.kind {
-            CertificateKind::Ca => "the etcd CA",
-            CertificateKind::Member => "the server certificate of",
-            CertificateKind::ApiserverClient => "the API server client certificate",
-        };
-        format!("{what} {} expires {}", self.holder, self.expiry)
+        let (holder, expiry) = (&self.holder, self.expiry);
+        match self.kind {
+            CertificateKind::Ca => format!("the etcd CA in Secret {holder} expires {expiry}"),
+            CertificateKind::Member => format!("{holder}: server certificate expires {expiry}"),
+            CertificateKind::ApiserverClient => {
+                format!("the API server client certificate in Secret {holder} expires {expiry}")
+            }
+        }
     }
 }
 
@@ -112,7 +114,7 @@ pub fn expiring(o: &Observed, ca_secret: &str, client_secret: &str) -> Vec<Expir
     if let Some(expiry) = c.ca_expiry.filter(|e| inside(*e, c.now, CA_WARNING)) {
         found.push(Expiring {
             kind: CertificateKind::Ca,
-            holder: format!("(Secret {ca_secret})"),
+            holder: ca_secret.to_string(),
             expiry,
         });
     }
@@ -122,7 +124,7 @@ pub fn expiring(o: &Observed, ca_secret: &str, client_secret: &str) -> Vec<Expir
     {
         found.push(Expiring {
             kind: CertificateKind::ApiserverClient,
-            holder: format!("(Secret {client_secret})"),
+            holder: client_secret.to_string(),
             expiry,
         });
     }
@@ -278,7 +280,7 @@ mod tests {
         assert_eq!(
             found[0].describe(),
             format!(
-                "the server certificate of member of Machine c1-etcd-m0 expires {}",
+                "member of Machine c1-etcd-m0: server certificate expires {}",
                 at(now + 3 * DAY)
             )
         );
