@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use etcdadm_shared::api::cluster::{
     DEFAULT_HEALTH_INTERVAL, DEFAULT_HEALTH_TIMEOUT, DEFAULT_REPLICAS, DEFAULT_UNHEALTHY_AFTER,
-    MIN_CERTIFICATES_EXPIRY_DAYS,
+    MAX_CERTIFICATES_EXPIRY_DAYS, MIN_CERTIFICATES_EXPIRY_DAYS,
 };
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterSpec, Format};
 use etcdadm_shared::duration;
@@ -150,12 +150,12 @@ pub fn validate_spec(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<
         .rollout_before
         .as_ref()
         .and_then(|r| r.certificates_expiry_days)
-        && days < MIN_CERTIFICATES_EXPIRY_DAYS
+        && !(MIN_CERTIFICATES_EXPIRY_DAYS..=MAX_CERTIFICATES_EXPIRY_DAYS).contains(&days)
     {
         errors.push(FieldError::new(
             "spec.rolloutBefore.certificatesExpiryDays",
             format!(
-                "{days}: must be at least {MIN_CERTIFICATES_EXPIRY_DAYS} (days left on a certificate when its member is replaced)"
+                "{days}: must be at least {MIN_CERTIFICATES_EXPIRY_DAYS} and at most {MAX_CERTIFICATES_EXPIRY_DAYS} (days left on a certificate when it is renewed; a fresh one is valid 365 days)"
             ),
         ));
     }
@@ -351,8 +351,8 @@ mod tests {
     }
 
     #[test]
-    fn certificates_expiry_days_is_at_least_seven() {
-        for bad in [6, 0, -30] {
+    fn certificates_expiry_days_is_between_seven_and_180() {
+        for bad in [6, 0, -30, 181, 365] {
             let errors = validate_spec(
                 &spec(json!({"rolloutBefore": {"certificatesExpiryDays": bad}})),
                 None,
@@ -362,9 +362,13 @@ mod tests {
                 ["spec.rolloutBefore.certificatesExpiryDays"],
                 "{bad}"
             );
-            assert!(errors[0].message.contains("at least 7"), "{}", errors[0].message);
+            assert!(
+                errors[0].message.contains("at least 7 and at most 180"),
+                "{}",
+                errors[0].message
+            );
         }
-        for good in [7, 30, 300] {
+        for good in [7, 30, 180] {
             let valid = spec(json!({"rolloutBefore": {"certificatesExpiryDays": good}}));
             assert!(validate_spec(&valid, None).is_empty(), "{good}");
         }

@@ -193,6 +193,10 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             cluster(json!({"rolloutBefore": {"certificatesExpiryDays": 7}})),
         ),
         (
+            "certificatesExpiryDays at its maximum",
+            cluster(json!({"rolloutBefore": {"certificatesExpiryDays": 180}})),
+        ),
+        (
             "one member",
             cluster(json!({"replicas": 1, "failureDomains": ["only"]})),
         ),
@@ -476,6 +480,14 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             &[
                 "spec.rolloutBefore.certificatesExpiryDays",
                 "should be greater than or equal to 7",
+            ],
+        ),
+        (
+            "certificatesExpiryDays over 180",
+            cluster(json!({"rolloutBefore": {"certificatesExpiryDays": 181}})),
+            &[
+                "spec.rolloutBefore.certificatesExpiryDays",
+                "should be less than or equal to 180",
             ],
         ),
         (

@@ -18,7 +18,7 @@ use etcdadm_shared::contract::init_secret::InitSecret;
 use etcdadm_shared::contract::secret_text;
 use etcdadm_shared::etcd::member_id_hex;
 use etcdadm_shared::names;
-use etcdadm_shared::pki::{CertificateAuthority, cert_validity};
+use etcdadm_shared::pki::{CertificateAuthority, cert_not_after};
 use etcdadm_shared::validation::etcd_version;
 
 use super::plan::{
@@ -51,9 +51,9 @@ pub struct Observation {
     pub init_secret: Option<InitSecret>,
     pub kcp: Option<KubeadmControlPlane>,
     pub kcp_view: KcpView,
-    /// `notBefore` and `notAfter` of the certificate in `<cluster>-apiserver-etcd-client`, when
-    /// it is read (a KubeadmControlPlane with external etcd) and parses.
-    pub apiserver_client_validity: Option<(Timestamp, Timestamp)>,
+    /// `<cluster>-apiserver-etcd-client`, when it is read (a KubeadmControlPlane with external
+    /// etcd).
+    pub apiserver_client: Option<ClientSecret>,
     pub control_plane_machines: usize,
     pub spec_problem: Option<String>,
     /// What admission would refuse in the spec new members are made from.
@@ -62,6 +62,33 @@ pub struct Observation {
     pub missing_infra_template: Option<String>,
     /// The infra machine kind cloned from `spec.infrastructureTemplate`.
     pub infra_machine: Option<ApiResource>,
+}
+
+/// What the plan and the renewal need of `<cluster>-apiserver-etcd-client`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClientSecret {
+    /// `notAfter` of its certificate, when it parses.
+    pub expiry: Option<Timestamp>,
+    /// When the controller last re-issued it ([`names::APISERVER_CLIENT_RENEWED_ANNOTATION`]).
+    pub renewed: Option<Timestamp>,
+    /// The version read: a renewal writes over exactly this one.
+    pub resource_version: Option<String>,
+}
+
+impl ClientSecret {
+    pub fn from_secret(secret: &Secret) -> Self {
+        let expiry = secret_text(secret, names::TLS_CERT_KEY)
+            .and_then(|pem| cert_not_after(&pem).ok())
+            .and_then(|t| Timestamp::try_from(t).ok());
+        ClientSecret {
+            expiry,
+            renewed: secret
+                .annotations()
+                .get(names::APISERVER_CLIENT_RENEWED_ANNOTATION)
+                .and_then(|t| t.parse().ok()),
+            resource_version: secret.resource_version(),
+        }
+    }
 }
 
 /// Everything read about one member Machine: the Machine, its EtcdadmConfig and its infra
@@ -207,7 +234,8 @@ impl Observation {
                 .ca
                 .as_ref()
                 .and_then(|ca| Timestamp::try_from(ca.not_after()).ok()),
-            apiserver_client_expiry: self.apiserver_client_validity.map(|(_, not_after)| not_after),
+            apiserver_client_expiry: self.apiserver_client.as_ref().and_then(|c| c.expiry),
+            apiserver_client_renewed: self.apiserver_client.as_ref().and_then(|c| c.renewed),
         };
         outdate_expiring(&mut machines, &etcd, &certificates);
         let status = e.status.clone().unwrap_or_default();
@@ -409,7 +437,7 @@ pub async fn observe_around(
         }
     };
 
-    let (kcp, kcp_view, apiserver_client_validity) = match (&cluster, &cluster_name) {
+    let (kcp, kcp_view, apiserver_client) = match (&cluster, &cluster_name) {
         (Some(c), Some(cluster_name)) => observe_kcp(client, namespace, c, cluster_name).await?,
         _ => (None, KcpView::None, None),
     };
@@ -441,7 +469,7 @@ pub async fn observe_around(
         init_secret,
         kcp,
         kcp_view,
-        apiserver_client_validity,
+        apiserver_client,
         control_plane_machines,
         spec_problem,
         member_spec_problem,
@@ -600,21 +628,14 @@ fn find_leftovers(mut metas: Vec<ObjectMeta>, machines: &BTreeSet<String>) -> Ve
     names
 }
 
-/// The KubeadmControlPlane, as the plan sees it, and the validity of the API server client
-/// certificate it is handed.
+/// The KubeadmControlPlane, as the plan sees it, and the API server client certificate Secret
+/// it is handed.
 async fn observe_kcp(
     client: &Client,
     namespace: &str,
     cluster: &Cluster,
     cluster_name: &str,
-) -> Result<
-    (
-        Option<KubeadmControlPlane>,
-        KcpView,
-        Option<(Timestamp, Timestamp)>,
-    ),
-    Error,
-> {
+) -> Result<(Option<KubeadmControlPlane>, KcpView, Option<ClientSecret>), Error> {
     let Some(reference) = cluster.spec.control_plane_ref.as_ref() else {
         return Ok((None, KcpView::None, None));
     };
@@ -636,7 +657,7 @@ async fn observe_kcp(
         ControlPlaneEtcd::External(endpoints) => (false, endpoints),
         ControlPlaneEtcd::Local => (true, Vec::new()),
     };
-    let (secrets_present, client_validity) = if local_etcd {
+    let (secrets_present, client) = if local_etcd {
         (false, None)
     } else {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
@@ -646,8 +667,8 @@ async fn observe_kcp(
         let client_secret = secrets
             .get_opt(&names::apiserver_client_secret_name(cluster_name))
             .await?;
-        let validity = client_secret.as_ref().and_then(certificate_validity);
-        (ca_copy.is_some() && client_secret.is_some(), validity)
+        let client = client_secret.as_ref().map(ClientSecret::from_secret);
+        (ca_copy.is_some() && client_secret.is_some(), client)
     };
     let view = KcpView::Found {
         name: kcp.name_any(),
@@ -657,16 +678,7 @@ async fn observe_kcp(
         skip_pause: kcp.annotations().contains_key(names::SKIP_PAUSE_CP_ANNOTATION),
         secrets_present,
         rollout_complete: kcp.rollout_complete(),
+        rollout_after: kcp.rollout_after(),
     };
-    Ok((Some(kcp), view, client_validity))
-}
-
-/// `notBefore` and `notAfter` of the certificate in a TLS Secret's `tls.crt`, if it parses.
-pub fn certificate_validity(secret: &Secret) -> Option<(Timestamp, Timestamp)> {
-    let pem = secret_text(secret, names::TLS_CERT_KEY)?;
-    let (not_before, not_after) = cert_validity(&pem).ok()?;
-    Some((
-        Timestamp::try_from(not_before).ok()?,
-        Timestamp::try_from(not_after).ok()?,
-    ))
+    Ok((Some(kcp), view, client))
 }

@@ -146,6 +146,9 @@ pub const DEFAULT_UNHEALTHY_AFTER: Duration = Duration::from_secs(300);
 pub const DEFAULT_CERTIFICATES_EXPIRY_DAYS: i32 = 30;
 /// The smallest `rolloutBefore.certificatesExpiryDays` (KubeadmControlPlane's minimum too).
 pub const MIN_CERTIFICATES_EXPIRY_DAYS: i32 = 7;
+/// The largest: half of etcdadm's 365-day validity, so a fresh certificate stays outside the
+/// window for months (one of a year or more would replace every member again at once, forever).
+pub const MAX_CERTIFICATES_EXPIRY_DAYS: i32 = 180;
 
 impl EtcdadmClusterSpec {
     /// Desired members, with the default applied.
@@ -181,14 +184,14 @@ impl EtcdadmClusterSpec {
     }
 
     /// How long before a certificate expires it is renewed (`rolloutBefore.certificatesExpiryDays`,
-    /// default 30 days; never less than the minimum, which admission enforces).
+    /// default 30 days; within the bounds admission enforces).
     pub fn certificates_renew_before(&self) -> Duration {
         let days = self
             .rollout_before
             .as_ref()
             .and_then(|r| r.certificates_expiry_days)
             .unwrap_or(DEFAULT_CERTIFICATES_EXPIRY_DAYS)
-            .max(MIN_CERTIFICATES_EXPIRY_DAYS);
+            .clamp(MIN_CERTIFICATES_EXPIRY_DAYS, MAX_CERTIFICATES_EXPIRY_DAYS);
         Duration::from_secs(u64::from(days.unsigned_abs()) * 86_400)
     }
 
@@ -236,10 +239,11 @@ pub struct RollingUpdate {
 pub struct RolloutBefore {
     /// Replace a member whose certificates expire within this many days, and re-issue the API
     /// server's etcd client certificate (one KubeadmControlPlane rollout) in the same window.
-    /// At least 7. Default 30 when unset: etcdadm's certificates are valid for a year and
-    /// cannot be renewed in place, so without this the cluster stops a year after creation.
+    /// At least 7, at most 180. Default 30 when unset: etcdadm's certificates are valid for a
+    /// year and cannot be renewed in place, so without this the cluster stops a year after
+    /// creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 7))]
+    #[schemars(range(min = 7, max = 180))]
     pub certificates_expiry_days: Option<i32>,
 }
 

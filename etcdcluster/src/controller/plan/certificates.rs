@@ -1,12 +1,15 @@
 //! Certificate lifecycle (SPEC-day2.md section 1): a member whose server certificate expires
 //! within `rolloutBefore.certificatesExpiryDays` is outdated, so the rolling replacement renews
-//! it under every rule of a rollout; and which certificates are inside their warning window.
+//! it under every rule of a rollout; the API server client certificate is re-issued in the same
+//! window and then owed one control plane rollout; and which certificates are inside their
+//! warning window.
 
 use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::observed::{EtcdView, MachineView, Observed};
+use super::observed::{EtcdView, KcpView, MachineView, Observed, is_ready};
+use super::step::Step;
 
 /// The CA is never replaced: its warning starts this long before it expires.
 pub const CA_WARNING: Duration = Duration::from_secs(365 * 86_400);
@@ -21,6 +24,8 @@ pub struct CertificateView {
     pub ca_expiry: Option<Timestamp>,
     /// `notAfter` of the certificate in `<cluster>-apiserver-etcd-client`.
     pub apiserver_client_expiry: Option<Timestamp>,
+    /// When this controller last re-issued it (the Secret's annotation).
+    pub apiserver_client_renewed: Option<Timestamp>,
 }
 
 impl Default for CertificateView {
@@ -30,6 +35,7 @@ impl Default for CertificateView {
             renew_before: etcdadm_shared::api::EtcdadmClusterSpec::default().certificates_renew_before(),
             ca_expiry: None,
             apiserver_client_expiry: None,
+            apiserver_client_renewed: None,
         }
     }
 }
@@ -104,6 +110,32 @@ pub fn outdate_expiring(machines: &mut [MachineView], etcd: &EtcdView, certifica
             });
         }
     }
+}
+
+/// The API server client certificate, only while etcd is Ready and the control plane uses it:
+/// a rollout still owed for the last re-issue (its time is later than the KCP's rollout time,
+/// which survives any restart) comes first, then a re-issue inside the window.
+pub(super) fn client_renewal(o: &Observed) -> Option<Step> {
+    let KcpView::Found {
+        local_etcd: false,
+        secrets_present: true,
+        rollout_after,
+        ..
+    } = &o.kcp
+    else {
+        return None;
+    };
+    if !is_ready(o) {
+        return None;
+    }
+    let c = &o.certificates;
+    if let Some(renewed) = c.apiserver_client_renewed
+        && rollout_after.is_none_or(|after| after < renewed)
+    {
+        return Some(Step::RequestControlPlaneRollout { after: renewed });
+    }
+    let expiry = c.apiserver_client_expiry?;
+    inside(expiry, c.now, c.renew_before).then_some(Step::RenewApiserverClientCertificate { expiry })
 }
 
 /// Every certificate inside its window, soonest first: members and the API server client
@@ -260,6 +292,76 @@ mod tests {
         w.run();
         assert_eq!(w.max_members, 4, "maxSurge 1 without a KCP: never more than N+1");
         assert!(new_members_only(&w), "{:?}", w.member_names());
+    }
+
+    /// Three Ready members under a KCP that uses them, judged at day 1000.
+    fn with_client_certificate(expiry: i64, renewed: Option<i64>, rollout_after: Option<i64>) -> Observed {
+        let mut o = running(3);
+        let urls = voting_endpoints(&o);
+        let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+        o.kcp = kcp(&refs, false, true);
+        if let KcpView::Found {
+            rollout_after: after, ..
+        } = &mut o.kcp
+        {
+            *after = rollout_after.map(at);
+        }
+        o.creation_complete = true;
+        o.certificates.now = at(1000 * DAY);
+        o.certificates.apiserver_client_expiry = Some(at(expiry));
+        o.certificates.apiserver_client_renewed = renewed.map(at);
+        o
+    }
+
+    #[test]
+    fn the_client_certificate_is_reissued_inside_the_window_then_owes_exactly_one_rollout() {
+        let now = 1000 * DAY;
+        // Outside the window, never re-issued: nothing.
+        assert_eq!(
+            plan(&with_client_certificate(now + 30 * DAY, None, None)),
+            Step::Steady
+        );
+        // Just inside: re-issued.
+        let o = with_client_certificate(now + 30 * DAY - 1, None, None);
+        assert_eq!(
+            plan(&o),
+            Step::RenewApiserverClientCertificate {
+                expiry: at(now + 30 * DAY - 1)
+            }
+        );
+        // Never while etcd is not Ready.
+        let mut sick = o.clone();
+        members_mut(&mut sick)[1] = unhealthy(members_mut(&mut sick)[1].clone(), "down");
+        assert!(!matches!(
+            plan(&sick),
+            Step::RenewApiserverClientCertificate { .. }
+        ));
+        // Nor without a control plane that uses it.
+        let mut alone = o.clone();
+        alone.kcp = KcpView::None;
+        assert_eq!(plan(&alone), Step::Steady);
+        // Re-issued (now valid a year), the KCP not yet asked: one rollout, at the re-issue
+        // time, also after a restart (the state is the Secret's and the KCP's).
+        let renewed = now + 10;
+        let owed = with_client_certificate(now + 365 * DAY, Some(renewed), None);
+        assert_eq!(
+            plan(&owed),
+            Step::RequestControlPlaneRollout { after: at(renewed) }
+        );
+        let older = with_client_certificate(now + 365 * DAY, Some(renewed), Some(now - 50 * DAY));
+        assert_eq!(
+            plan(&older),
+            Step::RequestControlPlaneRollout { after: at(renewed) }
+        );
+        // Asked (or the user asked for a later one): nothing more.
+        for after in [renewed, renewed + 1] {
+            let done = with_client_certificate(now + 365 * DAY, Some(renewed), Some(after));
+            assert_eq!(plan(&done), Step::Steady, "{after}");
+        }
+        // The owed rollout waits for Ready too.
+        let mut sick = owed.clone();
+        members_mut(&mut sick)[0] = unhealthy(members_mut(&mut sick)[0].clone(), "down");
+        assert!(!matches!(plan(&sick), Step::RequestControlPlaneRollout { .. }));
     }
 
     #[test]

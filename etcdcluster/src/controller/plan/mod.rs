@@ -109,10 +109,12 @@ fn act(o: &Observed, allowed: &[String], wanted: Want<'_>) -> Step {
     }
 }
 
-/// Nothing to add or remove: hand the control plane what it needs, clean up, or say steady.
+/// Nothing to add or remove: hand the control plane what it needs, clean up, renew its client
+/// certificate, or say steady.
 fn settled(o: &Observed) -> Step {
     control_plane::hand_over(o)
         .or_else(|| growth::leftovers(o))
+        .or_else(|| certificates::client_renewal(o))
         .unwrap_or_else(|| {
             if is_ready(o) {
                 Step::Steady

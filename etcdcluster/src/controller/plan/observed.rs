@@ -132,6 +132,8 @@ pub enum KcpView {
         secrets_present: bool,
         /// Every control plane Machine runs the current spec (`rollout_complete()`).
         rollout_complete: bool,
+        /// `spec.rollout.after`: Machines created before it are replaced.
+        rollout_after: Option<Timestamp>,
     },
 }
 

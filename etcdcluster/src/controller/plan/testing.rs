@@ -50,6 +50,7 @@ pub(super) fn kcp(endpoints: &[&str], paused: bool, secrets: bool) -> KcpView {
         skip_pause: false,
         secrets_present: secrets,
         rollout_complete: true,
+        rollout_after: None,
     }
 }
 

@@ -51,7 +51,17 @@ pub async fn start_plane_on(
     work: &TempDir,
     kcp_rollout_step: Duration,
 ) -> Plane {
-    let options = PlaneOptions {
+    let options = plane_options(prefix, work, kcp_rollout_step);
+    let options = match real {
+        Some(real) => real.plane_options(options),
+        None => options,
+    };
+    Plane::start(options).await.unwrap()
+}
+
+/// What [`start_plane`] starts, for a scenario that changes something first.
+pub fn plane_options(prefix: u8, work: &TempDir, kcp_rollout_step: Duration) -> PlaneOptions {
+    PlaneOptions {
         work_dir: work.path().to_path_buf(),
         ip_prefix: [127, 0, prefix],
         kubeconfig: std::env::var_os("SIM_KUBECONFIG").map(Into::into),
@@ -60,12 +70,7 @@ pub async fn start_plane_on(
         kcp_rollout_step,
         namespace: scenario_namespace(prefix),
         ..Default::default()
-    };
-    let options = match real {
-        Some(real) => real.plane_options(options),
-        None => options,
-    };
-    Plane::start(options).await.unwrap()
+    }
 }
 
 /// The last lines of both controllers' logs, for failure messages, after any refusal by the API
