@@ -1,6 +1,7 @@
 //! Writes to the KubeadmControlPlane: its pause while etcd is not ready, the external etcd
-//! endpoints it is given, and the rollout that hands it a re-issued client certificate. The KCP type here is partial, so every apply configuration is JSON
-//! holding only the fields this controller owns.
+//! endpoints it is given, and the rollout that hands it a re-issued client certificate. The KCP
+//! type here is partial, so every apply configuration is JSON holding only the fields this
+//! controller owns.
 
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};

@@ -12,7 +12,7 @@ use super::observed::{EtcdView, KcpView, MachineView, Observed, is_ready};
 use super::step::Step;
 
 /// The CA is never replaced: its warning starts this long before it expires.
-pub const CA_WARNING: Duration = Duration::from_secs(365 * 86_400);
+const CA_WARNING: Duration = Duration::from_secs(365 * 86_400);
 
 /// What is known of the certificates' expiry, and the time it is judged at.
 #[derive(Clone, Debug, PartialEq)]
@@ -81,13 +81,13 @@ impl Expiring {
 }
 
 /// Whether `expiry` falls before `now + window` (an expired one does too).
-pub fn inside(expiry: Timestamp, now: Timestamp, window: Duration) -> bool {
+fn inside(expiry: Timestamp, now: Timestamp, window: Duration) -> bool {
     let window = SignedDuration::try_from(window).unwrap_or(SignedDuration::MAX);
     now.checked_add(window).is_ok_and(|edge| expiry < edge)
 }
 
 /// Why a member must be replaced for its certificate, if it must (unknown expiry: never).
-pub fn renewal_reason(expiry: Option<Timestamp>, now: Timestamp, renew_before: Duration) -> Option<String> {
+fn renewal_reason(expiry: Option<Timestamp>, now: Timestamp, renew_before: Duration) -> Option<String> {
     let expiry = expiry?;
     inside(expiry, now, renew_before).then(|| format!("certificate expires {expiry}"))
 }
@@ -174,20 +174,6 @@ pub fn expiring(o: &Observed, ca_secret: &str, client_secret: &str) -> Vec<Expir
     }
     found.sort_by_key(|e| e.expiry);
     found
-}
-
-/// The soonest expiry of each kind that is known.
-pub fn soonest(o: &Observed) -> Vec<(CertificateKind, Timestamp)> {
-    let c = &o.certificates;
-    let member = o.members().iter().filter_map(|m| m.certificate_expiry).min();
-    [
-        (CertificateKind::Ca, c.ca_expiry),
-        (CertificateKind::Member, member),
-        (CertificateKind::ApiserverClient, c.apiserver_client_expiry),
-    ]
-    .into_iter()
-    .filter_map(|(kind, expiry)| Some((kind, expiry?)))
-    .collect()
 }
 
 #[cfg(test)]
@@ -385,14 +371,6 @@ mod tests {
                 "member of Machine c1-etcd-m0: server certificate expires {}",
                 at(now + 3 * DAY)
             )
-        );
-        assert_eq!(
-            soonest(&o),
-            vec![
-                (CertificateKind::Ca, at(now + 364 * DAY)),
-                (CertificateKind::Member, at(now + 3 * DAY)),
-                (CertificateKind::ApiserverClient, at(now + 29 * DAY)),
-            ]
         );
     }
 }

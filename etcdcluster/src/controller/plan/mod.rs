@@ -24,9 +24,7 @@ mod step;
 pub(crate) mod testing;
 mod versions;
 
-pub use self::certificates::{
-    CA_WARNING, CertificateKind, CertificateView, Expiring, expiring, outdate_expiring, soonest,
-};
+pub use self::certificates::{CertificateKind, CertificateView, Expiring, expiring, outdate_expiring};
 pub use self::gates::quorum;
 pub use self::growth::{MIN_JOIN_DEADLINE, MIN_JOIN_INTERVALS, join_deadline};
 pub use self::observed::{
