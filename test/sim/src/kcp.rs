@@ -43,7 +43,7 @@ pub struct KcpRecord {
     pub endpoint_changes: Vec<EndpointChange>,
     /// Rollouts started because the endpoints changed.
     pub rollouts: usize,
-    /// Every change of `spec.rollout.after` after the machines were created.
+    /// Every value `spec.rollout.after` took, in order, whenever it was seen (paused or not).
     pub rollout_requests: Vec<RolloutRequest>,
 }
 
@@ -67,6 +67,8 @@ pub struct KcpStandIn {
     pub record: Arc<Mutex<KcpRecord>>,
     started: Instant,
     machines: Mutex<BTreeMap<String, Machines>>,
+    /// The `spec.rollout.after` last seen per KCP.
+    rollout_after_seen: Mutex<BTreeMap<String, String>>,
 }
 
 impl KcpStandIn {
@@ -78,6 +80,7 @@ impl KcpStandIn {
             record: Arc::default(),
             started: Instant::now(),
             machines: Mutex::default(),
+            rollout_after_seen: Mutex::default(),
         }
     }
 
@@ -106,6 +109,8 @@ impl KcpStandIn {
         kcp: &KubeadmControlPlane,
     ) -> Result<(), kube::Error> {
         let name = kcp.name_any();
+        let rollout_after = kcp.rollout_after().map(|t| t.to_string());
+        self.note_rollout_request(&name, rollout_after.as_deref());
         if kcp.annotations().contains_key(names::PAUSED_ANNOTATION) {
             return Ok(());
         }
@@ -136,7 +141,6 @@ impl KcpStandIn {
             json!({"replicas": 0, "upToDateReplicas": 0, "updatedReplicas": 0,
                    "conditions": [condition("EtcdCertificatesAvailable", "False", "SecretsMissing", &message)]})
         } else {
-            let rollout_after = kcp.rollout_after().map(|t| t.to_string());
             let up_to_date = self.step_machines(&name, &endpoints, rollout_after, replicas);
             json!({"replicas": replicas, "readyReplicas": replicas, "upToDateReplicas": up_to_date,
                    "updatedReplicas": up_to_date,
@@ -183,12 +187,6 @@ impl KcpStandIn {
             }
         });
         if machines.rollout_after != rollout_after {
-            let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
-            record.rollout_requests.push(RolloutRequest {
-                kcp: kcp.into(),
-                at: self.started.elapsed(),
-                after: rollout_after.clone().unwrap_or_default(),
-            });
             info!(
                 kcp,
                 ?rollout_after,
@@ -214,6 +212,25 @@ impl KcpStandIn {
             machines.last_step = now;
         }
         machines.up_to_date.min(replicas)
+    }
+
+    /// Record `spec.rollout.after` when it differs from what was last seen of `kcp`.
+    fn note_rollout_request(&self, kcp: &str, after: Option<&str>) {
+        let Some(after) = after else { return };
+        let mut seen = self
+            .rollout_after_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if seen.get(kcp).map(String::as_str) == Some(after) {
+            return;
+        }
+        seen.insert(kcp.into(), after.into());
+        let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
+        record.rollout_requests.push(RolloutRequest {
+            kcp: kcp.into(),
+            at: self.started.elapsed(),
+            after: after.into(),
+        });
     }
 
     fn remember(&self, kcp: &str, endpoints: &[String], rollout: bool) {
