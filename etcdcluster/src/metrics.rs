@@ -16,6 +16,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use etcdadm_shared::api::EtcdadmClusterStatus;
 use etcdadm_shared::manager::Metrics;
 
+use crate::controller::plan::CertificateKind;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClusterLabels {
     pub namespace: String,
@@ -40,6 +42,14 @@ pub struct OperationLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertificateLabels {
+    pub namespace: String,
+    pub name: String,
+    /// `ca`, `member` (the soonest member's), `apiserver-client`.
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AlarmLabels {
     pub namespace: String,
     pub name: String,
@@ -60,6 +70,7 @@ pub struct EtcdClusterMetrics {
     health_latency: Family<ClusterLabels, Histogram, fn() -> Histogram>,
     operations: Family<OperationLabels, Counter>,
     remediations: Family<ClusterLabels, Counter>,
+    certificate_expiry: Family<CertificateLabels, Gauge<f64, AtomicU64>>,
     /// Last leader seen per cluster, to count changes.
     leaders: Arc<Mutex<HashMap<ClusterLabels, String>>>,
 }
@@ -83,6 +94,7 @@ impl EtcdClusterMetrics {
             health_latency: Family::new_with_constructor(latency_histogram),
             operations: Family::default(),
             remediations: Family::default(),
+            certificate_expiry: Family::default(),
             leaders: Arc::default(),
         };
         metrics.register(
@@ -140,6 +152,11 @@ impl EtcdClusterMetrics {
             "Dead members removed for replacement",
             this.remediations.clone(),
         );
+        metrics.register(
+            "etcdadm_certificate_expiry_seconds",
+            "Seconds until the certificate of each kind expires (ca, member: the soonest member, apiserver-client); negative once expired",
+            this.certificate_expiry.clone(),
+        );
         this
     }
 
@@ -186,6 +203,32 @@ impl EtcdClusterMetrics {
                 (false, None) => f64::NAN,
             };
             self.since_healthy.get_or_create(&member_labels).set(seconds);
+        }
+        let certificates = status.certificates.clone().unwrap_or_default();
+        let member = status
+            .members
+            .iter()
+            .filter_map(|m| m.certificate_expiry.as_ref())
+            .min_by_key(|t| t.0);
+        for (kind, expiry) in [
+            (CertificateKind::Ca, certificates.ca_expiry.as_ref()),
+            (CertificateKind::Member, member),
+            (
+                CertificateKind::ApiserverClient,
+                certificates.apiserver_client_expiry.as_ref(),
+            ),
+        ] {
+            let Some(expiry) = expiry else { continue };
+            let labels = CertificateLabels {
+                namespace: namespace.into(),
+                name: name.into(),
+                kind: kind.as_str().into(),
+            };
+            let left = match SystemTime::from(expiry.0).duration_since(SystemTime::now()) {
+                Ok(left) => left.as_secs_f64(),
+                Err(past) => -past.duration().as_secs_f64(),
+            };
+            self.certificate_expiry.get_or_create(&labels).set(left);
         }
     }
 
@@ -242,6 +285,8 @@ impl EtcdClusterMetrics {
 mod tests {
     use super::*;
     use etcdadm_shared::api::MemberStatus;
+    use etcdadm_shared::api::cluster::CertificatesStatus;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn member(name: &str, healthy: bool, leader: bool) -> MemberStatus {
         MemberStatus {
@@ -256,14 +301,26 @@ mod tests {
     fn status_gauges_and_leader_changes_are_exported() {
         let runtime = Metrics::new();
         let metrics = EtcdClusterMetrics::register(&runtime);
+        let in_days = |days: i64| {
+            let now = k8s_openapi::jiff::Timestamp::now().as_second();
+            Time(k8s_openapi::jiff::Timestamp::from_second(now + days * 86_400 + 600).unwrap())
+        };
         let mut status = EtcdadmClusterStatus {
             members: vec![
                 member("a", true, true),
                 member("b", true, false),
                 member("c", false, false),
             ],
+            certificates: Some(CertificatesStatus {
+                ca_expiry: Some(in_days(3652)),
+                apiserver_client_expiry: Some(in_days(1)),
+                next_expiry: None,
+            }),
             ..Default::default()
         };
+        status.members[0].certificate_expiry = Some(in_days(30));
+        // The soonest member's certificate counts: one expired a day ago.
+        status.members[1].certificate_expiry = Some(in_days(-2));
         metrics.observe_status("default", "c1", 3, &status);
         status.members[0].is_leader = false;
         status.members[1].is_leader = true;
@@ -287,6 +344,9 @@ mod tests {
             r#"etcdadm_health_check_duration_seconds_count{namespace="default",name="c1"} 1"#,
             r#"etcdadm_membership_operations_total{namespace="default",name="c1",kind="remove",outcome="done"} 1"#,
             r#"etcdadm_remediations_total{namespace="default",name="c1"} 1"#,
+            r#"etcdadm_certificate_expiry_seconds{namespace="default",name="c1",kind="ca"} 3155"#,
+            r#"etcdadm_certificate_expiry_seconds{namespace="default",name="c1",kind="member"} -17"#,
+            r#"etcdadm_certificate_expiry_seconds{namespace="default",name="c1",kind="apiserver-client"} 8"#,
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use etcdadm_shared::api::cluster::{
     DEFAULT_HEALTH_INTERVAL, DEFAULT_HEALTH_TIMEOUT, DEFAULT_REPLICAS, DEFAULT_UNHEALTHY_AFTER,
+    MAX_CERTIFICATES_EXPIRY_DAYS, MIN_CERTIFICATES_EXPIRY_DAYS,
 };
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterSpec, Format};
 use etcdadm_shared::duration;
@@ -143,6 +144,19 @@ pub fn validate_spec(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<
         errors.push(FieldError::new(
             "spec.rolloutStrategy.rollingUpdate.maxSurge",
             format!("{surge}: must be 0 or 1 (members are replaced one at a time)"),
+        ));
+    }
+    if let Some(days) = spec
+        .rollout_before
+        .as_ref()
+        .and_then(|r| r.certificates_expiry_days)
+        && !(MIN_CERTIFICATES_EXPIRY_DAYS..=MAX_CERTIFICATES_EXPIRY_DAYS).contains(&days)
+    {
+        errors.push(FieldError::new(
+            "spec.rolloutBefore.certificatesExpiryDays",
+            format!(
+                "{days}: must be at least {MIN_CERTIFICATES_EXPIRY_DAYS} and at most {MAX_CERTIFICATES_EXPIRY_DAYS} (days left on a certificate when it is renewed; a fresh one is valid 365 days)"
+            ),
         ));
     }
     errors.extend(health_check(spec));
@@ -334,6 +348,31 @@ mod tests {
             )
             .is_empty()
         );
+    }
+
+    #[test]
+    fn certificates_expiry_days_is_between_seven_and_180() {
+        for bad in [6, 0, -30, 181, 365] {
+            let errors = validate_spec(
+                &spec(json!({"rolloutBefore": {"certificatesExpiryDays": bad}})),
+                None,
+            );
+            assert_eq!(
+                paths(&errors),
+                ["spec.rolloutBefore.certificatesExpiryDays"],
+                "{bad}"
+            );
+            assert!(
+                errors[0].message.contains("at least 7 and at most 180"),
+                "{}",
+                errors[0].message
+            );
+        }
+        for good in [7, 30, 180] {
+            let valid = spec(json!({"rolloutBefore": {"certificatesExpiryDays": good}}));
+            assert!(validate_spec(&valid, None).is_empty(), "{good}");
+        }
+        assert!(validate_spec(&spec(json!({"rolloutBefore": {}})), None).is_empty());
     }
 
     #[test]

@@ -26,6 +26,12 @@ pub const HEALTHCHECK_RETRIES_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/h
 /// On an EtcdadmConfig, set to `"true"` by the EtcdadmCluster controller when it creates the
 /// config: the controller pre-adds the Machine's member as a learner, so the user data waits
 /// for it before `etcdadm join` (see `EtcdadmConfig::joins_as_learner`).
+/// On `<cluster>-apiserver-etcd-client`: when the controller last re-issued the certificate
+/// (RFC 3339). The KubeadmControlPlane owes a rollout while its rollout time is earlier.
+pub const APISERVER_CLIENT_RENEWED_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/apiserver-client-renewed";
+/// Environment of the etcd controller set (to anything) only by crash tests: it exits right
+/// after re-issuing the API server client certificate, before the control plane rollout.
+pub const EXIT_AFTER_CLIENT_RENEWAL_ENV: &str = "ETCDADM_TEST_EXIT_AFTER_CLIENT_RENEWAL";
 pub const LEARNER_JOIN_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/learner-join";
 /// On the first member's EtcdadmConfig of a cluster created from a snapshot: the Secret (same
 /// namespace) holding the snapshot's short-lived download URL ([`RESTORE_URL_KEY`]), its

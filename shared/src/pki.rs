@@ -300,10 +300,23 @@ pub fn parse_rsa_key(key_pem: &str) -> Result<RsaPrivateKey, PkiError> {
 
 /// Expiry (`notAfter`) of the first certificate in a PEM bundle.
 pub fn cert_not_after(cert_pem: &str) -> Result<SystemTime, PkiError> {
-    let der = first_cert_der(cert_pem)?;
+    Ok(der_validity(&first_cert_der(cert_pem)?)?.1)
+}
+
+/// Validity (`notBefore`, `notAfter`) of the first certificate in a PEM bundle.
+pub fn cert_validity(cert_pem: &str) -> Result<(SystemTime, SystemTime), PkiError> {
+    der_validity(&first_cert_der(cert_pem)?)
+}
+
+/// Validity (`notBefore`, `notAfter`) of one DER certificate, as a TLS peer presents it.
+pub fn der_validity(der: &[u8]) -> Result<(SystemTime, SystemTime), PkiError> {
     let (_, cert) =
-        x509_parser::parse_x509_certificate(&der).map_err(|e| PkiError::BadCertificate(e.to_string()))?;
-    Ok(to_system_time(cert.validity().not_after.timestamp()))
+        x509_parser::parse_x509_certificate(der).map_err(|e| PkiError::BadCertificate(e.to_string()))?;
+    let validity = cert.validity();
+    Ok((
+        to_system_time(validity.not_before.timestamp()),
+        to_system_time(validity.not_after.timestamp()),
+    ))
 }
 
 /// Whether a certificate and a private key (RSA or ECDSA, any PEM form rustls reads) belong

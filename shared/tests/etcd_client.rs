@@ -227,6 +227,33 @@ async fn three_members_health_status_leadership_tls_and_quorum_loss() {
     .await;
 }
 
+/// The health check's handshake says when the member's server certificate expires, also when a
+/// later connection resumes the TLS session instead of receiving the certificate again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handshake_tells_the_server_certificate_expiry_also_on_resumed_sessions() {
+    let ca = CertificateAuthority::generate("etcd-ca").unwrap();
+    let cluster = TlsEtcdCluster::start(&ca, 1);
+    let expected = etcdadm_shared::pki::cert_not_after(&cluster.members[0].server_cert_pem()).unwrap();
+    let config = client_tls(&ca, ca.cert_pem()).client_config().unwrap();
+    let url = &cluster.client_urls()[0];
+    for connection in ["first", "resumed"] {
+        let client = MemberClient::with_config(url, config.clone(), CALL_TIMEOUT).unwrap();
+        assert_eq!(
+            client.server_certificate_expiry(),
+            None,
+            "{connection}: nothing dialled yet"
+        );
+        eventually(&format!("{connection} connection healthy"), &cluster, || async {
+            match client.health().await {
+                Ok(h) if h.healthy => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        assert_eq!(client.server_certificate_expiry(), Some(expected), "{connection}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn learner_join_promote_remove_and_refused_second_changes() {
     let ca = CertificateAuthority::generate("etcd-ca").unwrap();

@@ -112,6 +112,7 @@ fn cluster(spec: Value) -> Value {
         "infrastructureTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DevMachineTemplate", "name": "m"},
         "etcdadmConfigSpec": full_config_spec(),
         "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}},
+        "rolloutBefore": {"certificatesExpiryDays": 30},
         "healthCheck": {"interval": "10s", "timeout": "5s", "unhealthyAfter": "5m", "remediation": "Enabled"},
         "failureDomains": ["zone-a", "zone-b", "zone-c"]
     });
@@ -187,6 +188,14 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             cluster(json!({"restore": {"snapshot": {"store": s3_store(), "key": "prod/default/c1/s.db"}}})),
         ),
         ("snapshot", snapshot(json!({"clusterName": "c1-etcd"}))),
+        (
+            "certificatesExpiryDays at its minimum",
+            cluster(json!({"rolloutBefore": {"certificatesExpiryDays": 7}})),
+        ),
+        (
+            "certificatesExpiryDays at its maximum",
+            cluster(json!({"rolloutBefore": {"certificatesExpiryDays": 180}})),
+        ),
         (
             "one member",
             cluster(json!({"replicas": 1, "failureDomains": ["only"]})),
@@ -463,6 +472,30 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             &[
                 "spec.rolloutStrategy.rollingUpdate.maxSurge",
                 "maxSurge must be 0 or 1",
+            ],
+        ),
+        (
+            "certificatesExpiryDays below 7",
+            cluster(json!({"rolloutBefore": {"certificatesExpiryDays": 6}})),
+            &[
+                "spec.rolloutBefore.certificatesExpiryDays",
+                "should be greater than or equal to 7",
+            ],
+        ),
+        (
+            "certificatesExpiryDays over 180",
+            cluster(json!({"rolloutBefore": {"certificatesExpiryDays": 181}})),
+            &[
+                "spec.rolloutBefore.certificatesExpiryDays",
+                "should be less than or equal to 180",
+            ],
+        ),
+        (
+            "certificatesExpiryDays that is not an integer",
+            cluster(json!({"rolloutBefore": {"certificatesExpiryDays": "30"}})),
+            &[
+                "spec.rolloutBefore.certificatesExpiryDays",
+                "must be of type integer",
             ],
         ),
         (

@@ -112,6 +112,8 @@ pub struct Probe {
     /// `/health` verdict; `Err` when there was no answer at all.
     pub health: Result<Health, String>,
     pub status: Result<MemberStatus, String>,
+    /// `notAfter` of the server certificate the member presented in the handshake.
+    pub certificate_expiry: Option<SystemTime>,
 }
 
 impl Probe {
@@ -144,6 +146,7 @@ async fn probe(url: String, client: Result<Arc<MemberClient>, EtcdError>) -> Pro
             client: None,
             health: Err(e.to_string()),
             status: Err(e.to_string()),
+            certificate_expiry: None,
         },
         Ok(client) => {
             let (health, status) = tokio::join!(client.health(), client.status());
@@ -151,6 +154,7 @@ async fn probe(url: String, client: Result<Arc<MemberClient>, EtcdError>) -> Pro
                 client_url: url,
                 health: health.map_err(|e| e.to_string()),
                 status: status.map_err(|e| e.to_string()),
+                certificate_expiry: client.server_certificate_expiry(),
                 client: Some(client),
             }
         }
@@ -376,5 +380,8 @@ fn member_view(
         db_size: status.and_then(|s| i64::try_from(s.db_size).ok()),
         alarms: member_alarms,
         unhealthy_for: input.clock.unhealthy_for(stored),
+        certificate_expiry: probe
+            .and_then(|p| p.certificate_expiry)
+            .and_then(|t| Timestamp::try_from(t).ok()),
     }
 }

@@ -166,6 +166,7 @@ mod tests {
             init_secret: None,
             kcp: None,
             kcp_view: KcpView::None,
+            apiserver_client: None,
             control_plane_machines: 0,
             spec_problem: None,
             member_spec_problem: None,

@@ -15,15 +15,16 @@ use etcdadm_shared::api::capi::{Cluster, ControlPlaneEtcd, KubeadmControlPlane, 
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig, EtcdadmConfigSpec, MemberStatus};
 use etcdadm_shared::contract::ca::read_ca;
 use etcdadm_shared::contract::init_secret::InitSecret;
+use etcdadm_shared::contract::secret_text;
 use etcdadm_shared::etcd::member_id_hex;
 use etcdadm_shared::names;
-use etcdadm_shared::pki::CertificateAuthority;
+use etcdadm_shared::pki::{CertificateAuthority, cert_not_after};
 use etcdadm_shared::validation::etcd_version;
 
 use super::plan::{
-    CaView, ClusterView, DesiredSpec, EtcdView, KcpView, MachineView, MemberSpec, Observed,
+    CaView, CertificateView, ClusterView, DesiredSpec, EtcdView, KcpView, MachineView, MemberSpec, Observed,
     REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION, RecoverySource, RecoveryView, RemediationRecord,
-    UnhealthyClock, outdated_reason, remediation_policy,
+    UnhealthyClock, outdate_expiring, outdated_reason, remediation_policy,
 };
 use super::restore_source::{self, RestoreObservation};
 use crate::error::Error;
@@ -51,6 +52,9 @@ pub struct Observation {
     pub init_secret: Option<InitSecret>,
     pub kcp: Option<KubeadmControlPlane>,
     pub kcp_view: KcpView,
+    /// `<cluster>-apiserver-etcd-client`, when it is read (a KubeadmControlPlane with external
+    /// etcd).
+    pub apiserver_client: Option<ClientSecret>,
     pub control_plane_machines: usize,
     pub spec_problem: Option<String>,
     /// What admission would refuse in the spec new members are made from.
@@ -63,6 +67,33 @@ pub struct Observation {
     pub restore: Option<RestoreObservation>,
     /// The `recover` annotation's request, when set.
     pub recovery: Option<RecoveryView>,
+}
+
+/// What the plan and the renewal need of `<cluster>-apiserver-etcd-client`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClientSecret {
+    /// `notAfter` of its certificate, when it parses.
+    pub expiry: Option<Timestamp>,
+    /// When the controller last re-issued it ([`names::APISERVER_CLIENT_RENEWED_ANNOTATION`]).
+    pub renewed: Option<Timestamp>,
+    /// The version read: a renewal writes over exactly this one.
+    pub resource_version: Option<String>,
+}
+
+impl ClientSecret {
+    pub fn from_secret(secret: &Secret) -> Self {
+        let expiry = secret_text(secret, names::TLS_CERT_KEY)
+            .and_then(|pem| cert_not_after(&pem).ok())
+            .and_then(|t| Timestamp::try_from(t).ok());
+        ClientSecret {
+            expiry,
+            renewed: secret
+                .annotations()
+                .get(names::APISERVER_CLIENT_RENEWED_ANNOTATION)
+                .and_then(|t| t.parse().ok()),
+            resource_version: secret.resource_version(),
+        }
+    }
 }
 
 /// Everything read about one member Machine: the Machine, its EtcdadmConfig and its infra
@@ -199,8 +230,19 @@ impl Observation {
     /// The plan's input at `now`, the etcd side from the health check.
     pub fn observed(&self, etcd: EtcdView, now: Timestamp) -> Observed {
         let clock = self.clock(now);
-        let machines = self.machine_views(&clock);
+        let mut machines = self.machine_views(&clock);
         let e = &self.etcd_cluster;
+        let certificates = CertificateView {
+            now,
+            renew_before: e.spec.certificates_renew_before(),
+            ca_expiry: self
+                .ca
+                .as_ref()
+                .and_then(|ca| Timestamp::try_from(ca.not_after()).ok()),
+            apiserver_client_expiry: self.apiserver_client.as_ref().and_then(|c| c.expiry),
+            apiserver_client_renewed: self.apiserver_client.as_ref().and_then(|c| c.renewed),
+        };
+        outdate_expiring(&mut machines, &etcd, &certificates);
         let status = e.status.clone().unwrap_or_default();
         let last_remediation = e
             .annotations()
@@ -244,6 +286,7 @@ impl Observation {
             running_versions: running_versions(&etcd, self.stored_members()),
             cluster: cluster_view,
             ca: self.ca_view.clone(),
+            certificates,
             machines,
             leftovers: self.leftovers.clone(),
             etcd,
@@ -405,9 +448,9 @@ pub async fn observe_around(
         }
     };
 
-    let (kcp, kcp_view) = match (&cluster, &cluster_name) {
+    let (kcp, kcp_view, apiserver_client) = match (&cluster, &cluster_name) {
         (Some(c), Some(cluster_name)) => observe_kcp(client, namespace, c, cluster_name).await?,
-        _ => (None, KcpView::None),
+        _ => (None, KcpView::None, None),
     };
 
     let restore = restore_source::observe(client, namespace, &etcd_cluster).await?;
@@ -455,6 +498,7 @@ pub async fn observe_around(
         init_secret,
         kcp,
         kcp_view,
+        apiserver_client,
         control_plane_machines,
         spec_problem,
         member_spec_problem,
@@ -615,18 +659,20 @@ fn find_leftovers(mut metas: Vec<ObjectMeta>, machines: &BTreeSet<String>) -> Ve
     names
 }
 
+/// The KubeadmControlPlane, as the plan sees it, and the API server client certificate Secret
+/// it is handed.
 async fn observe_kcp(
     client: &Client,
     namespace: &str,
     cluster: &Cluster,
     cluster_name: &str,
-) -> Result<(Option<KubeadmControlPlane>, KcpView), Error> {
+) -> Result<(Option<KubeadmControlPlane>, KcpView, Option<ClientSecret>), Error> {
     let Some(reference) = cluster.spec.control_plane_ref.as_ref() else {
-        return Ok((None, KcpView::None));
+        return Ok((None, KcpView::None, None));
     };
     let group = reference.group();
     if reference.kind != KCP_KIND || !(group.is_empty() || group == KCP_GROUP) {
-        return Ok((None, KcpView::None));
+        return Ok((None, KcpView::None, None));
     }
     let kcps: Api<KubeadmControlPlane> = Api::namespaced(client.clone(), namespace);
     let Some(kcp) = kcps.get_opt(&reference.name).await? else {
@@ -635,24 +681,25 @@ async fn observe_kcp(
             KcpView::Missing {
                 name: reference.name.clone(),
             },
+            None,
         ));
     };
     let (local_etcd, endpoints) = match kcp.etcd() {
         ControlPlaneEtcd::External(endpoints) => (false, endpoints),
         ControlPlaneEtcd::Local => (true, Vec::new()),
     };
-    let secrets_present = if local_etcd {
-        false
+    let (secrets_present, client) = if local_etcd {
+        (false, None)
     } else {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-        secrets
+        let ca_copy = secrets
             .get_opt(&names::kcp_etcd_ca_secret_name(cluster_name))
-            .await?
-            .is_some()
-            && secrets
-                .get_opt(&names::apiserver_client_secret_name(cluster_name))
-                .await?
-                .is_some()
+            .await?;
+        let client_secret = secrets
+            .get_opt(&names::apiserver_client_secret_name(cluster_name))
+            .await?;
+        let client = client_secret.as_ref().map(ClientSecret::from_secret);
+        (ca_copy.is_some() && client_secret.is_some(), client)
     };
     let view = KcpView::Found {
         name: kcp.name_any(),
@@ -662,6 +709,7 @@ async fn observe_kcp(
         skip_pause: kcp.annotations().contains_key(names::SKIP_PAUSE_CP_ANNOTATION),
         secrets_present,
         rollout_complete: kcp.rollout_complete(),
+        rollout_after: kcp.rollout_after(),
     };
-    Ok((Some(kcp), view))
+    Ok((Some(kcp), view, client))
 }

@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use etcdadm_shared::api::cluster::MachineReference;
+use etcdadm_shared::api::cluster::{CertificatesStatus, MachineReference};
 use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
 use etcdadm_shared::api::snapshot::RestoredFrom;
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus, MemberStatus};
@@ -28,6 +28,9 @@ pub const RESIZE_COMPLETED: &str = "ResizeCompleted";
 pub const MACHINES_SPEC_UP_TO_DATE: &str = "MachinesSpecUpToDate";
 /// While the `recover` annotation is set: the answer to it (shown even when the cluster is Ready).
 pub const RECOVERY: &str = "Recovery";
+/// Negative polarity, like `Paused`: True (severity Warning) while a certificate is inside its
+/// window.
+pub const CERTIFICATES_EXPIRING: &str = "CertificatesExpiring";
 
 /// The new status and the transitions from the old one to it.
 pub fn next_status(
@@ -108,12 +111,26 @@ pub fn next_status(
         status.selector = Some(names::member_selector(cluster, &o.name));
     }
     status.observed_generation = generation;
+    status.certificates = Some(certificates_status(o, &status.members));
 
     let mut set = |condition: NewCondition| {
         conditions::set(&mut status.conditions, condition, generation, now);
     };
     set(paused_condition(step));
     set(certificates_condition(o));
+    let expiring = expiring_condition(o, cluster_name);
+    let was_expiring = conditions::find(&old.conditions, CERTIFICATES_EXPIRING)
+        .filter(|c| c.status == conditions::ConditionStatus::True)
+        .and_then(|c| c.message.clone());
+    if expiring.status == conditions::ConditionStatus::True
+        && was_expiring.as_deref() != Some(expiring.message.as_str())
+    {
+        transitions.push(EventNote::warning(
+            CERTIFICATES_EXPIRING,
+            expiring.message.clone(),
+        ));
+    }
+    set(expiring);
     set(if initialized {
         NewCondition::true_(INITIALIZED, "Initialized")
     } else {
@@ -214,6 +231,49 @@ fn certificates_condition(o: &Observed) -> NewCondition {
             reason::CA_CORRUPT,
             problem.as_str(),
         ),
+    }
+}
+
+/// `CertificatesExpiring`: True with severity Warning, naming every certificate inside its
+/// window (the CA from a year before its expiry: it is never replaced).
+fn expiring_condition(o: &Observed, cluster: Option<&str>) -> NewCondition {
+    let cluster = cluster.unwrap_or(o.name.as_str());
+    let found = plan::expiring(
+        o,
+        &names::ca_secret_name(cluster),
+        &names::apiserver_client_secret_name(cluster),
+    );
+    if found.is_empty() {
+        return NewCondition::false_(CERTIFICATES_EXPIRING, Severity::Info, "CertificatesValid", "");
+    }
+    let mut message: Vec<String> = found.iter().map(plan::Expiring::describe).collect();
+    if found.iter().any(|e| e.kind == plan::CertificateKind::Ca) {
+        message.push("the CA is never replaced: plan its rotation (README, \"Certificates\")".into());
+    }
+    if found.iter().any(|e| e.kind != plan::CertificateKind::Ca) {
+        message.push("members and the API server client certificate are renewed before they expire".into());
+    }
+    NewCondition {
+        severity: Some(Severity::Warning),
+        ..NewCondition::true_(CERTIFICATES_EXPIRING, CERTIFICATES_EXPIRING)
+    }
+    .with_message(message.join("; "))
+}
+
+/// `status.certificates`: the CA's and the client certificate's expiry, and the soonest of
+/// those and the members' (as recorded in `members`).
+fn certificates_status(o: &Observed, members: &[MemberStatus]) -> CertificatesStatus {
+    let c = &o.certificates;
+    let next = members
+        .iter()
+        .filter_map(|m| m.certificate_expiry.as_ref().map(|t| t.0))
+        .chain(c.ca_expiry)
+        .chain(c.apiserver_client_expiry)
+        .min();
+    CertificatesStatus {
+        ca_expiry: c.ca_expiry.map(Time),
+        apiserver_client_expiry: c.apiserver_client_expiry.map(Time),
+        next_expiry: next.map(Time),
     }
 }
 
@@ -481,6 +541,11 @@ fn member_entry(name: &str, member: &MemberView, prev: Option<&MemberStatus>) ->
         etcd_version: member.etcd_version.clone(),
         db_size: member.db_size,
         alarms: member.alarms.clone(),
+        // A member that did not complete a handshake this round keeps what it last presented.
+        certificate_expiry: member
+            .certificate_expiry
+            .map(Time)
+            .or_else(|| prev.and_then(|p| p.certificate_expiry.clone())),
         message: member.message.clone(),
     }
 }
@@ -626,6 +691,74 @@ mod tests {
         etcd.metadata.generation = Some(4);
         etcd.status = Some(status);
         etcd
+    }
+
+    #[test]
+    fn certificate_expiry_is_recorded_warned_about_once_and_kept_while_a_member_is_silent() {
+        const DAY: i64 = 86_400;
+        let now = 1000 * DAY;
+        let ts = |secs: i64| k8s_openapi::jiff::Timestamp::from_second(secs).unwrap();
+        let mut o = observed([true, true]);
+        o.certificates.now = ts(now);
+        o.certificates.ca_expiry = Some(ts(now + 3000 * DAY));
+        o.certificates.apiserver_client_expiry = Some(ts(now + 200 * DAY));
+        if let EtcdView::Members(members) = &mut o.etcd {
+            members[0].certificate_expiry = Some(ts(now + 100 * DAY));
+            members[1].certificate_expiry = Some(ts(now + 300 * DAY));
+        }
+        let step = plan::plan(&o);
+        let (status, transitions) = next_status(&with_status(Default::default()), &o, &step, &at(now));
+        assert_eq!(status.members[0].certificate_expiry, Some(at(now + 100 * DAY)));
+        let certificates = status.certificates.clone().unwrap();
+        assert_eq!(certificates.ca_expiry, Some(at(now + 3000 * DAY)));
+        assert_eq!(certificates.apiserver_client_expiry, Some(at(now + 200 * DAY)));
+        assert_eq!(certificates.next_expiry, Some(at(now + 100 * DAY)));
+        let quiet = conditions::find(&status.conditions, CERTIFICATES_EXPIRING).unwrap();
+        assert_eq!(quiet.status, conditions::ConditionStatus::False);
+        assert!(transitions.iter().all(|t| t.reason != CERTIFICATES_EXPIRING));
+
+        // A member inside the window, the CA inside its year: one Warning condition and Event.
+        o.certificates.ca_expiry = Some(ts(now + 300 * DAY));
+        if let EtcdView::Members(members) = &mut o.etcd {
+            members[0].certificate_expiry = Some(ts(now + 10 * DAY));
+            // The other one did not complete a handshake this round.
+            members[1].certificate_expiry = None;
+        }
+        let previous = with_status(status);
+        let (status, transitions) = next_status(&previous, &o, &plan::plan(&o), &at(now + 10));
+        assert_eq!(
+            status.members[1].certificate_expiry,
+            Some(at(now + 300 * DAY)),
+            "kept"
+        );
+        let warning = conditions::find(&status.conditions, CERTIFICATES_EXPIRING).unwrap();
+        assert_eq!(warning.status, conditions::ConditionStatus::True);
+        assert_eq!(warning.severity.as_deref(), Some("Warning"));
+        let message = warning.message.clone().unwrap();
+        assert!(
+            message.contains("member of Machine m0: server certificate expires"),
+            "{message}"
+        );
+        assert!(
+            message.contains("the etcd CA in Secret c1-managed-etcd expires"),
+            "{message}"
+        );
+        assert!(message.contains("never replaced"), "{message}");
+        let events: Vec<&EventNote> = transitions
+            .iter()
+            .filter(|t| t.reason == CERTIFICATES_EXPIRING)
+            .collect();
+        assert_eq!(events.len(), 1, "{transitions:?}");
+        assert!(events[0].warning && events[0].note == message);
+        let machines = conditions::find(&status.conditions, MACHINES_SPEC_UP_TO_DATE).unwrap();
+        assert_eq!(
+            machines.status,
+            conditions::ConditionStatus::True,
+            "o was not re-observed"
+        );
+        // The same certificates next round: no second Event.
+        let (_, transitions) = next_status(&with_status(status), &o, &plan::plan(&o), &at(now + 20));
+        assert!(transitions.iter().all(|t| t.reason != CERTIFICATES_EXPIRING));
     }
 
     #[test]

@@ -436,6 +436,17 @@ pub enum ControlPlaneEtcd {
 }
 
 impl KubeadmControlPlane {
+    /// When the control plane was last asked to replace every Machine created before:
+    /// `spec.rollout.after` (v1beta2), or `spec.rolloutAfter` as v1beta1 names it.
+    pub fn rollout_after(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+        let rest = &self.spec.rest;
+        let v1beta2 = rest.get("rollout").and_then(|r| r.get("after"));
+        v1beta2
+            .or_else(|| rest.get("rolloutAfter"))
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse().ok())
+    }
+
     /// Whether this control plane uses external etcd, and the endpoints it lists.
     pub fn etcd(&self) -> ControlPlaneEtcd {
         let etcd = self

@@ -66,7 +66,14 @@ use crate::duration;
         json_path = ".status.endpoints",
         description = "Client URLs of the voting members"
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "Certificates Expire",
+        type_ = "string",
+        json_path = ".status.certificates.nextExpiry",
+        description = "When the first of the CA, member and API server client certificates expires",
+        priority = 1
+    )
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.restore) == has(oldSelf.restore)").message("restore can only be set when the EtcdadmCluster is created").field_path(".restore"))]
@@ -94,6 +101,10 @@ pub struct EtcdadmClusterSpec {
         deserialize_with = "time_up_to_year_9999"
     )]
     pub rollout_after: Option<Time>,
+
+    /// When members are replaced before something forces it (KubeadmControlPlane's field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_before: Option<RolloutBefore>,
 
     /// Health checking and remediation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,6 +141,14 @@ pub const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(10);
 pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default time a member may be unhealthy before it is remediated.
 pub const DEFAULT_UNHEALTHY_AFTER: Duration = Duration::from_secs(300);
+/// Default `rolloutBefore.certificatesExpiryDays`: renewal is on unless asked otherwise, because
+/// the alternative is an outage a year after creation.
+pub const DEFAULT_CERTIFICATES_EXPIRY_DAYS: i32 = 30;
+/// The smallest `rolloutBefore.certificatesExpiryDays` (KubeadmControlPlane's minimum too).
+pub const MIN_CERTIFICATES_EXPIRY_DAYS: i32 = 7;
+/// The largest: half of etcdadm's 365-day validity, so a fresh certificate stays outside the
+/// window for months (one of a year or more would replace every member again at once, forever).
+pub const MAX_CERTIFICATES_EXPIRY_DAYS: i32 = 180;
 
 impl EtcdadmClusterSpec {
     /// Desired members, with the default applied.
@@ -162,6 +181,18 @@ impl EtcdadmClusterSpec {
             unhealthy_after: pick(&hc.unhealthy_after, DEFAULT_UNHEALTHY_AFTER),
             remediation: hc.remediation.unwrap_or_default() == Remediation::Enabled,
         }
+    }
+
+    /// How long before a certificate expires it is renewed (`rolloutBefore.certificatesExpiryDays`,
+    /// default 30 days; within the bounds admission enforces).
+    pub fn certificates_renew_before(&self) -> Duration {
+        let days = self
+            .rollout_before
+            .as_ref()
+            .and_then(|r| r.certificates_expiry_days)
+            .unwrap_or(DEFAULT_CERTIFICATES_EXPIRY_DAYS)
+            .clamp(MIN_CERTIFICATES_EXPIRY_DAYS, MAX_CERTIFICATES_EXPIRY_DAYS);
+        Duration::from_secs(u64::from(days.unsigned_abs()) * 86_400)
     }
 
     /// The version Machines get (`machineTemplate.version`), if set.
@@ -200,6 +231,20 @@ pub struct RollingUpdate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == 0 || self == 1").message("maxSurge must be 0 or 1"))]
     pub max_surge: Option<i32>,
+}
+
+/// Replacements made ahead of time.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutBefore {
+    /// Replace a member whose certificates expire within this many days, and re-issue the API
+    /// server's etcd client certificate (one KubeadmControlPlane rollout) in the same window.
+    /// At least 7, at most 180. Default 30 when unset: etcdadm's certificates are valid for a
+    /// year and cannot be renewed in place, so without this the cluster stops a year after
+    /// creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 7, max = 180))]
+    pub certificates_expiry_days: Option<i32>,
 }
 
 /// Health checking and remediation settings (Go duration strings).
@@ -338,6 +383,10 @@ pub struct MemberStatus {
     /// Active alarms (`NOSPACE`, `CORRUPT`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alarms: Vec<String>,
+    /// When the member's server certificate expires, as it presented it at the last health
+    /// check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_expiry: Option<Time>,
     /// Why the member is unhealthy, or what it is waiting for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -360,6 +409,9 @@ pub struct CertificatesStatus {
     /// When the kube-apiserver etcd client certificate expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apiserver_client_expiry: Option<Time>,
+    /// The soonest of the CA's, the client certificate's and every member's expiry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_expiry: Option<Time>,
 }
 
 /// The API server accepts any RFC 3339 time up to 9999-12-31T23:59:59Z, but a timestamp ends on

@@ -3,9 +3,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use etcd_client::{AlarmAction, AlarmType, MemberAddOptions};
 use http_body_util::BodyExt;
@@ -65,6 +65,8 @@ pub struct MemberClient {
     timeout: Duration,
     tls: Arc<rustls::ClientConfig>,
     connection: OnceCell<Connection>,
+    /// `notAfter` of the server certificate the member presented at the last handshake.
+    server_certificate_expiry: Arc<Mutex<Option<SystemTime>>>,
 }
 
 /// The channel to one member and the etcd client speaking gRPC over it.
@@ -144,12 +146,23 @@ impl MemberClient {
             timeout,
             tls,
             connection: OnceCell::new(),
+            server_certificate_expiry: Arc::default(),
         })
     }
 
     /// The member's client URL, normalised (`https://<host>:<port>`).
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// When the member's server certificate expires (`notAfter`), as it presented it in the
+    /// mutual-TLS handshake of this client's connection (a resumed session carries the
+    /// certificate of the handshake it resumes). None before a handshake succeeded.
+    pub fn server_certificate_expiry(&self) -> Option<SystemTime> {
+        self.server_certificate_expiry
+            .lock()
+            .map(|expiry| *expiry)
+            .unwrap_or_else(|poisoned| *poisoned.into_inner())
     }
 
     /// `GET /health` over mutual TLS. A member that answers is judged by
@@ -309,6 +322,7 @@ impl MemberClient {
                     host: self.host.clone(),
                     port: self.port,
                     tls: self.tls.clone(),
+                    server_certificate_expiry: self.server_certificate_expiry.clone(),
                 });
                 let grpc =
                     etcd_client::Client::from_channel(etcd_client::Channel::Tonic(channel.clone()), None)
@@ -348,12 +362,14 @@ impl MemberClient {
 const HEALTH_PATH: &str = "/health";
 
 /// Dials one member: TCP, then TLS with the shared client configuration, naming the host for
-/// certificate verification. tonic speaks HTTP/2 over the result.
+/// certificate verification, and notes the expiry of the certificate the member presented.
+/// tonic speaks HTTP/2 over the result.
 #[derive(Clone)]
 struct TlsDialer {
     host: String,
     port: u16,
     tls: Arc<rustls::ClientConfig>,
+    server_certificate_expiry: Arc<Mutex<Option<SystemTime>>>,
 }
 
 impl Service<Uri> for TlsDialer {
@@ -373,9 +389,21 @@ impl Service<Uri> for TlsDialer {
             let tcp = TcpStream::connect((dialer.host.as_str(), dialer.port)).await?;
             tcp.set_nodelay(true)?;
             let tls = TlsConnector::from(dialer.tls).connect(name, tcp).await?;
+            let expiry = presented_expiry(tls.get_ref().1.peer_certificates());
+            if let Ok(mut slot) = dialer.server_certificate_expiry.lock() {
+                *slot = expiry;
+            }
             Ok(TokioIo::new(tls))
         })
     }
+}
+
+/// `notAfter` of the leaf of a chain a TLS peer presented.
+fn presented_expiry(chain: Option<&[rustls::pki_types::CertificateDer<'_>]>) -> Option<SystemTime> {
+    let leaf = chain?.first()?;
+    crate::pki::der_validity(leaf)
+        .ok()
+        .map(|(_, not_after)| not_after)
 }
 
 #[cfg(test)]
@@ -439,6 +467,29 @@ mod tests {
         send(c.member_remove(1));
         send(c.member_promote(1));
         send(c.move_leader(1));
+    }
+
+    #[test]
+    fn the_expiry_is_the_presented_leafs_not_after_and_unknown_without_one() {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let ca = CertificateAuthority::generate("etcd-ca").unwrap();
+        let leaf = ca
+            .issue(&LeafRequest::in_memory_client("m", Duration::from_secs(86_400)))
+            .unwrap();
+        let der = |pem: &str| CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+        let chain = [der(&leaf.cert_pem), der(ca.cert_pem())];
+        let expiry = presented_expiry(Some(&chain)).unwrap();
+        let seconds = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
+        assert_eq!(seconds(expiry), seconds(leaf.not_after));
+        assert_eq!(presented_expiry(None), None);
+        assert_eq!(presented_expiry(Some(&[])), None);
+        assert_eq!(
+            presented_expiry(Some(&[CertificateDer::from(vec![1, 2, 3])])),
+            None
+        );
+        let client = MemberClient::new("https://10.0.0.1:2379", &tls(), Duration::from_secs(1)).unwrap();
+        assert_eq!(client.server_certificate_expiry(), None);
     }
 
     #[test]

@@ -175,6 +175,11 @@ impl EtcdMemberProcess {
         }
     }
 
+    /// The server certificate the member presents (PEM).
+    pub fn server_cert_pem(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.crt")).expect("read the member's server.crt")
+    }
+
     /// This member's `--initial-cluster` entry: `<name>=<peer URL>`.
     pub fn initial_cluster_entry(&self) -> String {
         format!("{}={}", self.name, self.peer_url)

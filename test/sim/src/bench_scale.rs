@@ -74,7 +74,7 @@ impl Running {
     ) -> Result<Running, SimError> {
         let log = work_dir.join(format!("{name}-{tag}.log"));
         let ports = ControllerPorts::choose()?;
-        let child = spawn_controller_with_ports(name, kubeconfig, &log, Some(ports), extra)?;
+        let child = spawn_controller_with_ports(name, kubeconfig, &log, Some(ports), extra, &[])?;
         Ok(Running { child, log, ports })
     }
 

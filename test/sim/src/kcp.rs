@@ -1,7 +1,8 @@
 //! The KubeadmControlPlane stand-in: what the etcd controller's gating and rollout rules talk to.
 //! It honours the paused annotation, will not "create machines" before the etcd certificate
 //! Secrets exist, records every endpoint list it is given, and rolls its (imaginary) machines
-//! one step at a time when the endpoints change, as a real KCP rollout would.
+//! one step at a time when the endpoints change or `spec.rollout.after` moves (each move is
+//! recorded as a rollout request), as a real KCP rollout would.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -27,12 +28,23 @@ pub struct EndpointChange {
     pub endpoints: Vec<String>,
 }
 
+/// A rollout asked for through `spec.rollout.after`, and when it was seen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RolloutRequest {
+    pub kcp: String,
+    pub at: Duration,
+    /// The new `spec.rollout.after`.
+    pub after: String,
+}
+
 /// What the stand-in saw, for scenarios to assert on.
 #[derive(Clone, Debug, Default)]
 pub struct KcpRecord {
     pub endpoint_changes: Vec<EndpointChange>,
     /// Rollouts started because the endpoints changed.
     pub rollouts: usize,
+    /// Every value `spec.rollout.after` took, in order, whenever it was seen (paused or not).
+    pub rollout_requests: Vec<RolloutRequest>,
 }
 
 /// Per-KCP progress of the imaginary machines.
@@ -40,6 +52,8 @@ pub struct KcpRecord {
 struct Machines {
     /// Endpoints the running machines use.
     endpoints: Vec<String>,
+    /// The `spec.rollout.after` they were last rolled for.
+    rollout_after: Option<String>,
     /// Machines already on `endpoints` while a rollout runs.
     up_to_date: i32,
     last_step: Instant,
@@ -53,6 +67,8 @@ pub struct KcpStandIn {
     pub record: Arc<Mutex<KcpRecord>>,
     started: Instant,
     machines: Mutex<BTreeMap<String, Machines>>,
+    /// The `spec.rollout.after` last seen per KCP.
+    rollout_after_seen: Mutex<BTreeMap<String, String>>,
 }
 
 impl KcpStandIn {
@@ -64,6 +80,7 @@ impl KcpStandIn {
             record: Arc::default(),
             started: Instant::now(),
             machines: Mutex::default(),
+            rollout_after_seen: Mutex::default(),
         }
     }
 
@@ -92,6 +109,8 @@ impl KcpStandIn {
         kcp: &KubeadmControlPlane,
     ) -> Result<(), kube::Error> {
         let name = kcp.name_any();
+        let rollout_after = kcp.rollout_after().map(|t| t.to_string());
+        self.note_rollout_request(&name, rollout_after.as_deref());
         if kcp.annotations().contains_key(names::PAUSED_ANNOTATION) {
             return Ok(());
         }
@@ -122,7 +141,7 @@ impl KcpStandIn {
             json!({"replicas": 0, "upToDateReplicas": 0, "updatedReplicas": 0,
                    "conditions": [condition("EtcdCertificatesAvailable", "False", "SecretsMissing", &message)]})
         } else {
-            let up_to_date = self.step_machines(&name, &endpoints, replicas);
+            let up_to_date = self.step_machines(&name, &endpoints, rollout_after, replicas);
             json!({"replicas": replicas, "readyReplicas": replicas, "upToDateReplicas": up_to_date,
                    "updatedReplicas": up_to_date,
                    "conditions": [condition("EtcdCertificatesAvailable", "True", "SecretsFound", "")]})
@@ -146,8 +165,15 @@ impl KcpStandIn {
         Ok(())
     }
 
-    /// Advance the imaginary machines towards `endpoints`; returns how many are up to date.
-    fn step_machines(&self, kcp: &str, endpoints: &[String], replicas: i32) -> i32 {
+    /// Advance the imaginary machines towards `endpoints` and the latest `rollout_after`;
+    /// returns how many are up to date.
+    fn step_machines(
+        &self,
+        kcp: &str,
+        endpoints: &[String],
+        rollout_after: Option<String>,
+        replicas: i32,
+    ) -> i32 {
         let mut all = self.machines.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         let machines = all.entry(kcp.to_string()).or_insert_with(|| {
@@ -155,10 +181,21 @@ impl KcpStandIn {
             info!(kcp, ?endpoints, "control plane machines created");
             Machines {
                 endpoints: endpoints.to_vec(),
+                rollout_after: rollout_after.clone(),
                 up_to_date: replicas,
                 last_step: now,
             }
         });
+        if machines.rollout_after != rollout_after {
+            info!(
+                kcp,
+                ?rollout_after,
+                "rollout requested: rolling the control plane"
+            );
+            machines.rollout_after = rollout_after;
+            machines.up_to_date = 0;
+            machines.last_step = now;
+        }
         if machines.endpoints != endpoints {
             self.remember(kcp, endpoints, true);
             info!(
@@ -166,17 +203,34 @@ impl KcpStandIn {
                 ?endpoints,
                 "etcd endpoints changed: rolling the control plane"
             );
-            *machines = Machines {
-                endpoints: endpoints.to_vec(),
-                up_to_date: 0,
-                last_step: now,
-            };
+            machines.endpoints = endpoints.to_vec();
+            machines.up_to_date = 0;
+            machines.last_step = now;
         }
         if machines.up_to_date < replicas && now.duration_since(machines.last_step) >= self.rollout_step {
             machines.up_to_date += 1;
             machines.last_step = now;
         }
         machines.up_to_date.min(replicas)
+    }
+
+    /// Record `spec.rollout.after` when it differs from what was last seen of `kcp`.
+    fn note_rollout_request(&self, kcp: &str, after: Option<&str>) {
+        let Some(after) = after else { return };
+        let mut seen = self
+            .rollout_after_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if seen.get(kcp).map(String::as_str) == Some(after) {
+            return;
+        }
+        seen.insert(kcp.into(), after.into());
+        let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
+        record.rollout_requests.push(RolloutRequest {
+            kcp: kcp.into(),
+            at: self.started.elapsed(),
+            after: after.into(),
+        });
     }
 
     fn remember(&self, kcp: &str, endpoints: &[String], rollout: bool) {

@@ -44,6 +44,8 @@ pub struct PlaneOptions {
     pub controller_kubeconfigs: std::collections::BTreeMap<&'static str, PathBuf>,
     /// Extra flags for every controller's `run`.
     pub controller_args: Vec<String>,
+    /// Extra environment of every controller process (e.g. a crash test's exit point).
+    pub controller_env: Vec<(String, String)>,
 }
 
 impl Default for PlaneOptions {
@@ -58,6 +60,7 @@ impl Default for PlaneOptions {
             namespace: NAMESPACE.into(),
             controller_kubeconfigs: Default::default(),
             controller_args: vec![],
+            controller_env: vec![],
         }
     }
 }
@@ -78,6 +81,7 @@ pub struct Plane {
     member_certificate_validity: Arc<Mutex<Option<Duration>>>,
     controller_kubeconfigs: std::collections::BTreeMap<&'static str, PathBuf>,
     controller_args: Vec<String>,
+    controller_env: Vec<(String, String)>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Running controller processes by binary name.
     controllers: Vec<(String, Child)>,
@@ -133,7 +137,14 @@ impl Plane {
             let chosen = ControllerPorts::choose()?;
             let log = work_dir.join(format!("{name}.log"));
             let own = options.controller_kubeconfigs.get(name).unwrap_or(&kubeconfig);
-            let child = spawn_controller_with_ports(name, own, &log, Some(chosen), &options.controller_args)?;
+            let child = spawn_controller_with_ports(
+                name,
+                own,
+                &log,
+                Some(chosen),
+                &options.controller_args,
+                &options.controller_env,
+            )?;
             ports.insert(name.to_string(), chosen);
             controllers.push((name.to_string(), child));
         }
@@ -165,6 +176,7 @@ impl Plane {
             member_certificate_validity,
             controller_kubeconfigs: options.controller_kubeconfigs.clone(),
             controller_args: options.controller_args.clone(),
+            controller_env: options.controller_env.clone(),
             tasks,
             controllers,
             ports,
@@ -225,7 +237,8 @@ impl Plane {
             .find(|(n, _)| **n == name)
             .map_or(&self.kubeconfig, |(_, path)| path);
         let log = self.work_dir.join(format!("{name}.log"));
-        let child = spawn_controller_with_ports(name, own, &log, None, &self.controller_args)?;
+        let child =
+            spawn_controller_with_ports(name, own, &log, None, &self.controller_args, &self.controller_env)?;
         match self.controllers.iter_mut().find(|(n, _)| n == name) {
             Some((_, slot)) => *slot = child,
             None => self.controllers.push((name.to_string(), child)),
@@ -277,7 +290,7 @@ pub fn sibling_binary(name: &str) -> Result<PathBuf, SimError> {
 
 /// Start a controller binary's `run` against the plane at `kubeconfig`, appending to `log`.
 pub fn spawn_controller(name: &str, kubeconfig: &Path, log: &Path) -> Result<Child, SimError> {
-    spawn_controller_with_ports(name, kubeconfig, log, None, &[])
+    spawn_controller_with_ports(name, kubeconfig, log, None, &[], &[])
 }
 
 /// The in-memory API server with our CRDs, served on loopback.
@@ -339,6 +352,7 @@ pub fn spawn_controller_with_ports(
     log: &Path,
     ports: Option<ControllerPorts>,
     extra: &[String],
+    env: &[(String, String)],
 ) -> Result<Child, SimError> {
     let binary = sibling_binary(name)?;
     let (health, diagnostics) = match ports {
@@ -361,6 +375,7 @@ pub fn spawn_controller_with_ports(
             "--webhook-port=0".to_string(),
         ])
         .args(extra)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("KUBECONFIG", kubeconfig)
         // `SIM_CONTROLLER_LOG` overrides the controllers' log filter (e.g. `info,etcdadm_etcdcluster=debug`).
         .env(

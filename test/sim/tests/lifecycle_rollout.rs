@@ -11,17 +11,13 @@
 
 mod lifecycle_support;
 
-use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use etcdadm_shared::testing::TempDir;
-use kube::ResourceExt;
 use lifecycle_support::*;
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(180);
-/// The longest a client may wait for an acknowledged write.
-const MAX_WRITE_GAP: Duration = Duration::from_secs(2);
 
 fn config(version: &str) -> Value {
     json!({
@@ -29,114 +25,6 @@ fn config(version: &str) -> Value {
         "ntp": {"servers": ["0.pool.ntp.org"], "enabled": true},
         "users": [{"name": "ops", "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3Nza one@example"]}],
     })
-}
-
-async fn machine_names(client: &kube::Client, cluster: &str) -> BTreeSet<String> {
-    machines(client, cluster)
-        .await
-        .iter()
-        .map(|m| m.name_any())
-        .collect()
-}
-
-struct Outcome {
-    wall: Duration,
-    peak_members: usize,
-    kcp_writes: usize,
-    max_gap: Duration,
-}
-
-/// Change the spec with `patch`, keep a client busy meanwhile, wait until every Machine was
-/// replaced; check the membership rules and what the client saw.
-async fn roll(
-    plane: &etcdadm_sim::plane::Plane,
-    work: &TempDir,
-    watchers: &Watchers,
-    cluster: &str,
-    with_kcp: bool,
-    patch: Value,
-) -> Outcome {
-    let client = &plane.client;
-    let old = machine_names(client, cluster).await;
-    let (endpoints, follower) = if with_kcp {
-        follow_kcp_endpoints(client, cluster)
-    } else {
-        follow_status_endpoints(client, cluster)
-    };
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let workload = Workload::start(client, cluster, endpoints, watchers.started).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let kcp_before = plane.kcp_record.lock().unwrap().endpoint_changes.len();
-    let t0 = watchers.now();
-    let started = Instant::now();
-    patch_spec(client, cluster, patch).await;
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        let etcd = wait_settled(client, cluster, old.len(), TIMEOUT, work).await;
-        let now = machine_names(client, cluster).await;
-        if now.is_disjoint(&old) {
-            let status = etcd.status.unwrap();
-            assert!(status.members.iter().all(|m| !old.contains(&m.name)));
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "old Machines remain: {now:?}\n{}",
-            logs(work)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let wall = started.elapsed();
-    let t1 = watchers.now();
-    // Let the KCP stand-in take its last look, and the client a few more writes.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let report = workload.finish().await;
-    follower.abort();
-    let kcp_writes = plane.kcp_record.lock().unwrap().endpoint_changes.len() - kcp_before;
-    let history = watchers.history();
-    let machine_log = watchers.machines();
-    assert!(
-        report.lost.is_empty(),
-        "acknowledged writes lost: {:?}",
-        report.lost
-    );
-    assert!(report.acked > 50, "the client hardly wrote: {report:?}");
-    assert!(
-        report.max_gap < MAX_WRITE_GAP,
-        "the client waited {:?} for a write (at {:?}): {report:?}\n{history:#?}\n{}",
-        report.max_gap,
-        report.max_gap_at,
-        logs(work)
-    );
-    for name in &old {
-        let life = &machine_log.lives[name];
-        assert!(life.gone.is_some(), "old Machine {name} not gone");
-    }
-    let last: BTreeSet<String> = history
-        .last()
-        .unwrap()
-        .members
-        .iter()
-        .map(|m| m.1.clone())
-        .collect();
-    assert!(last.is_disjoint(&old), "old members remain in etcd: {last:?}");
-    assert_safe(&history, &machine_log);
-    let peak_members = history.max_size_between(t0, t1);
-    println!(
-        "{cluster}: rolled {} members in {:.1}s; peak {peak_members} members; {kcp_writes} KCP endpoint updates; client: {} writes, longest gap {:?}, {} failed attempts, {} endpoint switches",
-        old.len(),
-        wall.as_secs_f64(),
-        report.acked,
-        report.max_gap,
-        report.failed_attempts,
-        report.endpoint_switches
-    );
-    Outcome {
-        wall,
-        peak_members,
-        kcp_writes,
-        max_gap: report.max_gap,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

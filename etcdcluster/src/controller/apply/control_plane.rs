@@ -1,6 +1,7 @@
-//! Writes to the KubeadmControlPlane: its pause while etcd is not ready, and the external etcd
-//! endpoints it is given. The KCP type here is partial, so every apply configuration is JSON
-//! holding only the fields this controller owns.
+//! Writes to the KubeadmControlPlane: its pause while etcd is not ready, the external etcd
+//! endpoints it is given, and the rollout that hands it a re-issued client certificate. The KCP
+//! type here is partial, so every apply configuration is JSON holding only the fields this
+//! controller owns.
 
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -17,6 +18,7 @@ use crate::error::Error;
 /// Server-side apply sites on the KCP.
 const PAUSE_MANAGER: &str = "etcdadm-controller/control-plane-pause";
 const ENDPOINTS_MANAGER: &str = "etcdadm-controller/control-plane-endpoints";
+const ROLLOUT_MANAGER: &str = "etcdadm-controller/control-plane-rollout";
 
 fn api(out: &Outputs<'_>, kcp: &KubeadmControlPlane) -> Api<KubeadmControlPlane> {
     Api::namespaced(out.client.clone(), &kcp.namespace().unwrap_or_default())
@@ -73,4 +75,17 @@ pub(super) async fn write_endpoints(
         "etcd": { "external": { "endpoints": endpoints } }
     } } } });
     apply(out, kcp, ENDPOINTS_MANAGER, true, json!({}), spec).await
+}
+
+/// Ask for a rollout of the Machines created before `after` (v1beta2 `spec.rollout.after`, the
+/// version this controller reads the KCP at). Forced: a later request by anyone else would have
+/// made this step unnecessary, so whatever is there is earlier.
+pub(super) async fn request_rollout(
+    out: &Outputs<'_>,
+    obs: &Observation,
+    after: k8s_openapi::jiff::Timestamp,
+) -> Result<Applied, Error> {
+    let kcp = observed(&obs.kcp, "KubeadmControlPlane")?;
+    let spec = json!({ "spec": { "rollout": { "after": after.to_string() } } });
+    apply(out, kcp, ROLLOUT_MANAGER, true, json!({}), spec).await
 }

@@ -143,6 +143,10 @@ pub async fn apply(
         Step::PauseKcp => control_plane::pause(out, obs).await?,
         Step::UnpauseKcp => control_plane::unpause(out, obs).await?,
         Step::WriteKcpEndpoints { endpoints } => control_plane::write_endpoints(out, obs, endpoints).await?,
+        Step::RenewApiserverClientCertificate { .. } => secrets::renew_apiserver_client(out, obs).await?,
+        Step::RequestControlPlaneRollout { after } => {
+            control_plane::request_rollout(out, obs, *after).await?
+        }
         Step::CreateMachine {
             name,
             failure_domain,

@@ -1,11 +1,15 @@
 //! Secrets: the etcd CA and `<cluster>-etcd-init` (shared contracts, created only if absent), the
-//! join URLs kept on the healthy voters, and the two Secrets the control plane is given.
+//! join URLs kept on the healthy voters, the two Secrets the control plane is given, and the
+//! re-issue of its client certificate.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use tracing::warn;
 
 use etcdadm_shared::contract::{bytes, ca, create_cluster_secret, init_secret};
 use etcdadm_shared::names;
@@ -88,4 +92,43 @@ pub(super) async fn create_kcp_secrets(out: &Outputs<'_>, obs: &Observation) -> 
         created |= create_cluster_secret(out.client, cluster, ns, client_name, data, FIELD_MANAGER).await?;
     }
     Ok(created.into())
+}
+
+/// Re-issue `<cluster>-apiserver-etcd-client` from the CA and note when on it, over exactly the
+/// version observed: a concurrent writer makes this fail and the next pass decide again. The old
+/// certificate is not revoked; it stays valid until it expires.
+pub(super) async fn renew_apiserver_client(out: &Outputs<'_>, obs: &Observation) -> Result<Applied, Error> {
+    let cluster = observed(&obs.cluster, "Cluster")?.name_any();
+    let ca = observed(&obs.ca, "etcd CA")?;
+    let secret = observed(&obs.apiserver_client, "API server client certificate Secret")?;
+    let leaf = ca.issue(&LeafRequest::apiserver_etcd_client(&cluster))?;
+    let patch = json!({
+        "metadata": {
+            "resourceVersion": secret.resource_version,
+            "annotations": { names::APISERVER_CLIENT_RENEWED_ANNOTATION: Timestamp::now().to_string() },
+        },
+        "data": {
+            names::TLS_CERT_KEY: bytes(&leaf.cert_pem),
+            names::TLS_KEY_KEY: bytes(&leaf.key_pem),
+        },
+    });
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(out.client.clone(), &obs.namespace)
+        .patch(
+            &names::apiserver_client_secret_name(&cluster),
+            &params,
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    if std::env::var_os(names::EXIT_AFTER_CLIENT_RENEWAL_ENV).is_some() {
+        warn!(
+            "{} is set: exiting after the re-issue, as a crash would",
+            names::EXIT_AFTER_CLIENT_RENEWAL_ENV
+        );
+        std::process::exit(3);
+    }
+    Ok(Applied::Done)
 }

@@ -85,6 +85,7 @@ mod tests {
             skip_pause: true,
             secrets_present: false,
             rollout_complete: false,
+            rollout_after: None,
         };
         assert!(matches!(plan(&o), Step::CreateMachine { .. }));
         o.kcp = KcpView::Found {
@@ -95,6 +96,7 @@ mod tests {
             skip_pause: false,
             secrets_present: false,
             rollout_complete: false,
+            rollout_after: None,
         };
         assert!(matches!(plan(&o), Step::CreateMachine { .. }));
 

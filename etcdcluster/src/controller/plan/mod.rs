@@ -8,6 +8,7 @@
 //! unhealthy for long enough means "replace it". A controller killed between any two writes
 //! therefore resumes where it stopped and never repeats a membership change already done.
 
+mod certificates;
 mod control_plane;
 mod deletion;
 mod gates;
@@ -25,6 +26,7 @@ mod step;
 pub(crate) mod testing;
 mod versions;
 
+pub use self::certificates::{CertificateKind, CertificateView, Expiring, expiring, outdate_expiring};
 pub use self::gates::quorum;
 pub use self::growth::{MIN_JOIN_DEADLINE, MIN_JOIN_INTERVALS, join_deadline};
 pub use self::observed::{
@@ -111,10 +113,12 @@ fn act(o: &Observed, allowed: &[String], wanted: Want<'_>) -> Step {
     }
 }
 
-/// Nothing to add or remove: hand the control plane what it needs, clean up, or say steady.
+/// Nothing to add or remove: hand the control plane what it needs, clean up, renew its client
+/// certificate, or say steady.
 fn settled(o: &Observed) -> Step {
     control_plane::hand_over(o)
         .or_else(|| growth::leftovers(o))
+        .or_else(|| certificates::client_renewal(o))
         .unwrap_or_else(|| {
             if is_ready(o) {
                 Step::Steady

@@ -4,6 +4,9 @@
 
 use std::time::Duration;
 
+use k8s_openapi::jiff::Timestamp;
+
+use super::certificates::CertificateView;
 pub use etcdadm_shared::contract::ca::CaView;
 pub use etcdadm_shared::contract::init_secret::InitSecret;
 use etcdadm_shared::names;
@@ -73,6 +76,8 @@ pub struct MemberView {
     pub alarms: Vec<String>,
     /// How long it has been unhealthy, by the remediation clock.
     pub unhealthy_for: Duration,
+    /// `notAfter` of the server certificate it presented in this round's handshake.
+    pub certificate_expiry: Option<Timestamp>,
 }
 
 impl MemberView {
@@ -127,6 +132,8 @@ pub enum KcpView {
         secrets_present: bool,
         /// Every control plane Machine runs the current spec (`rollout_complete()`).
         rollout_complete: bool,
+        /// `spec.rollout.after`: Machines created before it are replaced.
+        rollout_after: Option<Timestamp>,
     },
 }
 
@@ -223,6 +230,8 @@ pub struct Observed {
     pub running_versions: Vec<String>,
     pub cluster: ClusterView,
     pub ca: CaView,
+    /// The certificates' expiry and the renewal window.
+    pub certificates: CertificateView,
     /// Member Machines, oldest first.
     pub machines: Vec<MachineView>,
     /// Infra machines or EtcdadmConfigs of ours that have no Machine (an interrupted creation),

@@ -95,6 +95,16 @@ pub enum Step {
     },
     CreateKcpSecrets,
     UnpauseKcp,
+    /// Re-issue `<cluster>-apiserver-etcd-client` from the CA (the old one, expiring at `expiry`,
+    /// stays valid until then).
+    RenewApiserverClientCertificate {
+        expiry: k8s_openapi::jiff::Timestamp,
+    },
+    /// Ask the KubeadmControlPlane to replace its Machines created before `after` (the re-issue
+    /// time), so the API servers get the new client certificate.
+    RequestControlPlaneRollout {
+        after: k8s_openapi::jiff::Timestamp,
+    },
     /// Rule 6: hand leadership from the member about to be removed (asked through its own
     /// client URL) to the healthy voter `to`.
     MoveLeader {
@@ -159,6 +169,7 @@ pub mod reason {
     pub const ADOPTING_MACHINE: &str = "AdoptingMachine";
     pub const PROVISIONING: &str = "Provisioning";
     pub const UPDATING_CONTROL_PLANE: &str = "UpdatingControlPlane";
+    pub const RENEWING_CERTIFICATES: &str = "RenewingCertificates";
     pub const DELETING: &str = "Deleting";
     pub const READY: &str = "Ready";
     pub const RESTORING: &str = "RestoringFromSnapshot";
@@ -241,6 +252,14 @@ impl Step {
             Step::WriteKcpEndpoints { .. } | Step::CreateKcpSecrets | Step::UnpauseKcp => (
                 reason::UPDATING_CONTROL_PLANE,
                 "handing the etcd endpoints and certificates to the KubeadmControlPlane".into(),
+            ),
+            Step::RenewApiserverClientCertificate { expiry } => (
+                reason::RENEWING_CERTIFICATES,
+                format!("re-issuing the API server client certificate, which expires {expiry}"),
+            ),
+            Step::RequestControlPlaneRollout { .. } => (
+                reason::RENEWING_CERTIFICATES,
+                "asking the KubeadmControlPlane for a rollout so its Machines get the re-issued API server client certificate".into(),
             ),
             Step::MoveLeader { machine, .. } => (
                 reason::REMOVING_MEMBER,
@@ -396,6 +415,19 @@ impl Step {
             Step::UnpauseKcp => (
                 "ControlPlaneUnpaused",
                 format!("etcd is ready: un-paused KubeadmControlPlane {kcp}"),
+            ),
+            Step::RenewApiserverClientCertificate { expiry } => (
+                "ApiserverClientCertificateRenewed",
+                format!(
+                    "re-issued the API server client certificate in Secret {} from the etcd CA (the old one stays valid until {expiry})",
+                    names::apiserver_client_secret_name(cluster)
+                ),
+            ),
+            Step::RequestControlPlaneRollout { after } => (
+                "ControlPlaneRolloutRequested",
+                format!(
+                    "asked KubeadmControlPlane {kcp} to replace its Machines created before {after}, so they carry the re-issued API server client certificate"
+                ),
             ),
             Step::MoveLeader { to, machine, .. } => (
                 "LeadershipMoved",

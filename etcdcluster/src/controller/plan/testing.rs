@@ -50,6 +50,7 @@ pub(super) fn kcp(endpoints: &[&str], paused: bool, secrets: bool) -> KcpView {
         skip_pause: false,
         secrets_present: secrets,
         rollout_complete: true,
+        rollout_after: None,
     }
 }
 
@@ -79,6 +80,7 @@ pub(crate) fn base() -> Observed {
             failure_domains: vec![],
         },
         ca: CaView::Valid,
+        certificates: CertificateView::default(),
         machines: vec![],
         leftovers: vec![],
         etcd: EtcdView::NotChecked,
