@@ -35,6 +35,22 @@ fn assert_learner_joins(history: &etcdadm_sim::history::History, joined: usize) 
     );
 }
 
+/// No acknowledged write lost, and none waited for as long as `max_gap`.
+fn assert_writes_flowed(report: &WorkloadReport, max_gap: Duration) {
+    assert!(
+        report.lost.is_empty(),
+        "acknowledged writes lost: {:?}",
+        report.lost
+    );
+    assert!(report.acked > 20, "the client hardly wrote: {report:?}");
+    assert!(
+        report.max_gap < max_gap,
+        "writes stopped for {:?} (ending at {:?})",
+        report.max_gap,
+        report.max_gap_at
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_one_three_five_every_join_is_a_learner_add_then_its_promotion() {
     let work = TempDir::new("sim-learners-create");
@@ -154,18 +170,7 @@ async fn a_second_machine_that_never_boots_costs_the_first_member_no_write() {
 
     // The first member served writes throughout: a voter join would have stalled them for the
     // whole join deadline (30 s) until the dead member was removed.
-    assert!(
-        report.lost.is_empty(),
-        "acknowledged writes lost: {:?}",
-        report.lost
-    );
-    assert!(report.acked > 20, "the client hardly wrote: {report:?}");
-    assert!(
-        report.max_gap < Duration::from_secs(10),
-        "writes stopped for {:?} (ending at {:?}): the dead learner counted toward quorum",
-        report.max_gap,
-        report.max_gap_at
-    );
+    assert_writes_flowed(&report, Duration::from_secs(10));
     println!(
         "grew 1 → 3 with {dead} never booting in {:.1}s; client: {} writes, longest gap {:?}",
         wall.as_secs_f64(),
@@ -391,19 +396,8 @@ async fn a_one_member_rollout_with_max_surge_one_keeps_writes_flowing() {
     assert_safe(&history, &machine_log);
     assert_learner_joins(&history, 1);
     assert_eq!(history.max_size(), 2, "add first, then remove: {history:#?}");
-    assert!(
-        report.lost.is_empty(),
-        "acknowledged writes lost: {:?}",
-        report.lost
-    );
-    assert!(report.acked > 20, "the client hardly wrote: {report:?}");
     // As in lifecycle_rollout: a client never waits longer than this for a write.
-    assert!(
-        report.max_gap < Duration::from_secs(2),
-        "writes stopped for {:?} (ending at {:?})",
-        report.max_gap,
-        report.max_gap_at
-    );
+    assert_writes_flowed(&report, Duration::from_secs(2));
     println!(
         "rolled 1 member (maxSurge 1) in {:.1}s; client: {} writes, longest gap {:?}",
         wall.as_secs_f64(),

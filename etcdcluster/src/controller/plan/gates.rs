@@ -727,6 +727,25 @@ mod tests {
             Ok(())
         }
 
+        /// Rules 1 and 2 for an add (a Machine, or a learner for one): nothing being deleted,
+        /// every member a started, healthy voter of ours (so never a second learner).
+        fn add_allowed(o: &Observed, what: &str) -> Result<(), String> {
+            if o.machines.iter().any(|m| m.deleting) {
+                return Err(format!("{what} while a Machine is being deleted"));
+            }
+            if let Some(m) = o
+                .members()
+                .iter()
+                .find(|m| !m.is_started() || !m.healthy || m.is_learner || m.machine.is_none())
+            {
+                return Err(format!(
+                    "{what} while member {} is not a healthy voter of ours (learner: {})",
+                    m.id, m.is_learner
+                ));
+            }
+            Ok(())
+        }
+
         fn check(o: &Observed, step: &Step) -> Result<(), String> {
             let voters = o.voters();
             let healthy = voters.iter().filter(|m| m.healthy).count();
@@ -776,19 +795,7 @@ mod tests {
                 Step::AddLearner {
                     machine, peer_url, ..
                 } => {
-                    if deleting > 0 {
-                        return Err("adds a learner while a Machine is being deleted".into());
-                    }
-                    if let Some(m) = o
-                        .members()
-                        .iter()
-                        .find(|m| !m.is_started() || !m.healthy || m.is_learner || m.machine.is_none())
-                    {
-                        return Err(format!(
-                            "adds a learner while member {} is not a healthy voter of ours (learner: {})",
-                            m.id, m.is_learner
-                        ));
-                    }
+                    add_allowed(o, "adds a learner")?;
                     let target = o
                         .active_machines()
                         .find(|m| &m.name == machine)
@@ -823,19 +830,7 @@ mod tests {
                     }
                 }
                 Step::CreateMachine { .. } => {
-                    if deleting > 0 {
-                        return Err("adds while a Machine is being deleted".into());
-                    }
-                    if let Some(m) = o
-                        .members()
-                        .iter()
-                        .find(|m| !m.is_started() || !m.healthy || m.is_learner || m.machine.is_none())
-                    {
-                        return Err(format!(
-                            "adds while member {} is not a healthy voter of ours",
-                            m.id
-                        ));
-                    }
+                    add_allowed(o, "adds")?;
                     if let Some(m) = o
                         .active_machines()
                         .find(|m| m.address.is_none() || o.member_of(&m.name).is_none())
