@@ -466,6 +466,9 @@ async fn the_first_member_is_created_whole_and_alone() {
     let config = env.api::<EtcdadmConfig>().get(&name).await.unwrap();
     assert_eq!(config.spec, created.spec.etcdadm_config_spec);
     assert_eq!(config.labels()[names::ETCD_CLUSTER_LABEL], ETCD);
+    // Created asking for a learner join (the first member renders `init` regardless).
+    assert_eq!(config.annotations()[names::LEARNER_JOIN_ANNOTATION], "true");
+    assert!(config.joins_as_learner());
     assert_eq!(config.owner_references()[0].uid, created.uid().unwrap());
     assert_ne!(config.owner_references()[0].controller, Some(true));
 

@@ -116,6 +116,8 @@ pub struct MachineRecord {
     pub cloned_from: Option<(String, String)>,
     /// Its `remediation-for` record, when it replaced a remediated Machine.
     pub remediation_for: Option<RemediationRecord>,
+    /// Its EtcdadmConfig asks for a learner join.
+    pub learner_join: bool,
 }
 
 impl MachineRecord {
@@ -143,10 +145,11 @@ impl MachineRecord {
             orphan: self.orphan,
             delete_requested: self.delete_requested,
             outdated: outdated_reason(&member, desired),
-            was_member: entry.is_some_and(|s| s.member_id.is_some()),
+            was_member: entry.is_some_and(|s| s.member_id.is_some() && !s.is_learner),
             unhealthy_for: clock.unhealthy_for(entry),
             age: self.created.map(|t| clock.since(t)).unwrap_or_default(),
             replaces: self.remediation_for.as_ref().map(|r| r.view(clock.now())),
+            learner_join: self.learner_join,
         }
     }
 }
@@ -423,6 +426,9 @@ pub async fn observe_around(
                 delete_requested: m.annotations().contains_key(names::DELETE_MACHINE_ANNOTATION),
                 created: m.meta().creation_timestamp.as_ref().map(|t| t.0),
                 config: configs_by_name.get(&config_name).map(|c| c.spec.clone()),
+                learner_join: configs_by_name
+                    .get(&config_name)
+                    .is_some_and(|c| c.joins_as_learner()),
                 cloned_from,
                 remediation_for: m
                     .annotations()

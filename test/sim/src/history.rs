@@ -12,7 +12,7 @@ use kube::{Client, ResourceExt};
 use etcdadm_shared::api::capi::Machine;
 use etcdadm_shared::etcd::{EtcdTls, Member, MemberClient};
 
-/// Membership at one moment: members by ID, with whether each had started.
+/// Membership at one moment: members by ID, with whether each had started and is a learner.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     pub at: Duration,
@@ -32,6 +32,10 @@ impl Snapshot {
 
     fn ids(&self) -> BTreeSet<u64> {
         self.members.iter().map(|m| m.0).collect()
+    }
+
+    fn learners(&self) -> BTreeSet<u64> {
+        self.members.iter().filter(|m| m.3).map(|m| m.0).collect()
     }
 
     /// Members added to the cluster that have not started yet: joins in flight.
@@ -56,14 +60,55 @@ impl History {
             .unwrap_or_default()
     }
 
-    /// Rule 1: between consecutive observations, at most one member was added or removed. (The
-    /// recorder polls fast enough that two changes in one interval mean two were in flight.)
+    /// Rule 1: between consecutive observations, at most one member was added, promoted or
+    /// removed. (The recorder polls fast enough that two changes in one interval mean two were
+    /// in flight.)
     pub fn max_changes_per_step(&self) -> usize {
         self.snapshots
             .windows(2)
-            .map(|w| w[0].ids().symmetric_difference(&w[1].ids()).count())
+            .map(|w| {
+                let (a, b) = (&w[0], &w[1]);
+                let added_or_removed = a.ids().symmetric_difference(&b.ids()).count();
+                let promoted = a
+                    .learners()
+                    .difference(&b.learners())
+                    .filter(|id| b.ids().contains(id))
+                    .count();
+                added_or_removed + promoted
+            })
             .max()
             .unwrap_or_default()
+    }
+
+    /// etcd allows one learner at a time; the controller never asks for a second one.
+    pub fn max_learners(&self) -> usize {
+        self.snapshots
+            .iter()
+            .map(|s| s.learners().len())
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// How each member that joined after the first snapshot joined: `(id, first seen as a
+    /// learner, later seen as a voter)`, by ID.
+    pub fn joins(&self) -> Vec<(u64, bool, bool)> {
+        let Some(first) = self.snapshots.first() else {
+            return vec![];
+        };
+        let mut joins: BTreeMap<u64, (bool, bool)> = BTreeMap::new();
+        for snapshot in &self.snapshots {
+            for &(id, _, _, learner) in &snapshot.members {
+                if first.ids().contains(&id) {
+                    continue;
+                }
+                let entry = joins.entry(id).or_insert((learner, false));
+                entry.1 |= !learner;
+            }
+        }
+        joins
+            .into_iter()
+            .map(|(id, (learner, voter))| (id, learner, voter))
+            .collect()
     }
 
     /// Largest membership ever seen.
@@ -443,6 +488,42 @@ mod tests {
             snapshots: vec![named(1, &[(1, "a")]), named(3, &[])],
         };
         assert!(history.machines_outliving_members(&machines).is_empty());
+    }
+
+    fn with_learners(members: &[(u64, bool, bool)]) -> Snapshot {
+        Snapshot {
+            at: Duration::ZERO,
+            members: members
+                .iter()
+                .map(|&(id, started, learner)| (id, String::new(), started, learner))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_promotion_is_a_change_and_learner_joins_are_told_from_voter_adds() {
+        let history = History {
+            snapshots: vec![
+                with_learners(&[(1, true, false)]),
+                with_learners(&[(1, true, false), (2, false, true)]),
+                with_learners(&[(1, true, false), (2, true, true)]),
+                with_learners(&[(1, true, false), (2, true, false)]),
+                with_learners(&[(1, true, false), (2, true, false), (3, false, false)]),
+            ],
+        };
+        assert_eq!(history.max_changes_per_step(), 1);
+        assert_eq!(history.max_learners(), 1);
+        assert_eq!(history.joins(), vec![(2, true, true), (3, false, true)]);
+        // A promotion and an add seen in one step are two changes; two learners are counted.
+        let history = History {
+            snapshots: vec![
+                with_learners(&[(1, true, false), (2, true, true)]),
+                with_learners(&[(1, true, false), (2, true, false), (3, false, true)]),
+                with_learners(&[(1, true, false), (2, true, true), (3, false, true)]),
+            ],
+        };
+        assert_eq!(history.max_changes_per_step(), 2);
+        assert_eq!(history.max_learners(), 2);
     }
 
     #[test]

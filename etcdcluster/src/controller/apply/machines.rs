@@ -114,11 +114,16 @@ pub(super) async fn create(
         create_if_absent(&infra_api, &infra, FIELD_MANAGER).await?;
     }
 
-    // 2. EtcdadmConfig with the cluster's config spec.
+    // 2. EtcdadmConfig with the cluster's config spec, asking for a learner join (the first
+    // member initializes instead; a flavor that cannot join as a learner keeps the voter join).
     let configs: Api<EtcdadmConfig> = Api::namespaced(client.clone(), m.ns);
     let mut config = EtcdadmConfig::new(name, etcd.spec.etcdadm_config_spec.clone());
     config.metadata.namespace = Some(m.ns.into());
     config.metadata.labels = Some(labels.clone());
+    config.metadata.annotations = Some(BTreeMap::from([(
+        names::LEARNER_JOIN_ANNOTATION.to_string(),
+        "true".to_string(),
+    )]));
     config.metadata.owner_references = Some(vec![owner_reference(etcd)?]);
     if purpose == Growth::Restore {
         config.metadata.annotations = Some(BTreeMap::from([(

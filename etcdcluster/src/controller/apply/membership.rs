@@ -1,8 +1,10 @@
 //! etcd membership changes, asked of a member with the controller's client certificate:
-//! leadership moved away from a member about to go (rule 6), a member removed (rules 3, 4).
+//! leadership moved away from a member about to go (rule 6), a member removed (rules 3, 4), a
+//! learner added and promoted (learner joins).
 //! A refusal etcd gives for a passing reason is waited out; any other is an error.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use etcdadm_shared::etcd::{EtcdError, MemberClient, Refusal};
 
@@ -36,6 +38,7 @@ fn passing(e: &EtcdError) -> bool {
                 | Refusal::NoLeader
                 | Refusal::NotLeader
                 | Refusal::RequestTimedOut
+                | Refusal::TooManyLearners
         )
     )
 }
@@ -83,4 +86,39 @@ pub(super) async fn remove_member(
         other => other,
     };
     outcome(out, obs, "remove", result)
+}
+
+/// How soon a learner that has not caught up is asked again (SPEC-day2.md: etcdadm's health
+/// read gives up about 2.7 s after a learner starts, so promotion must follow quickly).
+pub const LEARNER_RETRY: Duration = Duration::from_millis(500);
+
+/// Pre-add the learner at `peer_url`, asking the member at `via_url`; a member already there
+/// with that peer URL (an earlier attempt) is the one wanted.
+pub(super) async fn add_learner(
+    out: &Outputs<'_>,
+    obs: &Observation,
+    via_url: &str,
+    peer_url: &str,
+) -> Result<Applied, Error> {
+    let member = member_client(out, obs, via_url)?;
+    match member.member_add(&[peer_url.to_string()], true).await {
+        Err(e) if e.refusal() == Some(Refusal::PeerUrlExists) => Ok(Applied::AlreadyDone),
+        other => outcome(out, obs, "add-learner", other.map(drop)),
+    }
+}
+
+/// Promote learner `id`, asking the member at `via_url`. Not caught up yet: asked again after
+/// [`LEARNER_RETRY`]; a voter already (an earlier attempt): done.
+pub(super) async fn promote_learner(
+    out: &Outputs<'_>,
+    obs: &Observation,
+    via_url: &str,
+    id: u64,
+) -> Result<Applied, Error> {
+    let member = member_client(out, obs, via_url)?;
+    match member.member_promote(id).await {
+        Err(e) if e.refusal() == Some(Refusal::LearnerNotReady) => Ok(Applied::NotYet(LEARNER_RETRY)),
+        Err(e) if e.refusal() == Some(Refusal::MemberNotLearner) => Ok(Applied::AlreadyDone),
+        other => outcome(out, obs, "promote", other),
+    }
 }

@@ -91,6 +91,9 @@ enum Applied {
     AlreadyDone,
     /// etcd refused the membership change for a passing reason: retried shortly.
     Deferred(EtcdError),
+    /// etcd is not ready for it yet (a learner catching up): asked again after this long,
+    /// without an Event.
+    NotYet(Duration),
 }
 
 impl From<bool> for Applied {
@@ -162,6 +165,12 @@ pub async fn apply(
         Step::RemoveMember {
             member_id, via_url, ..
         } => membership::remove_member(out, obs, via_url, *member_id).await?,
+        Step::AddLearner {
+            via_url, peer_url, ..
+        } => membership::add_learner(out, obs, via_url, peer_url).await?,
+        Step::PromoteLearner {
+            member_id, via_url, ..
+        } => membership::promote_learner(out, obs, via_url, *member_id).await?,
     };
     match applied {
         Applied::Done => report(out, etcd, o, &step).await,
@@ -172,6 +181,13 @@ pub async fn apply(
             out.publish(etcd, EventNote::normal("MembershipChangeDeferred", note))
                 .await;
             return Ok(Next::Done(Action::requeue(MEMBERSHIP_RETRY)));
+        }
+        Applied::NotYet(after) => {
+            debug!(
+                step = step.reason().0,
+                "etcd is not ready for it yet; asking again shortly"
+            );
+            return Ok(Next::Done(Action::requeue(after)));
         }
     }
     Ok(match step {

@@ -153,9 +153,14 @@ pub(super) fn pending_change(o: &Observed) -> Option<Step> {
     }
     for machine in o.active_machines().filter(|m| !m.was_member) {
         if o.member_of(&machine.name).is_none() {
+            let how = if machine.learner_join {
+                "; it is added as a learner once every member is a healthy voter of ours"
+            } else {
+                ""
+            };
             return Some(Step::Wait {
                 reason: reason::WAITING_FOR_MEMBER_JOIN,
-                message: format!("Machine {} is not an etcd member yet", machine.name),
+                message: format!("Machine {} is not an etcd member yet{how}", machine.name),
             });
         }
     }
@@ -293,10 +298,18 @@ mod tests {
             ..unhealthy(joined, "not ready")
         };
         assert_eq!(wait_reason(&plan(&o)), reason::WAITING_FOR_MEMBER_JOIN);
-        // A learner is a change in flight too.
+        // A learner is a change in flight too: ours is promoted, nothing is added beside it;
+        // one on none of our Machines is waited for.
         let mut o = running(3);
         o.replicas = 5;
         members_mut(&mut o)[2].is_learner = true;
+        assert!(
+            matches!(plan(&o), Step::PromoteLearner { member_id: 3, .. }),
+            "{:?}",
+            plan(&o)
+        );
+        o.machines.pop();
+        members_mut(&mut o)[2].machine = None;
         assert_eq!(wait_reason(&plan(&o)), reason::WAITING_FOR_LEARNER);
     }
 
@@ -456,6 +469,8 @@ mod tests {
             outdated: bool,
             was_member: bool,
             old: bool,
+            /// Its config asks for a learner join.
+            learner_join: bool,
         }
 
         #[derive(Clone, Debug)]
@@ -480,9 +495,19 @@ mod tests {
                 prop::bool::weighted(0.3),
                 any::<bool>(),
                 any::<bool>(),
+                any::<bool>(),
             )
                 .prop_map(
-                    |(address, deleting, hook_kept, delete_requested, outdated, was_member, old)| {
+                    |(
+                        address,
+                        deleting,
+                        hook_kept,
+                        delete_requested,
+                        outdated,
+                        was_member,
+                        old,
+                        learner_join,
+                    )| {
                         MachineSeed {
                             address,
                             deleting,
@@ -491,6 +516,7 @@ mod tests {
                             outdated,
                             was_member,
                             old,
+                            learner_join,
                         }
                     },
                 )
@@ -501,7 +527,7 @@ mod tests {
                 prop::bool::weighted(0.95),
                 prop::bool::weighted(0.85),
                 prop::bool::weighted(0.9),
-                prop::bool::weighted(0.05),
+                prop::bool::weighted(0.15),
                 prop::bool::weighted(0.95),
                 any::<bool>(),
                 machine_seed(),
@@ -571,6 +597,7 @@ mod tests {
                 } else {
                     Duration::from_secs(10)
                 },
+                learner_join: seed.learner_join,
                 ..Default::default()
             }
         }
@@ -616,7 +643,7 @@ mod tests {
                 if m.on_machine {
                     let mut machine = machine_view(&name, &address, &m.machine);
                     machine.address = Some(address);
-                    machine.was_member = m.started;
+                    machine.was_member = m.started && !m.learner;
                     machine.unhealthy_for = unhealthy_for;
                     o.machines.push(machine);
                 }
@@ -673,6 +700,8 @@ mod tests {
                     | Step::DeleteMachine { .. }
                     | Step::RemoveMember { .. }
                     | Step::MoveLeader { .. }
+                    | Step::AddLearner { .. }
+                    | Step::PromoteLearner { .. }
             )
         }
 
@@ -693,6 +722,25 @@ mod tests {
                     "removing {} leaves {after} healthy of {} voters",
                     member.id,
                     voters.len() - 1
+                ));
+            }
+            Ok(())
+        }
+
+        /// Rules 1 and 2 for an add (a Machine, or a learner for one): nothing being deleted,
+        /// every member a started, healthy voter of ours (so never a second learner).
+        fn add_allowed(o: &Observed, what: &str) -> Result<(), String> {
+            if o.machines.iter().any(|m| m.deleting) {
+                return Err(format!("{what} while a Machine is being deleted"));
+            }
+            if let Some(m) = o
+                .members()
+                .iter()
+                .find(|m| !m.is_started() || !m.healthy || m.is_learner || m.machine.is_none())
+            {
+                return Err(format!(
+                    "{what} while member {} is not a healthy voter of ours (learner: {})",
+                    m.id, m.is_learner
                 ));
             }
             Ok(())
@@ -744,20 +792,45 @@ mod tests {
                         removable(o, member)?;
                     }
                 }
-                Step::CreateMachine { .. } => {
-                    if deleting > 0 {
-                        return Err("adds while a Machine is being deleted".into());
-                    }
-                    if let Some(m) = o
-                        .members()
-                        .iter()
-                        .find(|m| !m.is_started() || !m.healthy || m.is_learner || m.machine.is_none())
-                    {
+                Step::AddLearner {
+                    machine, peer_url, ..
+                } => {
+                    add_allowed(o, "adds a learner")?;
+                    let target = o
+                        .active_machines()
+                        .find(|m| &m.name == machine)
+                        .ok_or("adds a learner for no active Machine")?;
+                    if !target.learner_join || o.member_of(machine).is_some() {
                         return Err(format!(
-                            "adds while member {} is not a healthy voter of ours",
-                            m.id
+                            "adds a learner for Machine {machine}, which does not need one"
                         ));
                     }
+                    if target.address.as_deref().map(names::peer_url).as_ref() != Some(peer_url) {
+                        return Err(format!(
+                            "adds a learner at {peer_url}, not Machine {machine}'s peer URL"
+                        ));
+                    }
+                }
+                Step::PromoteLearner { member_id, .. } => {
+                    let learner = o
+                        .members()
+                        .iter()
+                        .find(|m| m.id == *member_id)
+                        .ok_or("promotes an unknown member")?;
+                    if !learner.is_learner || !learner.is_started() || learner.machine.is_none() {
+                        return Err(format!(
+                            "promotes member {member_id}, not a started learner of ours"
+                        ));
+                    }
+                    if deleting > 0 {
+                        return Err("promotes while a Machine is being deleted".into());
+                    }
+                    if let Some(m) = o.members().iter().find(|m| !m.is_started()) {
+                        return Err(format!("promotes while member {} has not started", m.id));
+                    }
+                }
+                Step::CreateMachine { .. } => {
+                    add_allowed(o, "adds")?;
                     if let Some(m) = o
                         .active_machines()
                         .find(|m| m.address.is_none() || o.member_of(&m.name).is_none())
@@ -782,6 +855,30 @@ mod tests {
                 let step = plan(&o);
                 if let Err(broken) = check(&o, &step) {
                     prop_assert!(false, "{broken}: {step:?}\nin {o:#?}");
+                }
+            }
+
+            /// A learner never counts toward H or |V|: how healthy the learners are never
+            /// decides whether quorum is lost, nor which removal is allowed.
+            #[test]
+            fn a_learners_health_never_counts_toward_quorum(seed in world_seed()) {
+                let o = world(&seed);
+                let mut flipped = o.clone();
+                if let EtcdView::Members(members) = &mut flipped.etcd {
+                    for m in members.iter_mut().filter(|m| m.is_learner && m.is_started()) {
+                        m.healthy = !m.healthy;
+                    }
+                }
+                let lost = |step: &Step| matches!(step, Step::Wait { reason, .. } if *reason == reason::QUORUM_LOST);
+                let (a, b) = (plan(&o), plan(&flipped));
+                prop_assert_eq!(lost(&a), lost(&b), "{:?} / {:?}", a, b);
+                for (world, step) in [(&o, &a), (&flipped, &b)] {
+                    if let Step::RemoveMember { member_id, .. } = step {
+                        let member = world.members().iter().find(|m| m.id == *member_id).unwrap();
+                        if let Err(broken) = removable(world, member) {
+                            prop_assert!(false, "{broken}: {step:?}");
+                        }
+                    }
                 }
             }
         }

@@ -13,6 +13,7 @@ mod control_plane;
 mod deletion;
 mod gates;
 mod growth;
+mod learners;
 mod observed;
 mod placement;
 mod preflight;
@@ -75,9 +76,12 @@ fn membership(o: &Observed) -> Step {
         Err(refusal) => return refusal,
     };
     let wanted = rollout::want(o);
-    // Rule 1: one change in flight, a join given up on past its deadline.
+    // Rule 1: one change in flight, a join given up on past its deadline; a learner join
+    // finished by its promotion, or begun once the way is clear (rule 2).
     removal::deletion_in_flight(o)
         .or_else(|| growth::failed_join(o))
+        .or_else(|| learners::promote(o))
+        .or_else(|| learners::pre_add(o))
         .or_else(|| gates::pending_change(o))
         .or_else(|| removal::dead_victim(o, &allowed, &wanted))
         .or_else(|| remediation::replace_overdue(o))

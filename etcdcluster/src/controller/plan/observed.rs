@@ -41,7 +41,8 @@ pub struct MachineView {
     pub delete_requested: bool,
     /// Why it no longer matches the spec (a rolling replacement is due), if it does not.
     pub outdated: Option<String>,
-    /// Status recorded an etcd member for it: it joined once.
+    /// Status recorded an etcd member for it, a voter (a learner has not joined yet): it joined
+    /// once.
     pub was_member: bool,
     /// How long it has been without a healthy member, by the remediation clock (time while
     /// the cluster had no quorum does not count).
@@ -50,6 +51,9 @@ pub struct MachineView {
     pub age: Duration,
     /// The remediation this Machine was created to replace (its `remediation-for` record).
     pub replaces: Option<LastRemediation>,
+    /// Its EtcdadmConfig asks for a learner join (`EtcdadmConfig::joins_as_learner`): unless it
+    /// is the first member, its member is pre-added as a learner and promoted by us.
+    pub learner_join: bool,
 }
 
 /// One etcd member from the member list, with what the health check found.

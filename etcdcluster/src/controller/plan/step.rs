@@ -112,6 +112,20 @@ pub enum Step {
         to: u64,
         machine: String,
     },
+    /// Learner join: add Machine `machine`'s member as a learner at `peer_url`, asking the
+    /// healthy voter at `via_url`.
+    AddLearner {
+        machine: String,
+        peer_url: String,
+        via_url: String,
+    },
+    /// Learner join: turn Machine `machine`'s learner into a voter, asking `via_url` (etcd
+    /// refuses until it has caught up).
+    PromoteLearner {
+        member_id: u64,
+        machine: String,
+        via_url: String,
+    },
     /// Rules 3 and 4: remove a member (of a Machine being deleted, or an unhealthy one that
     /// runs on no Machine), asking a healthy member. `member` names it, `why` says why.
     RemoveMember {
@@ -147,6 +161,8 @@ pub mod reason {
     pub const WAITING_FOR_FIRST_MEMBER: &str = "WaitingForFirstMember";
     pub const WAITING_FOR_MEMBER_JOIN: &str = "WaitingForMemberJoin";
     pub const WAITING_FOR_LEARNER: &str = "WaitingForLearnerPromotion";
+    pub const ADDING_LEARNER: &str = "AddingLearner";
+    pub const LEARNER_CATCHING_UP: &str = "LearnerCatchingUp";
     pub const WAITING_FOR_HEALTHY_MEMBERS: &str = "WaitingForHealthyMembers";
     pub const UNKNOWN_MEMBERS: &str = "MembersWithoutMachines";
     pub const NO_FAILURE_DOMAIN: &str = "NoAllowedFailureDomain";
@@ -264,6 +280,18 @@ impl Step {
             Step::MoveLeader { machine, .. } => (
                 reason::REMOVING_MEMBER,
                 format!("moving etcd leadership away from Machine {machine} before removing its member"),
+            ),
+            Step::AddLearner {
+                machine, peer_url, ..
+            } => (
+                reason::ADDING_LEARNER,
+                format!("adding Machine {machine}'s member as a learner at {peer_url}"),
+            ),
+            Step::PromoteLearner { machine, .. } => (
+                reason::LEARNER_CATCHING_UP,
+                format!(
+                    "Machine {machine}'s member is a learner catching up; it is promoted to a voter as soon as etcd accepts"
+                ),
             ),
             Step::RemoveMember { member, why, .. } => {
                 (reason::REMOVING_MEMBER, format!("removing the {member}: {why}"))
@@ -434,6 +462,21 @@ impl Step {
                 format!(
                     "moved etcd leadership to member {} before removing Machine {machine}'s member",
                     member_id_hex(*to)
+                ),
+            ),
+            Step::AddLearner {
+                machine, peer_url, ..
+            } => (
+                "LearnerAdded",
+                format!("added Machine {machine}'s member as a learner at {peer_url}"),
+            ),
+            Step::PromoteLearner {
+                member_id, machine, ..
+            } => (
+                "LearnerPromoted",
+                format!(
+                    "promoted Machine {machine}'s learner ({}) to a voting member",
+                    member_id_hex(*member_id)
                 ),
             ),
             Step::RemoveMember {

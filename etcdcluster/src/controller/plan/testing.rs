@@ -198,6 +198,9 @@ pub(super) struct World {
     pub(super) max_members: usize,
     pub(super) max_machines: usize,
     pub(super) removed: Vec<String>,
+    /// New Machines join as learners: pre-added, started at once, then promoted.
+    pub(super) learner_joins: bool,
+    pub(super) max_learners: usize,
 }
 
 impl World {
@@ -211,6 +214,8 @@ impl World {
             max_members: members,
             max_machines: machines,
             removed: vec![],
+            learner_joins: false,
+            max_learners: 0,
         }
     }
 
@@ -220,12 +225,33 @@ impl World {
                 self.next += 1;
                 let name = format!("c1-etcd-n{}", self.next);
                 let address = format!("10.0.1.{}", self.next);
-                self.o
-                    .machines
-                    .push(machine(&name, Some(&address), failure_domain.as_deref()));
-                let mut m = member(100 + self.next as u64, &name, &address);
+                let mut new = machine(&name, Some(&address), failure_domain.as_deref());
+                new.learner_join = self.learner_joins;
+                self.o.machines.push(new);
+                if !self.learner_joins {
+                    let mut m = member(100 + self.next as u64, &name, &address);
+                    m.is_leader = false;
+                    members_mut(&mut self.o).push(m);
+                }
+            }
+            Step::AddLearner {
+                machine, peer_url, ..
+            } => {
+                let address = self.o.machines.iter().find(|m| &m.name == machine).unwrap();
+                let address = address.address.clone().unwrap();
+                assert_eq!(*peer_url, names::peer_url(&address));
+                let mut m = member(200 + self.next as u64, machine, &address);
                 m.is_leader = false;
+                m.is_learner = true;
                 members_mut(&mut self.o).push(m);
+            }
+            Step::PromoteLearner { member_id, .. } => {
+                let m = members_mut(&mut self.o)
+                    .iter_mut()
+                    .find(|m| m.id == *member_id)
+                    .unwrap();
+                assert!(m.is_learner, "promoted a voter");
+                m.is_learner = false;
             }
             Step::DeleteMachine { machine, .. } => {
                 let m = self.o.machines.iter_mut().find(|m| &m.name == machine).unwrap();
@@ -272,6 +298,8 @@ impl World {
         }
         self.max_members = self.max_members.max(self.o.members().len());
         self.max_machines = self.max_machines.max(self.o.machines.len());
+        let learners = self.o.members().iter().filter(|m| m.is_learner).count();
+        self.max_learners = self.max_learners.max(learners);
     }
 
     /// Plan and apply until steady; returns the steps taken.

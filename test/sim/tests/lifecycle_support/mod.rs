@@ -363,6 +363,7 @@ pub fn assert_safe(history: &History, machines: &MachineLog) {
         history.max_changes_per_step() <= 1,
         "two membership changes at once: {history:#?}"
     );
+    assert!(history.max_learners() <= 1, "two learners at once: {history:#?}");
     let twice = history.names_with_several_ids();
     assert!(twice.is_empty(), "a Machine's member was added twice: {twice:?}");
     let outliving = history.machines_outliving_members(machines);
