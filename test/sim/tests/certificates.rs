@@ -75,7 +75,7 @@ async fn members_near_expiry_are_rolled_onto_fresh_certificates_without_losing_w
     let _turn = ONE_AT_A_TIME.lock().await;
     let real = real_apiserver::RealApiServer::start().await;
     let work = TempDir::new("sim-certificates");
-    let plane = start_plane_on(Some(&real), 31, &work, Duration::from_secs(1)).await;
+    let plane = start_plane_on(Some(&real), 34, &work, Duration::from_secs(1)).await;
     let client = plane.client.clone();
     let namespace = client.default_namespace().to_string();
 
@@ -218,7 +218,7 @@ async fn the_client_certificate_is_reissued_once_and_one_control_plane_rollout_s
     let work = TempDir::new("sim-certificates-client");
     let plane = Plane::start(PlaneOptions {
         controller_env: vec![(names::EXIT_AFTER_CLIENT_RENEWAL_ENV.into(), "1".into())],
-        ..plane_options(32, &work, Duration::from_millis(300))
+        ..plane_options(35, &work, Duration::from_millis(300))
     })
     .await
     .unwrap();
