@@ -27,7 +27,7 @@ use etcdadm_shared::etcd::EtcdError;
 use self::etcd_cluster::write_status;
 use super::health::EtcdClients;
 use super::observe::Observation;
-use super::plan::{EventNote, Observed, Step};
+use super::plan::{EventNote, Observed, Step, reason};
 use crate::error::Error;
 use crate::metrics::EtcdClusterMetrics;
 
@@ -36,6 +36,10 @@ use crate::metrics::EtcdClusterMetrics;
 pub const FIELD_MANAGER: &str = "etcdadm-controller";
 /// Requeue while waiting on another actor, at most (the health interval may be shorter).
 pub const WAIT_REQUEUE: Duration = Duration::from_secs(5);
+/// Requeue while a member joins: its start and its catching up show in etcd, not in any object
+/// a watch would report (a learner's node writes nothing until it is promoted), so polling is
+/// the only way to take the next step of a join promptly; it lasts only as long as the join.
+const JOIN_POLL: Duration = Duration::from_millis(500);
 /// A state only a human can fix is still looked at now and then.
 const REFUSED_REQUEUE: Duration = Duration::from_secs(60);
 /// Retry of a membership change etcd refused for a passing reason (its strict reconfiguration
@@ -124,7 +128,13 @@ pub async fn apply(
     let etcd = &obs.etcd_cluster;
     let interval = etcd.spec.health_settings().interval;
     let applied = match &step {
-        Step::Wait { .. } => return Ok(Next::Done(Action::requeue(interval.min(WAIT_REQUEUE)))),
+        Step::Wait { reason, .. } => {
+            let poll = match *reason {
+                reason::WAITING_FOR_MEMBER_JOIN | reason::WAITING_FOR_LEARNER => JOIN_POLL,
+                _ => WAIT_REQUEUE,
+            };
+            return Ok(Next::Done(Action::requeue(interval.min(poll))));
+        }
         Step::Refuse { reason, message } => {
             debug!(reason, %message, "refusing to act");
             return Ok(Next::Done(Action::requeue(REFUSED_REQUEUE)));
@@ -195,6 +205,8 @@ pub async fn apply(
             Next::Done(Action::requeue(interval.min(WAIT_REQUEUE)))
         }
         Step::MoveLeader { .. } | Step::RemoveMember { .. } => Next::Done(Action::requeue(MEMBERSHIP_RETRY)),
+        // The reconcile's etcd view predates the change: the next step needs a new health round.
+        Step::AddLearner { .. } | Step::PromoteLearner { .. } => Next::Done(Action::requeue(JOIN_POLL)),
         Step::RemoveFinalizer => Next::Done(Action::await_change()),
         _ => Next::Again,
     })
