@@ -345,54 +345,98 @@ fn member_name(etcd: &str) -> String {
     format!("{etcd}-{suffix}")
 }
 
-/// Read everything around `etcd_cluster` (as just read).
+/// Read everything around `etcd_cluster` (as just read). The reads that do not depend on one
+/// another are made at once: a reconcile waits for the slowest of them, not for their sum.
 pub async fn observe_around(
     client: &Client,
     namespace: &str,
     etcd_cluster: EtcdadmCluster,
 ) -> Result<Observation, Error> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let machines_api: Api<Machine> = Api::namespaced(client.clone(), namespace);
-
-    let cluster = find_cluster(client, namespace, &etcd_cluster).await?;
-    let cluster_name = cluster.as_ref().map(|c| c.name_any());
-    let deleting = deleting(&etcd_cluster, cluster.as_ref());
 
     let (spec_problem, infra_machine) = infra_machine_kind(&etcd_cluster, namespace);
     let member_spec_problem = member_spec_problem(&etcd_cluster, namespace);
 
     let selector = format!("{}={}", names::ETCD_CLUSTER_LABEL, etcd_cluster.name_any());
-    let listed = machines_api
-        .list(&ListParams::default().labels(&selector))
-        .await?;
+    let params = ListParams::default().labels(&selector);
+    let around_cluster = read_cluster_side(client, namespace, &etcd_cluster);
+    let machines = async { Ok::<_, Error>(machines_api.list(&params).await?.items) };
+    let configs = async {
+        Ok::<_, Error>(
+            Api::<EtcdadmConfig>::namespaced(client.clone(), namespace)
+                .list(&params)
+                .await?
+                .items,
+        )
+    };
+    let infra_objects = async {
+        let Some(resource) = &infra_machine else {
+            return Ok::<_, Error>(Vec::new());
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
+        match api.list(&params).await {
+            Ok(list) => Ok(list.items),
+            // The kind is not served (yet): creation will say so.
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
+            Err(e) => Err(e.into()),
+        }
+    };
+    let missing_infra_template = async {
+        match &infra_machine {
+            Some(machine_kind) => missing_template(client, namespace, &etcd_cluster, machine_kind).await,
+            None => Ok(None),
+        }
+    };
+    let restore = restore_source::observe(client, namespace, &etcd_cluster);
+    let recovery = async {
+        let Some(requested) = etcd_cluster.annotations().get(names::RECOVER_ANNOTATION) else {
+            return Ok::<_, Error>(None);
+        };
+        let snapshot_problem = match RecoverySource::parse(requested) {
+            Ok(RecoverySource::Snapshot(name)) => {
+                restore_source::snapshot_problem(client, namespace, &name).await?
+            }
+            _ => None,
+        };
+        Ok(Some(RecoveryView {
+            requested: requested.clone(),
+            store_configured: etcd_cluster.spec.backup.is_some(),
+            snapshot_problem,
+        }))
+    };
+    let (
+        ClusterSide {
+            cluster,
+            ca,
+            ca_view,
+            init_secret,
+            kcp,
+            kcp_view,
+            apiserver_client,
+            control_plane_machines,
+        },
+        listed,
+        configs,
+        infra_objects,
+        missing_infra_template,
+        restore,
+        recovery,
+    ) = futures::try_join!(
+        around_cluster,
+        machines,
+        configs,
+        infra_objects,
+        missing_infra_template,
+        restore,
+        recovery
+    )?;
+
     let mut machines: Vec<&Machine> = listed
-        .items
         .iter()
         .filter(|m| controlled_by_us_or_nobody(m.owner_references(), &etcd_cluster))
         .collect();
     machines.sort_by(|a, b| age_order(a.meta(), b.meta()));
     let machine_names: BTreeSet<String> = machines.iter().map(|m| m.name_any()).collect();
-    let params = ListParams::default().labels(&selector);
-    let configs: Vec<EtcdadmConfig> = Api::<EtcdadmConfig>::namespaced(client.clone(), namespace)
-        .list(&params)
-        .await?
-        .items;
-    let infra_objects: Vec<DynamicObject> = match &infra_machine {
-        Some(resource) => {
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
-            match api.list(&params).await {
-                Ok(list) => list.items,
-                // The kind is not served (yet): creation will say so.
-                Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        None => Vec::new(),
-    };
-    let missing_infra_template = match &infra_machine {
-        Some(machine_kind) => missing_template(client, namespace, &etcd_cluster, machine_kind).await?,
-        None => None,
-    };
     let configs_by_name: BTreeMap<String, &EtcdadmConfig> =
         configs.iter().map(|c| (c.name_any(), c)).collect();
     let infra_by_name: BTreeMap<String, &DynamicObject> =
@@ -442,57 +486,6 @@ pub async fn observe_around(
     metas.extend(infra_objects.iter().map(|o| o.metadata.clone()));
     let leftovers = find_leftovers(metas, &machine_names);
 
-    let (ca, ca_view, init_secret) = match &cluster_name {
-        None => (None, CaView::Missing, None),
-        Some(cluster) => {
-            let (view, ca) = read_ca(&secrets, namespace, cluster).await?;
-            let init = secrets
-                .get_opt(&names::init_secret_name(cluster))
-                .await?
-                .map(|s| InitSecret::from_secret(&s));
-            (ca.map(Arc::new), view, init)
-        }
-    };
-
-    let (kcp, kcp_view, apiserver_client) = match (&cluster, &cluster_name) {
-        (Some(c), Some(cluster_name)) => observe_kcp(client, namespace, c, cluster_name).await?,
-        _ => (None, KcpView::None, None),
-    };
-
-    let restore = restore_source::observe(client, namespace, &etcd_cluster).await?;
-    let recovery = match etcd_cluster.annotations().get(names::RECOVER_ANNOTATION) {
-        None => None,
-        Some(requested) => {
-            let snapshot_problem = match RecoverySource::parse(requested) {
-                Ok(RecoverySource::Snapshot(name)) => {
-                    restore_source::snapshot_problem(client, namespace, &name).await?
-                }
-                _ => None,
-            };
-            Some(RecoveryView {
-                requested: requested.clone(),
-                store_configured: etcd_cluster.spec.backup.is_some(),
-                snapshot_problem,
-            })
-        }
-    };
-
-    let control_plane_machines = match (&cluster_name, deleting) {
-        (Some(cluster), true) => {
-            let selector = format!(
-                "{},{}={cluster}",
-                names::CONTROL_PLANE_LABEL,
-                names::CLUSTER_NAME_LABEL
-            );
-            machines_api
-                .list(&ListParams::default().labels(&selector))
-                .await?
-                .items
-                .len()
-        }
-        _ => 0,
-    };
-
     Ok(Observation {
         etcd_cluster: etcd_cluster.clone(),
         namespace: namespace.to_string(),
@@ -512,6 +505,76 @@ pub async fn observe_around(
         infra_machine,
         restore,
         recovery,
+    })
+}
+
+/// What is read through the Cluster: its CA and init Secrets, its KubeadmControlPlane and, while
+/// it is being deleted, how many control plane Machines it still has.
+struct ClusterSide {
+    cluster: Option<Cluster>,
+    ca: Option<Arc<CertificateAuthority>>,
+    ca_view: CaView,
+    init_secret: Option<InitSecret>,
+    kcp: Option<KubeadmControlPlane>,
+    kcp_view: KcpView,
+    apiserver_client: Option<ClientSecret>,
+    control_plane_machines: usize,
+}
+
+/// The Cluster of `etcd`, then everything read through it at once.
+async fn read_cluster_side(
+    client: &Client,
+    namespace: &str,
+    etcd: &EtcdadmCluster,
+) -> Result<ClusterSide, Error> {
+    let Some(cluster) = find_cluster(client, namespace, etcd).await? else {
+        return Ok(ClusterSide {
+            cluster: None,
+            ca: None,
+            ca_view: CaView::Missing,
+            init_secret: None,
+            kcp: None,
+            kcp_view: KcpView::None,
+            apiserver_client: None,
+            control_plane_machines: 0,
+        });
+    };
+    let name = cluster.name_any();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let init_name = names::init_secret_name(&name);
+    let control_plane_machines = async {
+        if !deleting(etcd, Some(&cluster)) {
+            return Ok::<_, Error>(0);
+        }
+        let selector = format!(
+            "{},{}={name}",
+            names::CONTROL_PLANE_LABEL,
+            names::CLUSTER_NAME_LABEL
+        );
+        let machines: Api<Machine> = Api::namespaced(client.clone(), namespace);
+        Ok(machines
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+            .len())
+    };
+    let ca = async { Ok::<_, Error>(read_ca(&secrets, namespace, &name).await?) };
+    let init = async { Ok::<_, Error>(secrets.get_opt(&init_name).await?) };
+    let ((ca_view, ca), init, (kcp, kcp_view, apiserver_client), control_plane_machines) = futures::try_join!(
+        ca,
+        init,
+        observe_kcp(client, namespace, &cluster, &name),
+        control_plane_machines
+    )?;
+    Ok(ClusterSide {
+        cluster: Some(cluster),
+        ca: ca.map(Arc::new),
+        ca_view,
+        init_secret: init.map(|s| InitSecret::from_secret(&s)),
+        kcp,
+        kcp_view,
+        apiserver_client,
+        control_plane_machines,
     })
 }
 
