@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -28,8 +28,13 @@ use crate::plane::{
 const MEMBERS: usize = 3;
 const CONTROLLER: &str = "etcdadm-controller";
 const BOOTSTRAP: &str = "etcdadm-bootstrap";
-/// How long the bench waits for every cluster to be Ready before measuring anyway.
+/// How long the bench waits for every cluster to be Ready before measuring anyway, per 1,000
+/// clusters (at least this long in all).
 const READY_WAIT: Duration = Duration::from_secs(300);
+
+fn ready_wait(clusters: usize) -> Duration {
+    READY_WAIT.max(READY_WAIT * u32::try_from(clusters.div_ceil(1000)).unwrap_or(u32::MAX))
+}
 
 /// The address of member `member` of cluster `cluster`: `127.<20 + c/250>.<c%250>.<member+1>`,
 /// clear of the prefixes the tests use.
@@ -246,6 +251,7 @@ pub async fn run_scale(work_dir: &Path, options: &ScaleOptions) -> Result<(), Si
         .collect();
     let log = Arc::new(Mutex::new(ProbeLog::default()));
     fake_etcd::serve(&ca, &fakes, log.clone()).await?;
+    seed_template(&client).await?;
     for (c, fake) in fakes.iter().enumerate() {
         seed_cluster(&client, &ca, c, fake, options.bootstrap).await?;
     }
@@ -278,7 +284,7 @@ pub async fn run_scale(work_dir: &Path, options: &ScaleOptions) -> Result<(), Si
     // too, and the report says how many it got to.
     let api: Api<EtcdadmCluster> = Api::namespaced(client.clone(), NAMESPACE);
     let mut ready = 0;
-    while ready < clusters && started.elapsed() < READY_WAIT {
+    while ready < clusters && started.elapsed() < ready_wait(clusters) {
         tokio::time::sleep(Duration::from_secs(1)).await;
         ready = api
             .list(&Default::default())
@@ -434,6 +440,24 @@ fn percentiles(gaps: &[f64]) -> String {
         at(1.0),
         sorted.len()
     )
+}
+
+/// The infrastructure template every seeded EtcdadmCluster names: without it each cluster is
+/// reported as missing its template and read afresh at every round, which no healthy
+/// installation does.
+async fn seed_template(client: &Client) -> Result<(), SimError> {
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &crate::capi::sim_machine_template_resource(),
+    );
+    let template: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "SimMachineTemplate",
+        "metadata": {"name": "scale", "namespace": NAMESPACE},
+        "spec": {"template": {"spec": {}}},
+    }))?;
+    templates.create(&Default::default(), &template).await?;
+    Ok(())
 }
 
 /// A Cluster with provisioned infrastructure, its CA Secret, an EtcdadmCluster of three and
