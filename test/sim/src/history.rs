@@ -62,7 +62,7 @@ impl History {
 
     /// Rule 1: between consecutive observations, at most one member was added, promoted or
     /// removed. (The recorder polls fast enough that two changes in one interval mean two were
-    /// in flight.)
+    /// in flight: see [`RECORD_EVERY`].)
     pub fn max_changes_per_step(&self) -> usize {
         self.snapshots
             .windows(2)
@@ -337,6 +337,12 @@ impl MachineRecorder {
     }
 }
 
+/// How often a [`Recorder`] polls: well under the shortest time the controller leaves between
+/// two membership changes (a new reconcile with a fresh health round of every member, ~100 ms
+/// here), so that two changes seen in one interval really were two in flight. A learner's
+/// promotion followed at once by an old member's removal comes that close.
+pub const RECORD_EVERY: Duration = Duration::from_millis(25);
+
 /// Polls `MemberList` through any reachable URL from `urls()` and records each change.
 pub struct Recorder {
     history: Arc<Mutex<History>>,
@@ -360,20 +366,32 @@ impl Recorder {
         let history = Arc::new(Mutex::new(History::default()));
         let shared = history.clone();
         let task = tokio::spawn(async move {
+            // Kept between polls (a new TLS connection every 25 ms would load the machine);
+            // dropped when a read through it fails.
+            let mut clients: BTreeMap<String, MemberClient> = BTreeMap::new();
             loop {
                 for url in urls() {
-                    let Ok(client) = MemberClient::new(&url, &tls, Duration::from_secs(2)) else {
-                        continue;
-                    };
+                    if !clients.contains_key(&url) {
+                        let Ok(client) = MemberClient::new(&url, &tls, Duration::from_secs(2)) else {
+                            continue;
+                        };
+                        clients.insert(url.clone(), client);
+                    }
+                    let Some(client) = clients.get(&url) else { continue };
                     // Stamped before the read: what it lists existed at this time or later.
                     let at = started.elapsed();
-                    if let Ok(members) = client.member_list().await {
-                        let snapshot = Snapshot::of(at, &members);
-                        let mut history = shared.lock().unwrap_or_else(PoisonError::into_inner);
-                        if history.last().map(|s| &s.members) != Some(&snapshot.members) {
-                            history.snapshots.push(snapshot);
+                    match client.member_list().await {
+                        Ok(members) => {
+                            let snapshot = Snapshot::of(at, &members);
+                            let mut history = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                            if history.last().map(|s| &s.members) != Some(&snapshot.members) {
+                                history.snapshots.push(snapshot);
+                            }
+                            break;
                         }
-                        break;
+                        Err(_) => {
+                            clients.remove(&url);
+                        }
                     }
                 }
                 tokio::time::sleep(every).await;

@@ -12,7 +12,7 @@ use etcdadm_shared::api::capi::Machine;
 use etcdadm_shared::names;
 use etcdadm_shared::testing::TempDir;
 use etcdadm_sim::demo;
-use etcdadm_sim::history::Recorder;
+use etcdadm_sim::history::{RECORD_EVERY, Recorder};
 use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
 use etcdadm_sim::plane::{DEFAULT_KCP_ROLLOUT_STEP, Plane, PlaneOptions};
 use k8s_openapi::api::core::v1::Secret;
@@ -139,11 +139,7 @@ async fn managed(real: Option<&RealApiServer>, prefix: u8) {
     .unwrap();
     let urls = Arc::new(Mutex::new(Vec::<String>::new()));
     let polled = urls.clone();
-    let recorder = Recorder::start(
-        tls.clone(),
-        move || polled.lock().unwrap().clone(),
-        Duration::from_millis(100),
-    );
+    let recorder = Recorder::start(tls.clone(), move || polled.lock().unwrap().clone(), RECORD_EVERY);
     let refresh = |client: Client, urls: Arc<Mutex<Vec<String>>>| async move {
         let found = demo::machine_urls(&client, client.default_namespace(), "c1")
             .await

@@ -10,7 +10,7 @@ use etcdadm_shared::names;
 use etcdadm_shared::pki::cert_not_after;
 use etcdadm_shared::testing::TempDir;
 use etcdadm_sim::demo;
-use etcdadm_sim::history::Recorder;
+use etcdadm_sim::history::{RECORD_EVERY, Recorder};
 use etcdadm_sim::plane::{DEFAULT_KCP_ROLLOUT_STEP, Plane, PlaneOptions};
 use kube::api::Api;
 
@@ -48,7 +48,7 @@ async fn three_machines_form_one_cluster_through_init_and_joins() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let urls: Vec<String> = (2..=10).map(|n| format!("https://127.0.2.{n}:2379")).collect();
-    let recorder = Recorder::start(tls.clone(), move || urls.clone(), Duration::from_millis(100));
+    let recorder = Recorder::start(tls.clone(), move || urls.clone(), RECORD_EVERY);
 
     let ready = demo::wait_for_members(&client, "c1", 3, Duration::from_secs(240)).await;
     let history = recorder.finish();

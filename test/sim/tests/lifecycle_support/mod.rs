@@ -15,7 +15,7 @@ use etcdadm_shared::names;
 use etcdadm_shared::pki::IssuedCertificate;
 use etcdadm_shared::testing::{TempDir, mtls_http_client};
 use etcdadm_sim::demo;
-use etcdadm_sim::history::{History, MachineLog, MachineRecorder, Recorder};
+use etcdadm_sim::history::{History, MachineLog, MachineRecorder, RECORD_EVERY, Recorder};
 use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
 use etcdadm_sim::plane::{Plane, PlaneOptions};
 use k8s_openapi::ByteString;
@@ -297,12 +297,7 @@ impl Watchers {
         let urls = Arc::new(Mutex::new(Vec::<String>::new()));
         let polled = urls.clone();
         let started = Instant::now();
-        let recorder = Recorder::start_at(
-            started,
-            tls,
-            move || polled.lock().unwrap().clone(),
-            Duration::from_millis(100),
-        );
+        let recorder = Recorder::start_at(started, tls, move || polled.lock().unwrap().clone(), RECORD_EVERY);
         let selector = format!("{}={cluster}-etcd", names::ETCD_CLUSTER_LABEL);
         let machines = MachineRecorder::start(
             client.clone(),
