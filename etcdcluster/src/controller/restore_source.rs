@@ -14,7 +14,7 @@ use etcdadm_shared::store::StoreClient;
 
 use super::plan::RestoreView;
 use crate::error::Error;
-use crate::snapshot::observe::{store_ca, store_client};
+use crate::snapshot::observe::store_access;
 
 /// What presigning the download needs.
 #[derive(Clone, Debug)]
@@ -167,12 +167,7 @@ async fn reach(
     namespace: &str,
     store: &S3Store,
 ) -> Result<Result<(StoreClient, Option<String>), String>, Error> {
-    let store_client = match store_client(client, namespace, store).await? {
-        Ok(store_client) => store_client,
-        Err(e) => return Ok(Err(format!("its store cannot be used: {e}"))),
-    };
-    Ok(match store_ca(client, namespace, store).await? {
-        Ok(ca_pem) => Ok((store_client, ca_pem)),
-        Err(e) => Err(format!("its store cannot be used: {e}")),
-    })
+    Ok(store_access(client, namespace, store)
+        .await?
+        .map_err(|e| format!("its store cannot be used: {e}")))
 }

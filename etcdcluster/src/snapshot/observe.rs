@@ -71,6 +71,17 @@ pub async fn store_client(
     namespace: &str,
     store: &S3Store,
 ) -> Result<Result<StoreClient, StoreError>, Error> {
+    Ok(store_access(client, namespace, store)
+        .await?
+        .map(|(store_client, _)| store_client))
+}
+
+/// [`store_client`], and the CA bundle it trusts (for a node that downloads from the store too).
+pub async fn store_access(
+    client: &Client,
+    namespace: &str,
+    store: &S3Store,
+) -> Result<Result<(StoreClient, Option<String>), StoreError>, Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let credentials_name = &store.credentials_secret_ref.name;
     let Some(credentials) = secrets.get_opt(credentials_name).await? else {
@@ -88,12 +99,12 @@ pub async fn store_client(
         Ok(ca_pem) => ca_pem,
         Err(e) => return Ok(Err(e)),
     };
-    Ok(StoreClient::new(store, credentials, ca_pem.as_deref()))
+    Ok(StoreClient::new(store, credentials, ca_pem.as_deref()).map(|store_client| (store_client, ca_pem)))
 }
 
 /// The PEM bundle `store`'s endpoint certificate is checked against (`caSecretRef`), if any; a
 /// missing Secret or key is a store problem.
-pub async fn store_ca(
+async fn store_ca(
     client: &Client,
     namespace: &str,
     store: &S3Store,
