@@ -4,7 +4,6 @@
 //! A refusal etcd gives for a passing reason is waited out; any other is an error.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use etcdadm_shared::etcd::{EtcdError, MemberClient, Refusal};
 
@@ -88,10 +87,6 @@ pub(super) async fn remove_member(
     outcome(out, obs, "remove", result)
 }
 
-/// How soon a learner that has not caught up is asked again (SPEC-day2.md: etcdadm's health
-/// read gives up about 2.7 s after a learner starts, so promotion must follow quickly).
-pub const LEARNER_RETRY: Duration = Duration::from_millis(500);
-
 /// Pre-add the learner at `peer_url`, asking the member at `via_url`; a member already there
 /// with that peer URL (an earlier attempt) is the one wanted.
 pub(super) async fn add_learner(
@@ -107,8 +102,8 @@ pub(super) async fn add_learner(
     }
 }
 
-/// Promote learner `id`, asking the member at `via_url`. Not caught up yet: asked again after
-/// [`LEARNER_RETRY`]; a voter already (an earlier attempt): done.
+/// Promote learner `id`, asking the member at `via_url`. Not caught up yet: asked again shortly;
+/// a voter already (an earlier attempt): done.
 pub(super) async fn promote_learner(
     out: &Outputs<'_>,
     obs: &Observation,
@@ -117,7 +112,7 @@ pub(super) async fn promote_learner(
 ) -> Result<Applied, Error> {
     let member = member_client(out, obs, via_url)?;
     match member.member_promote(id).await {
-        Err(e) if e.refusal() == Some(Refusal::LearnerNotReady) => Ok(Applied::NotYet(LEARNER_RETRY)),
+        Err(e) if e.refusal() == Some(Refusal::LearnerNotReady) => Ok(Applied::NotYet),
         Err(e) if e.refusal() == Some(Refusal::MemberNotLearner) => Ok(Applied::AlreadyDone),
         other => outcome(out, obs, "promote", other),
     }

@@ -39,6 +39,8 @@ pub const WAIT_REQUEUE: Duration = Duration::from_secs(5);
 /// Requeue while a member joins: its start and its catching up show in etcd, not in any object
 /// a watch would report (a learner's node writes nothing until it is promoted), so polling is
 /// the only way to take the next step of a join promptly; it lasts only as long as the join.
+/// Promotion in particular must follow quickly (SPEC-day2.md: etcdadm's health read gives up
+/// about 2.7 s after a learner starts).
 const JOIN_POLL: Duration = Duration::from_millis(500);
 /// A state only a human can fix is still looked at now and then.
 const REFUSED_REQUEUE: Duration = Duration::from_secs(60);
@@ -95,9 +97,9 @@ enum Applied {
     AlreadyDone,
     /// etcd refused the membership change for a passing reason: retried shortly.
     Deferred(EtcdError),
-    /// etcd is not ready for it yet (a learner catching up): asked again after this long,
+    /// etcd is not ready for it yet (a learner catching up): asked again after [`JOIN_POLL`],
     /// without an Event.
-    NotYet(Duration),
+    NotYet,
 }
 
 impl From<bool> for Applied {
@@ -192,12 +194,12 @@ pub async fn apply(
                 .await;
             return Ok(Next::Done(Action::requeue(MEMBERSHIP_RETRY)));
         }
-        Applied::NotYet(after) => {
+        Applied::NotYet => {
             debug!(
                 step = step.reason().0,
                 "etcd is not ready for it yet; asking again shortly"
             );
-            return Ok(Next::Done(Action::requeue(after)));
+            return Ok(Next::Done(Action::requeue(JOIN_POLL)));
         }
     }
     Ok(match step {
