@@ -115,22 +115,22 @@ pub(super) async fn create(
     }
 
     // 2. EtcdadmConfig with the cluster's config spec, asking for a learner join (the first
-    // member initializes instead; a flavor that cannot join as a learner keeps the voter join).
+    // member initializes instead; a flavor that cannot join as a learner keeps the voter join),
+    // or, for the restored first member, naming the Secret with its snapshot's download.
     let configs: Api<EtcdadmConfig> = Api::namespaced(client.clone(), m.ns);
     let mut config = EtcdadmConfig::new(name, etcd.spec.etcdadm_config_spec.clone());
     config.metadata.namespace = Some(m.ns.into());
     config.metadata.labels = Some(labels.clone());
-    config.metadata.annotations = Some(BTreeMap::from([(
-        names::LEARNER_JOIN_ANNOTATION.to_string(),
-        "true".to_string(),
-    )]));
-    config.metadata.owner_references = Some(vec![owner_reference(etcd)?]);
-    if purpose == Growth::Restore {
-        config.metadata.annotations = Some(BTreeMap::from([(
+    let annotation = if purpose == Growth::Restore {
+        (
             names::RESTORE_SECRET_ANNOTATION.to_string(),
             names::restore_secret_name(&etcd.name_any()),
-        )]));
-    }
+        )
+    } else {
+        (names::LEARNER_JOIN_ANNOTATION.to_string(), "true".to_string())
+    };
+    config.metadata.annotations = Some(BTreeMap::from([annotation]));
+    config.metadata.owner_references = Some(vec![owner_reference(etcd)?]);
     create_if_absent(&configs, &config, FIELD_MANAGER).await?;
 
     // 3. The Machine, controlled by the EtcdadmCluster, with our pre-terminate hook.
