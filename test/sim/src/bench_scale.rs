@@ -33,7 +33,7 @@ const BOOTSTRAP: &str = "etcdadm-bootstrap";
 const READY_WAIT: Duration = Duration::from_secs(300);
 
 fn ready_wait(clusters: usize) -> Duration {
-    READY_WAIT.max(READY_WAIT * u32::try_from(clusters.div_ceil(1000)).unwrap_or(u32::MAX))
+    READY_WAIT * u32::try_from(clusters.div_ceil(1000).max(1)).unwrap_or(u32::MAX)
 }
 
 /// The address of member `member` of cluster `cluster`: `127.<20 + c/250>.<c%250>.<member+1>`,

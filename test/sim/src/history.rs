@@ -38,6 +38,11 @@ impl Snapshot {
         self.members.iter().filter(|m| m.3).map(|m| m.0).collect()
     }
 
+    /// The members' names (empty for one added but not started yet).
+    pub fn names(&self) -> BTreeSet<String> {
+        self.members.iter().map(|m| m.1.clone()).collect()
+    }
+
     /// Members added to the cluster that have not started yet: joins in flight.
     pub fn pending(&self) -> usize {
         self.members.iter().filter(|m| !m.2).count()

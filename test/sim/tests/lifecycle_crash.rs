@@ -182,8 +182,7 @@ async fn crash_runs(prefix: u8, cluster: &str, seed: u64, runs: std::ops::Range<
             peak_members <= bound,
             "run {run}: {peak_members} members, at most {bound} allowed"
         );
-        let last = history.last().unwrap();
-        let names: BTreeSet<String> = last.members.iter().map(|m| m.1.clone()).collect();
+        let names = history.last().unwrap().names();
         assert_eq!(
             names,
             machine_names(&client, cluster).await,

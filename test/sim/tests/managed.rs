@@ -316,13 +316,7 @@ async fn managed(real: Option<&RealApiServer>, prefix: u8) {
         3,
         "never more than three members: {history:?}"
     );
-    let last: BTreeSet<String> = history
-        .last()
-        .unwrap()
-        .members
-        .iter()
-        .map(|m| m.1.clone())
-        .collect();
+    let last: BTreeSet<String> = history.last().unwrap().names();
     let expected: BTreeSet<String> = replaced.members.iter().map(|m| m.name.clone()).collect();
     assert_eq!(last, expected);
     assert!(!last.contains(&leader));

@@ -785,13 +785,7 @@ pub async fn roll(
         let life = &machine_log.lives[name];
         assert!(life.gone.is_some(), "old Machine {name} not gone");
     }
-    let last: BTreeSet<String> = history
-        .last()
-        .unwrap()
-        .members
-        .iter()
-        .map(|m| m.1.clone())
-        .collect();
+    let last: BTreeSet<String> = history.last().unwrap().names();
     assert!(last.is_disjoint(&old), "old members remain in etcd: {last:?}");
     assert_safe(&history, &machine_log);
     let peak_members = history.max_size_between(t0, t1);
