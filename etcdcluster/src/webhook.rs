@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use etcdadm_shared::api::cluster::{
     DEFAULT_HEALTH_INTERVAL, DEFAULT_HEALTH_TIMEOUT, DEFAULT_REPLICAS, DEFAULT_UNHEALTHY_AFTER,
-    MAX_CERTIFICATES_EXPIRY_DAYS, MIN_CERTIFICATES_EXPIRY_DAYS,
+    MAX_CERTIFICATES_EXPIRY_DAYS, MIN_AUTOMATIC_RECOVERY_AFTER, MIN_CERTIFICATES_EXPIRY_DAYS,
 };
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterSpec, Format};
 use etcdadm_shared::duration;
@@ -166,10 +166,40 @@ pub fn validate_spec(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<
     if let Some(restore) = &spec.restore {
         errors.extend(validate_restore(restore, "spec.restore"));
     }
+    errors.extend(automatic_recovery(spec));
     errors.extend(validate_config_spec(
         &spec.etcdadm_config_spec,
         "spec.etcdadmConfigSpec",
     ));
+    errors
+}
+
+/// An automatic recovery waits at least the minimum, and has a store for the survivor's snapshot.
+fn automatic_recovery(spec: &EtcdadmClusterSpec) -> Vec<FieldError> {
+    let Some(recovery) = &spec.recovery else {
+        return vec![];
+    };
+    let mut errors = vec![];
+    if let Some(after) = &recovery.after {
+        let minimum = duration::format(MIN_AUTOMATIC_RECOVERY_AFTER);
+        match duration::parse(after) {
+            Ok(d) if d >= MIN_AUTOMATIC_RECOVERY_AFTER => {}
+            Ok(_) => errors.push(FieldError::new(
+                "spec.recovery.after",
+                format!("{}: must be at least {minimum}", quoted(after)),
+            )),
+            Err(e) => errors.push(FieldError::new(
+                "spec.recovery.after",
+                format!("{}: {e}", quoted(after)),
+            )),
+        }
+    }
+    if recovery.automatic == Some(true) && spec.backup.is_none() {
+        errors.push(FieldError::new(
+            "spec.recovery.automatic",
+            "needs spec.backup.store: an automatic recovery snapshots the surviving member into it",
+        ));
+    }
     errors
 }
 
@@ -393,6 +423,29 @@ mod tests {
         assert_eq!(paths(&errors), ["spec.healthCheck.unhealthyAfter"]);
         let errors = validate_spec(&spec(json!({"healthCheck": {"timeout": "0s"}})), None);
         assert_eq!(paths(&errors), ["spec.healthCheck.timeout"]);
+    }
+
+    #[test]
+    fn an_automatic_recovery_waits_ten_minutes_at_least_and_needs_a_store() {
+        let store = json!({"s3": {"endpoint": "https://s3.example", "bucket": "backups", "credentialsSecretRef": {"name": "s3"}}});
+        let ok = validate_spec(
+            &spec(json!({"backup": {"store": store}, "recovery": {"automatic": true, "after": "15m"}})),
+            None,
+        );
+        assert!(ok.is_empty(), "{ok:?}");
+        for (recovery, path) in [
+            (json!({"automatic": true, "after": "5m"}), "spec.recovery.after"),
+            (json!({"after": "soon"}), "spec.recovery.after"),
+        ] {
+            let errors = validate_spec(
+                &spec(json!({"backup": {"store": store}, "recovery": recovery})),
+                None,
+            );
+            assert_eq!(paths(&errors), [path], "{recovery}");
+        }
+        let errors = validate_spec(&spec(json!({"recovery": {"automatic": true}})), None);
+        assert_eq!(paths(&errors), ["spec.recovery.automatic"]);
+        assert!(errors[0].message.contains("spec.backup.store"));
     }
 
     #[test]

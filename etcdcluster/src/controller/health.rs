@@ -383,5 +383,6 @@ fn member_view(
         certificate_expiry: probe
             .and_then(|p| p.certificate_expiry)
             .and_then(|t| Timestamp::try_from(t).ok()),
+        revision: status.map(|s| s.revision).filter(|r| *r > 0),
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -12,6 +13,9 @@ use kube::{Client, Resource, ResourceExt};
 use rand::Rng;
 
 use etcdadm_shared::api::capi::{Cluster, ControlPlaneEtcd, KubeadmControlPlane, Machine};
+use etcdadm_shared::api::cluster::RecoveryStatus;
+use etcdadm_shared::api::conditions;
+use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig, EtcdadmConfigSpec, MemberStatus};
 use etcdadm_shared::contract::ca::read_ca;
 use etcdadm_shared::contract::init_secret::InitSecret;
@@ -22,12 +26,14 @@ use etcdadm_shared::pki::{CertificateAuthority, cert_not_after};
 use etcdadm_shared::validation::etcd_version;
 
 use super::plan::{
-    CaView, CertificateView, ClusterView, DesiredSpec, EtcdView, KcpView, MachineView, MemberSpec, Observed,
-    REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION, RecoverySource, RecoveryView, RemediationRecord,
-    UnhealthyClock, outdate_expiring, outdated_reason, remediation_policy,
+    Automatic, CaView, CertificateView, ClusterView, DesiredSpec, ENDPOINTS_AVAILABLE, EtcdView, KcpView,
+    MachineView, MemberSpec, Observed, REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION, RecoveryRecord,
+    RecoverySource, RecoveryView, RemediationRecord, UnderWay, UnhealthyClock, outdate_expiring,
+    outdated_reason, remediation_policy,
 };
 use super::restore_source::{self, RestoreObservation};
 use crate::error::Error;
+use crate::snapshot::plan::READY;
 
 /// Group and kind of our own API, for owner references and `managedExternalEtcdRef`.
 pub const ETCD_CLUSTER_GROUP: &str = "etcdcluster.cluster.x-k8s.io";
@@ -303,7 +309,15 @@ impl Observation {
                 view.secret_age = r.secret_written.map(|t| clock.since(t));
                 view
             }),
-            recovery: self.recovery.clone(),
+            recovery: self.recovery.clone().map(|mut view| {
+                view.automatic = e.spec.automatic_recovery_after().map(|after| Automatic {
+                    after,
+                    unserved_for: conditions::find(&status.conditions, ENDPOINTS_AVAILABLE)
+                        .filter(|c| c.status == conditions::ConditionStatus::False)
+                        .map_or(Duration::ZERO, |c| clock.since(c.last_transition_time.0)),
+                });
+                view
+            }),
             new_member_name: member_name(&e.name_any()),
         }
     }
@@ -388,22 +402,7 @@ pub async fn observe_around(
         }
     };
     let restore = restore_source::observe(client, namespace, &etcd_cluster);
-    let recovery = async {
-        let Some(requested) = etcd_cluster.annotations().get(names::RECOVER_ANNOTATION) else {
-            return Ok::<_, Error>(None);
-        };
-        let snapshot_problem = match RecoverySource::parse(requested) {
-            Ok(RecoverySource::Snapshot(name)) => {
-                restore_source::snapshot_problem(client, namespace, &name).await?
-            }
-            _ => None,
-        };
-        Ok(Some(RecoveryView {
-            requested: requested.clone(),
-            store_configured: etcd_cluster.spec.backup.is_some(),
-            snapshot_problem,
-        }))
-    };
+    let recovery = recovery_view(client, namespace, &etcd_cluster);
     let (
         ClusterSide {
             cluster,
@@ -781,4 +780,69 @@ async fn observe_kcp(
         rollout_after: kcp.rollout_after(),
     };
     Ok((Some(kcp), view, client))
+}
+
+/// The `recover` annotation's request and the recovery under way, with the snapshots they need.
+async fn recovery_view(
+    client: &Client,
+    namespace: &str,
+    etcd: &EtcdadmCluster,
+) -> Result<Option<RecoveryView>, Error> {
+    let requested = etcd.annotations().get(names::RECOVER_ANNOTATION).cloned();
+    let record = etcd.status.as_ref().and_then(|s| s.recovery.clone());
+    let automatic = etcd.spec.automatic_recovery_after().is_some();
+    if requested.is_none() && record.is_none() && !automatic {
+        return Ok(None);
+    }
+    // An automatic recovery may need the newest snapshot only while no member serves clients.
+    let unserved = etcd
+        .status
+        .as_ref()
+        .and_then(|s| conditions::find(&s.conditions, ENDPOINTS_AVAILABLE))
+        .is_some_and(|c| c.status == conditions::ConditionStatus::False);
+    let asked = requested
+        .clone()
+        .or_else(|| (automatic && unserved).then(|| "latest".to_string()));
+    let under_way = match record {
+        Some(record) => Some(under_way(client, namespace, record).await?),
+        None => None,
+    };
+    let snapshot = match (&under_way, asked.as_deref().map(RecoverySource::parse)) {
+        (None, Some(Ok(RecoverySource::Snapshot(name)))) => {
+            Some(restore_source::snapshot_check(client, namespace, &name).await?)
+        }
+        (None, Some(Ok(RecoverySource::Latest))) => {
+            restore_source::newest_snapshot(client, namespace, &etcd.name_any()).await?
+        }
+        _ => None,
+    };
+    Ok(Some(RecoveryView {
+        requested,
+        store_configured: etcd.spec.backup.is_some(),
+        snapshot,
+        under_way,
+        automatic: None,
+    }))
+}
+
+/// `status.recovery` as the plan reads it, with its snapshot's phase now.
+async fn under_way(client: &Client, namespace: &str, record: RecoveryStatus) -> Result<UnderWay, Error> {
+    let snapshot = Api::<EtcdadmSnapshot>::namespaced(client.clone(), namespace)
+        .get_opt(&record.snapshot)
+        .await?;
+    let snapshot_failure = snapshot.as_ref().and_then(|s| {
+        let status = s.status.as_ref()?;
+        conditions::find(&status.conditions, READY).and_then(|c| c.message.clone())
+    });
+    Ok(UnderWay {
+        record: RecoveryRecord {
+            source: RecoverySource::parse(&record.source).unwrap_or_default(),
+            requested: record.requested,
+            phase: record.phase,
+            snapshot: record.snapshot,
+            survivor_revision: record.survivor_revision,
+        },
+        snapshot_phase: snapshot.as_ref().map(EtcdadmSnapshot::phase),
+        snapshot_failure,
+    })
 }

@@ -1,6 +1,7 @@
-//! Reading `spec.restore`: the EtcdadmSnapshot or store object it names, whether it can be
-//! restored from (Succeeded, in a store this controller can reach), and the restore Secret; and
-//! whether a recovery's named snapshot can be.
+//! Reading what a first member is restored from (`spec.restore`, or the snapshot of a recovery
+//! in its `Restoring` phase): the EtcdadmSnapshot or store object, whether it can be restored
+//! from (Succeeded, in a store this controller can reach), and the restore Secret; and whether a
+//! recovery's snapshot can be.
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
@@ -8,13 +9,14 @@ use kube::api::Api;
 use kube::{Client, ResourceExt};
 
 use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::api::cluster::RecoveryPhase;
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, RestoreSource, S3Store, SnapshotPhase};
 use etcdadm_shared::names;
 use etcdadm_shared::store::StoreClient;
 
-use super::plan::RestoreView;
+use super::plan::{RestoreView, SnapshotCheck};
 use crate::error::Error;
-use crate::snapshot::observe::store_access;
+use crate::snapshot::observe::{snapshots_of, store_access};
 
 /// What presigning the download needs.
 #[derive(Clone, Debug)]
@@ -34,18 +36,44 @@ pub struct RestoreObservation {
     pub download: Option<RestoreDownload>,
 }
 
-/// Why the EtcdadmSnapshot `name` cannot be restored from, if it cannot.
-pub async fn snapshot_problem(client: &Client, namespace: &str, name: &str) -> Result<Option<String>, Error> {
+/// Whether the EtcdadmSnapshot `name` can be restored from, and the etcd version it holds.
+pub async fn snapshot_check(client: &Client, namespace: &str, name: &str) -> Result<SnapshotCheck, Error> {
     let source = RestoreSource {
         name: Some(name.to_string()),
         ..Default::default()
     };
-    Ok(
-        match resolve(client, namespace, &source, &mut RestoreView::default()).await? {
-            Ok(source) => reach(client, namespace, &source.store).await?.err(),
-            Err(problem) => Some(problem),
-        },
-    )
+    let mut view = RestoreView::default();
+    let problem = match resolve(client, namespace, &source, &mut view).await? {
+        Ok(source) => reach(client, namespace, &source.store).await?.err(),
+        Err(problem) => Some(problem),
+    };
+    Ok(SnapshotCheck {
+        name: name.to_string(),
+        problem,
+        etcd_version: view.etcd_version,
+    })
+}
+
+/// The newest Succeeded EtcdadmSnapshot of the EtcdadmCluster `cluster`, checked.
+pub async fn newest_snapshot(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+) -> Result<Option<SnapshotCheck>, Error> {
+    let newest = snapshots_of(client, namespace, cluster)
+        .await?
+        .into_iter()
+        .filter(|s| s.phase() == SnapshotPhase::Succeeded)
+        .max_by_key(|s| {
+            let status = s.status.clone().unwrap_or_default();
+            (status.completion_time.map(|t| t.0), s.name_any())
+        });
+    match newest {
+        Some(snapshot) => Ok(Some(
+            snapshot_check(client, namespace, &snapshot.name_any()).await?,
+        )),
+        None => Ok(None),
+    }
 }
 
 /// The object a source names: its store, key and what an EtcdadmSnapshot says of it.
@@ -61,8 +89,18 @@ pub async fn observe(
     namespace: &str,
     etcd: &EtcdadmCluster,
 ) -> Result<Option<RestoreObservation>, Error> {
-    let Some(restore) = &etcd.spec.restore else {
-        return Ok(None);
+    let status = etcd.status.clone().unwrap_or_default();
+    let recovering = status
+        .recovery
+        .filter(|r| r.phase == RecoveryPhase::Restoring)
+        .map(|r| RestoreSource {
+            name: Some(r.snapshot),
+            ..Default::default()
+        });
+    let (source, recorded) = match (recovering, &etcd.spec.restore) {
+        (Some(source), _) => (source, false),
+        (None, Some(restore)) => (restore.snapshot.clone(), status.restored_from.is_some()),
+        (None, None) => return Ok(None),
     };
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let secret_written = secrets
@@ -77,13 +115,13 @@ pub async fn observe(
                 .unwrap_or(Timestamp::UNIX_EPOCH)
         });
     let mut view = RestoreView {
-        snapshot: restore.snapshot.name.clone(),
-        recorded: etcd.status.as_ref().is_some_and(|s| s.restored_from.is_some()),
+        snapshot: source.name.clone(),
+        recorded,
         ..Default::default()
     };
     let mut download = None;
     if !view.recorded {
-        match resolve(client, namespace, &restore.snapshot, &mut view).await? {
+        match resolve(client, namespace, &source, &mut view).await? {
             Ok(source) => {
                 view.location = Some(format!("{}/{}", source.store.bucket, source.key));
                 match reach(client, namespace, &source.store).await? {

@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use etcdadm_shared::api::cluster::{CertificatesStatus, MachineReference};
+use etcdadm_shared::api::cluster::{CertificatesStatus, LastRecovery, MachineReference, RecoveryStatus};
 use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
 use etcdadm_shared::api::snapshot::RestoredFrom;
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus, MemberStatus};
@@ -11,7 +11,8 @@ use etcdadm_shared::etcd::member_id_hex;
 use etcdadm_shared::names;
 
 use super::plan::{
-    self, CaView, ClusterView, EtcdView, EventNote, KcpView, MachineView, MemberView, Observed, Step, reason,
+    self, CaView, ClusterView, EtcdView, EventNote, KcpView, MachineView, MemberView, Observed,
+    RecoveryAction, Step, reason,
 };
 
 /// Condition types this controller sets.
@@ -50,7 +51,16 @@ pub fn next_status(
 
     status.members = member_statuses(o, &old.members, now, &mut transitions);
     let ready = plan::is_ready(o);
-    let initialized = old.initialized || o.initialized_now();
+    recovery_record(&mut status, o, step, now);
+    // A recovery's reset: the lost cluster is forgotten, and the next member restores a new one.
+    let reset = matches!(
+        step,
+        Step::Recover {
+            action: RecoveryAction::Reset,
+            ..
+        }
+    );
+    let initialized = !reset && (old.initialized || o.initialized_now());
     if initialized && !old.initialized {
         let first = status
             .members
@@ -65,6 +75,7 @@ pub fn next_status(
     }
     status.initialized = initialized;
     if let Some(restore) = &o.restore
+        && etcd.spec.restore.is_some()
         && initialized
         && status.restored_from.is_none()
     {
@@ -178,6 +189,10 @@ pub fn next_status(
                 transitions.push(EventNote::warning(reason, message.clone()));
             }
         }
+        Some(Step::Wait { reason, message }) => {
+            let progress = NewCondition::false_(RECOVERY, Severity::Info, reason, message);
+            conditions::set(&mut status.conditions, progress, generation, now);
+        }
         _ => status.conditions.retain(|c| c.type_ != RECOVERY),
     }
 
@@ -205,6 +220,57 @@ pub fn next_status(
         transitions.push(EventNote::warning(reason, message.clone()));
     }
     (status, transitions)
+}
+
+/// `status.recovery` as the step leaves it (recorded before the step is taken), and
+/// `status.lastRecovery` once the cluster is back.
+fn recovery_record(status: &mut EtcdadmClusterStatus, o: &Observed, step: &Step, now: &Time) {
+    let Step::Recover { record, action } = step else {
+        return;
+    };
+    let started = status
+        .recovery
+        .as_ref()
+        .and_then(|r| r.started.clone())
+        .unwrap_or_else(|| now.clone());
+    let requested = o.recovery.as_ref().and_then(|r| r.request());
+    match action {
+        RecoveryAction::Abandon => status.recovery = None,
+        RecoveryAction::Finish => {
+            let revision = o.restore.as_ref().and_then(|r| r.revision);
+            let same = |last: &LastRecovery| {
+                last.snapshot == record.snapshot && last.started.as_ref() == Some(&started)
+            };
+            if !status.last_recovery.as_ref().is_some_and(same) {
+                status.last_recovery = Some(LastRecovery {
+                    requested: record.requested.clone(),
+                    source: record.source.describe(),
+                    snapshot: record.snapshot.clone(),
+                    revision,
+                    revisions_lost: record
+                        .survivor_revision
+                        .zip(revision)
+                        .map(|(survivor, restored)| (survivor - restored).max(0)),
+                    started: Some(started),
+                    time: Some(now.clone()),
+                });
+            }
+            // Kept until the annotation is gone, so a crash between the two finishes the job.
+            if requested.is_none() {
+                status.recovery = None;
+            }
+        }
+        _ => {
+            status.recovery = Some(RecoveryStatus {
+                requested: record.requested.clone(),
+                source: record.source.describe(),
+                phase: record.phase,
+                snapshot: record.snapshot.clone(),
+                survivor_revision: record.survivor_revision,
+                started: Some(started),
+            })
+        }
+    }
 }
 
 fn paused_condition(step: &Step) -> NewCondition {
@@ -645,6 +711,7 @@ mod tests {
     use super::*;
     use crate::controller::plan::testing::base;
     use crate::controller::plan::{InitSecret, MachineView};
+    use etcdadm_shared::api::cluster::RecoveryPhase;
 
     fn at(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
@@ -931,9 +998,9 @@ mod tests {
             members.pop();
         }
         o.recovery = Some(plan::RecoveryView {
-            requested: "latest".into(),
+            requested: Some("latest".into()),
             store_configured: true,
-            snapshot_problem: None,
+            ..Default::default()
         });
         let step = plan::plan(&o);
         let (status, transitions) = next_status(&with_status(Default::default()), &o, &step, &at(1));
@@ -950,6 +1017,73 @@ mod tests {
         o.recovery = None;
         let (status, _) = next_status(&with_status(status), &o, &plan::plan(&o), &at(3));
         assert!(conditions::find(&status.conditions, RECOVERY).is_none());
+    }
+
+    #[test]
+    fn a_recovery_is_recorded_before_each_step_and_summed_up_once_back() {
+        let o = observed([true, true]);
+        let record = plan::RecoveryRecord {
+            requested: "latest".into(),
+            source: plan::RecoverySource::Member("m0".into()),
+            phase: RecoveryPhase::Snapshotting,
+            snapshot: "c1-etcd-x-recovery".into(),
+            survivor_revision: Some(120),
+        };
+        let step = |phase, action| Step::Recover {
+            record: Box::new(plan::RecoveryRecord {
+                phase,
+                ..record.clone()
+            }),
+            action,
+        };
+        let snapshot = step(
+            RecoveryPhase::Snapshotting,
+            RecoveryAction::SnapshotSurvivor { machine: "m0".into() },
+        );
+        let (status, _) = next_status(&with_status(Default::default()), &o, &snapshot, &at(1));
+        let recorded = status.recovery.clone().unwrap();
+        assert_eq!(
+            (recorded.source.as_str(), recorded.phase, recorded.started.clone()),
+            ("member/m0", RecoveryPhase::Snapshotting, Some(at(1)))
+        );
+        // The reset forgets `initialized`; the start time stays.
+        let mut before = status.clone();
+        before.initialized = true;
+        let (status, _) = next_status(
+            &with_status(before),
+            &o,
+            &step(RecoveryPhase::Restoring, RecoveryAction::Reset),
+            &at(2),
+        );
+        assert!(!status.initialized);
+        let recorded = status.recovery.clone().unwrap();
+        assert_eq!(
+            (recorded.phase, recorded.started),
+            (RecoveryPhase::Restoring, Some(at(1)))
+        );
+        // Back: the last recovery is written; the record stays until the annotation is gone.
+        let mut back = o.clone();
+        back.recovery = Some(plan::RecoveryView {
+            requested: Some("latest".into()),
+            ..Default::default()
+        });
+        back.restore = Some(plan::RestoreView {
+            revision: Some(100),
+            ..Default::default()
+        });
+        let finish = step(RecoveryPhase::Restoring, RecoveryAction::Finish);
+        let (status, _) = next_status(&with_status(status), &back, &finish, &at(3));
+        let last = status.last_recovery.clone().unwrap();
+        assert_eq!((last.revision, last.revisions_lost), (Some(100), Some(20)));
+        assert_eq!(
+            (last.started.clone(), last.time.clone()),
+            (Some(at(1)), Some(at(3)))
+        );
+        assert!(status.recovery.is_some());
+        back.recovery.as_mut().unwrap().requested = None;
+        let (status, _) = next_status(&with_status(status), &back, &finish, &at(4));
+        assert!(status.recovery.is_none());
+        assert_eq!(status.last_recovery, Some(last), "written once");
     }
 
     #[test]

@@ -99,6 +99,7 @@ pub async fn schedule(
         },
         spec: EtcdadmSnapshotSpec {
             cluster_name: cluster.name_any(),
+            member: None,
         },
         status: None,
     };

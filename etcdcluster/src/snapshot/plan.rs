@@ -39,6 +39,7 @@ pub mod reason {
     pub const PAUSED: &str = "Paused";
     pub const MEMBERSHIP_CHANGING: &str = "WaitingForMembershipChange";
     pub const NO_HEALTHY_MEMBER: &str = "WaitingForHealthyMember";
+    pub const MEMBER_NOT_FOUND: &str = "MemberNotFound";
     pub const TOO_MANY_ATTEMPTS: &str = "TooManyAttempts";
     pub const INVALID_SCHEDULE: &str = "InvalidSchedule";
 }
@@ -113,7 +114,7 @@ pub fn plan(o: &Observed) -> Step {
     let mut waiting = false;
     if let Some(head) = unfinished.first() {
         let snapshot = head.name_any();
-        match next_for_pending(cluster) {
+        match next_for_pending(cluster, head) {
             Pending::Take { target, store } => {
                 return Step::Take {
                     snapshot,
@@ -179,7 +180,7 @@ enum Pending {
 }
 
 /// What the oldest Pending snapshot of `cluster` gets.
-fn next_for_pending(cluster: &EtcdadmCluster) -> Pending {
+fn next_for_pending(cluster: &EtcdadmCluster, snapshot: &EtcdadmSnapshot) -> Pending {
     let name = cluster.name_any();
     if cluster.metadata.deletion_timestamp.is_some() {
         return Pending::Fail(
@@ -208,6 +209,20 @@ fn next_for_pending(cluster: &EtcdadmCluster) -> Pending {
             reason::PAUSED,
             format!("EtcdadmCluster {name} or its Cluster is paused"),
         );
+    }
+    if let Some(machine) = &snapshot.spec.member {
+        return match named_member(cluster, machine) {
+            Some(target) => Pending::Take {
+                target,
+                store: backup.store.s3.clone(),
+            },
+            None => Pending::Fail(
+                reason::MEMBER_NOT_FOUND,
+                format!(
+                    "spec.member: EtcdadmCluster {name} records no member with a client URL for Machine {machine}"
+                ),
+            ),
+        };
     }
     if let Some(change) = membership_change(cluster) {
         return Pending::Wait(reason::MEMBERSHIP_CHANGING, change);
@@ -281,6 +296,22 @@ pub fn membership_change(cluster: &EtcdadmCluster) -> Option<String> {
             None
         }
     })
+}
+
+/// The member of Machine `machine`, healthy or not: a survivor of a lost quorum answers a
+/// snapshot from its own backend.
+fn named_member(cluster: &EtcdadmCluster, machine: &str) -> Option<Target> {
+    let members = cluster.status.as_ref().map(|s| s.members.as_slice())?;
+    members
+        .iter()
+        .find(|m| m.machine_ref.as_ref().is_some_and(|r| r.name == machine))
+        .and_then(|m| {
+            Some(Target {
+                member: m.name.clone(),
+                client_url: m.client_url.clone()?,
+                etcd_version: m.etcd_version.clone(),
+            })
+        })
 }
 
 /// A healthy voting member with a Machine, a follower when there is one (the leader is busiest),
@@ -471,6 +502,31 @@ mod tests {
             "memberID": "2", "healthy": false, "lastHealthyTime": "2026-11-24T10:00:00Z"}]}}),
         );
         assert!(matches!(step(&c, &pending), Step::Take { target, .. } if target.member == "m1"));
+    }
+
+    #[test]
+    fn a_snapshot_of_a_named_member_is_taken_without_quorum_or_a_settled_membership() {
+        // Two of three down and the membership unsettled: the survivor m3 is still read.
+        let c = cluster(json!({"status": {"conditions": [], "members": [
+            merged(member("m1", true), json!({"healthy": false})),
+            merged(member("m2", false), json!({"healthy": false})),
+            merged(member("m3", false), json!({"healthy": false}))]}}));
+        let mut named = snapshot("s1", "2026-11-24T10:00:00Z", json!({}));
+        named.spec.member = Some("m3".into());
+        let Step::Take { target, .. } = step(&c, std::slice::from_ref(&named)) else {
+            panic!("{:?}", step(&c, &[named]));
+        };
+        assert_eq!(target.member, "m3");
+        assert_eq!(target.client_url, "https://m3:2379");
+        named.spec.member = Some("m9".into());
+        let Step::Fail { reason, message, .. } = step(&c, std::slice::from_ref(&named)) else {
+            panic!("{:?}", step(&c, &[named]));
+        };
+        assert_eq!(reason, super::reason::MEMBER_NOT_FOUND);
+        assert!(
+            message.starts_with("spec.member: ") && message.contains("m9"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -131,6 +131,30 @@ pub struct EtcdadmClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("restore is immutable"))]
     pub restore: Option<Restore>,
+
+    /// Quorum-loss recovery without a human: off unless `automatic` is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoverySpec>,
+}
+
+/// Least time quorum must have been lost before an automatic recovery.
+pub const MIN_AUTOMATIC_RECOVERY_AFTER: Duration = Duration::from_secs(600);
+
+/// When the cluster recovers from a lost quorum by itself.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoverySpec {
+    /// Recover from `latest` (the surviving member with the highest revision, else the newest
+    /// Succeeded snapshot) once quorum has been lost for `after`, as the
+    /// `etcdcluster.cluster.x-k8s.io/recover` annotation would. Needs `spec.backup.store`.
+    /// Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub automatic: Option<bool>,
+    /// How long no member may have served clients, with quorum lost, before an automatic
+    /// recovery: a duration of at least 10m (the default). At most 64 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub after: Option<String>,
 }
 
 /// Default number of members.
@@ -181,6 +205,19 @@ impl EtcdadmClusterSpec {
             unhealthy_after: pick(&hc.unhealthy_after, DEFAULT_UNHEALTHY_AFTER),
             remediation: hc.remediation.unwrap_or_default() == Remediation::Enabled,
         }
+    }
+
+    /// How long quorum must have been lost before the cluster recovers by itself, when
+    /// `recovery.automatic` is set (an `after` that does not parse, or is shorter than the
+    /// minimum admission enforces, counts as the minimum).
+    pub fn automatic_recovery_after(&self) -> Option<Duration> {
+        let recovery = self.recovery.as_ref().filter(|r| r.automatic == Some(true))?;
+        let after = recovery
+            .after
+            .as_deref()
+            .and_then(|s| duration::parse(s).ok())
+            .unwrap_or(MIN_AUTOMATIC_RECOVERY_AFTER);
+        Some(after.max(MIN_AUTOMATIC_RECOVERY_AFTER))
     }
 
     /// How long before a certificate expires it is renewed (`rolloutBefore.certificatesExpiryDays`,
@@ -336,9 +373,76 @@ pub struct EtcdadmClusterStatus {
     /// The snapshot the cluster's data was restored from (`spec.restore`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<RestoredFrom>,
+    /// The quorum-loss recovery under way (the `etcdcluster.cluster.x-k8s.io/recover`
+    /// annotation): each step is recorded here before it is taken, so a restarted controller
+    /// resumes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoveryStatus>,
+    /// The last quorum-loss recovery that finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_recovery: Option<LastRecovery>,
     /// `Ready` summary and the detailed conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// Where a quorum-loss recovery is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum RecoveryPhase {
+    /// The surviving member's snapshot is being taken into the store.
+    #[default]
+    Snapshotting,
+    /// The lost cluster's Machines are deleted (their members are not removed: the cluster they
+    /// belong to is being replaced).
+    Replacing,
+    /// The first member is restored from the snapshot, the others join, the control plane gets
+    /// the new endpoints.
+    Restoring,
+}
+
+/// A quorum-loss recovery under way.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryStatus {
+    /// The source as asked (`latest`, `member/<machine>`, `snapshot/<name>`), or `automatic`
+    /// (`spec.recovery.automatic`, source `latest`).
+    pub requested: String,
+    /// The source chosen: `member/<machine>` or `snapshot/<name>`.
+    pub source: String,
+    pub phase: RecoveryPhase,
+    /// The EtcdadmSnapshot the cluster is restored from.
+    pub snapshot: String,
+    /// The highest revision a surviving member reported when the recovery began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub survivor_revision: Option<i64>,
+    /// When the recovery began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<Time>,
+}
+
+/// A quorum-loss recovery that finished.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastRecovery {
+    /// The source as asked, or `automatic`.
+    pub requested: String,
+    /// The source chosen: `member/<machine>` or `snapshot/<name>`.
+    pub source: String,
+    /// The EtcdadmSnapshot restored.
+    pub snapshot: String,
+    /// The revision restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// Revisions a survivor held beyond the one restored, where a survivor's revision was known
+    /// (0 when the survivor itself was the source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revisions_lost: Option<i64>,
+    /// When the recovery began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<Time>,
+    /// When the cluster was Ready again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
 }
 
 /// What the controller last saw of one member.

@@ -59,6 +59,13 @@ pub struct EtcdadmSnapshotSpec {
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("clusterName is immutable"))]
     pub cluster_name: String,
+    /// Read from this member Machine's member, whatever the cluster's health; immutable. A
+    /// quorum-loss recovery sets it to snapshot a survivor, which answers from its own backend
+    /// without quorum. Unset: a healthy voting member is chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("member is immutable"))]
+    pub member: Option<String>,
 }
 
 /// Where a snapshot is in its life.

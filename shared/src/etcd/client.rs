@@ -216,6 +216,7 @@ impl MemberClient {
             db_size: u64::try_from(response.db_size()).unwrap_or(0),
             raft_term: response.raft_term(),
             raft_index: response.raft_index(),
+            revision: header.revision(),
             is_learner: response.is_learner(),
             errors: response.errors().to_vec(),
         })

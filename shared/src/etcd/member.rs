@@ -42,6 +42,8 @@ pub struct MemberStatus {
     pub db_size: u64,
     pub raft_term: u64,
     pub raft_index: u64,
+    /// The revision of the member's own store (from the answer's header: no quorum needed).
+    pub revision: i64,
     pub is_learner: bool,
     /// Errors the member reports about itself (e.g. a raised alarm), verbatim.
     pub errors: Vec<String>,

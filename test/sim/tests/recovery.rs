@@ -1,30 +1,48 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! The `recover` annotation's refusals with both real controller binaries and real etcd: on a
-//! healthy cluster it is refused and changes nothing (Ready stays, same Machines, members and
-//! CA); once two of three machines are powered off for good, `latest` without an object store is
-//! refused saying a store is needed, and still nothing is deleted; the annotation stays until the
-//! user removes it, and its answer goes with it.
+//! Quorum-loss recovery with both real controller binaries, real etcd and a real S3 store
+//! (SeaweedFS). Refusals: on a healthy cluster the `recover` annotation is refused and changes
+//! nothing (Ready stays, same Machines, members and CA); once two of three machines are powered
+//! off for good, `latest` without an object store is refused saying a store is needed, and still
+//! nothing is deleted; the annotation stays until the user removes it, and its answer goes with
+//! it. Recoveries: two of three machines powered off for good, `latest` snapshots the survivor
+//! and brings the cluster back with three new members, every acknowledged key, the same CA and
+//! at most one control plane endpoint update; then the same from a named snapshot, which loses the
+//! writes after it; and with the controller SIGKILLed at every phase of the sequence (seeded,
+//! `SIM_RECOVERY_KILL_RUNS` recoveries in a row, default 2) it still converges to one cluster.
 
 mod lifecycle_support;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use etcdadm_shared::testing::TempDir;
+use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::api::cluster::RecoveryPhase;
+use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
+use etcdadm_shared::etcd::MemberClient;
+use etcdadm_shared::testing::{SeaweedFs, TempDir};
+use etcdadm_sim::demo;
+use etcdadm_sim::plane::Plane;
 use etcdadm_sim_machines::Fault;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use lifecycle_support::*;
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 const RECOVER: &str = "etcdcluster.cluster.x-k8s.io/recover";
 
+/// One scenario at a time in this binary: each runs real etcd members on the machine's two cores.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn annotate(client: &kube::Client, value: Option<&str>) {
+    annotate_cluster(client, "q1", value).await;
+}
+
+async fn annotate_cluster(client: &kube::Client, cluster: &str, value: Option<&str>) {
     etcd_api(client)
         .patch(
-            "q1-etcd",
+            &format!("{cluster}-etcd"),
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"annotations": {RECOVER: value}}})),
         )
@@ -52,12 +70,19 @@ async fn answer(client: &kube::Client, says: &str, work: &TempDir) -> String {
 
 /// Machine names, member IDs and the CA, which a refused recovery never changes.
 async fn fingerprint(client: &kube::Client) -> (BTreeSet<String>, BTreeSet<String>, Option<String>) {
-    let machines = machines(client, "q1")
+    fingerprint_of(client, "q1").await
+}
+
+async fn fingerprint_of(
+    client: &kube::Client,
+    cluster: &str,
+) -> (BTreeSet<String>, BTreeSet<String>, Option<String>) {
+    let machines = machines(client, cluster)
         .await
         .iter()
         .map(|m| m.name_any())
         .collect();
-    let etcd = etcd_api(client).get("q1-etcd").await.unwrap();
+    let etcd = etcd_api(client).get(&format!("{cluster}-etcd")).await.unwrap();
     let members = etcd
         .status
         .unwrap()
@@ -66,7 +91,7 @@ async fn fingerprint(client: &kube::Client) -> (BTreeSet<String>, BTreeSet<Strin
         .filter_map(|m| m.member_id)
         .collect();
     let ca = Api::<Secret>::default_namespaced(client.clone())
-        .get("q1-managed-etcd")
+        .get(&format!("{cluster}-managed-etcd"))
         .await
         .unwrap()
         .data
@@ -79,6 +104,7 @@ async fn fingerprint(client: &kube::Client) -> (BTreeSet<String>, BTreeSet<Strin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recovery_is_refused_unless_quorum_is_lost_and_a_store_is_set_and_nothing_is_deleted() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let work = TempDir::new("sim-recovery-refusals");
     let plane = start_plane_on(None, 17, &work, Duration::from_secs(1)).await;
     let client = plane.client.clone();
@@ -147,4 +173,389 @@ async fn a_recovery_is_refused_unless_quorum_is_lost_and_a_store_is_set_and_noth
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     save_logs(&work, "recovery-refusals");
+}
+
+const BUCKET: &str = "etcd-backups";
+
+/// SeaweedFS with [`BUCKET`], a plane, and its Ready cluster `cluster` of three (with a
+/// KubeadmControlPlane) backed up to the bucket.
+async fn backed_up(prefix: u8, cluster: &str, work: &TempDir) -> (SeaweedFs, Plane) {
+    let s3 = SeaweedFs::start().await;
+    s3.create_bucket(BUCKET).await;
+    let plane = start_plane_on(None, prefix, work, Duration::from_secs(1)).await;
+    store_credentials(&plane.client, &s3).await;
+    let store = serde_json::to_value(s3.store(BUCKET)).unwrap();
+    create(
+        &plane.client,
+        cluster,
+        3,
+        true,
+        json!({}),
+        json!({"backup": {"store": {"s3": store}}}),
+    )
+    .await;
+    wait_settled(&plane.client, cluster, 3, TIMEOUT, work).await;
+    (s3, plane)
+}
+
+/// Keys `<prefix>/NNNN` written through the leader of `etcd`, each with the revision its write
+/// was acknowledged at.
+async fn write_keys(
+    client: &kube::Client,
+    cluster: &str,
+    etcd: &EtcdadmCluster,
+    prefix: &str,
+    count: usize,
+) -> Vec<(String, i64)> {
+    let tls = demo::etcd_tls(client, client.default_namespace(), cluster)
+        .await
+        .unwrap()
+        .unwrap();
+    let leader = etcd
+        .status
+        .clone()
+        .unwrap()
+        .members
+        .into_iter()
+        .find(|m| m.is_leader)
+        .unwrap();
+    let member = MemberClient::new(
+        leader.client_url.as_deref().unwrap(),
+        &tls,
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let mut kv = member.etcd_client().await.unwrap();
+    let mut written = Vec::new();
+    for i in 0..count {
+        let key = format!("{prefix}/{i:04}");
+        let put = kv.put(key.clone(), format!("value-{i}"), None).await.unwrap();
+        written.push((key, put.header().unwrap().revision()));
+    }
+    written
+}
+
+/// Which of `keys` every member of `etcd` has.
+async fn present_everywhere(
+    client: &kube::Client,
+    cluster: &str,
+    etcd: &EtcdadmCluster,
+    keys: &[(String, i64)],
+) -> Vec<bool> {
+    let tls = demo::etcd_tls(client, client.default_namespace(), cluster)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut everywhere = vec![true; keys.len()];
+    for m in &etcd.status.clone().unwrap().members {
+        let member =
+            MemberClient::new(m.client_url.as_deref().unwrap(), &tls, Duration::from_secs(5)).unwrap();
+        let mut kv = member.etcd_client().await.unwrap();
+        for (i, (key, _)) in keys.iter().enumerate() {
+            let got = kv.get(key.clone(), None).await.unwrap();
+            everywhere[i] &= got.kvs().len() == 1;
+        }
+    }
+    everywhere
+}
+
+/// Power off every member Machine of `etcd` but the leader; the leader's Machine.
+async fn lose_quorum(plane: &Plane, cluster: &str, etcd: &EtcdadmCluster, work: &TempDir) -> String {
+    let members = etcd.status.clone().unwrap().members;
+    for m in members.iter().filter(|m| !m.is_leader) {
+        plane.runtime.fault(&m.name, Fault::PowerOff).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let etcd = etcd_api(&plane.client)
+            .get(&format!("{cluster}-etcd"))
+            .await
+            .unwrap();
+        if condition(&etcd, "Ready").1 == "QuorumLost" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no QuorumLost: {:?}\n{}",
+            etcd.status,
+            logs(work)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    members.into_iter().find(|m| m.is_leader).unwrap().name
+}
+
+/// Wait until the recovery finished (annotation gone, settled at three); the cluster, and the
+/// recovery phases seen on the way; with `kill`, the controller is SIGKILLed (and restarted)
+/// within 1.5 s of each phase beginning.
+async fn wait_recovered(
+    plane: &mut Plane,
+    cluster: &str,
+    work: &TempDir,
+    mut kill: Option<&mut Rng>,
+) -> (EtcdadmCluster, Vec<RecoveryPhase>) {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut phases: Vec<RecoveryPhase> = Vec::new();
+    loop {
+        let etcd = etcd_api(&plane.client)
+            .get(&format!("{cluster}-etcd"))
+            .await
+            .unwrap();
+        let phase = etcd
+            .status
+            .as_ref()
+            .and_then(|s| s.recovery.as_ref())
+            .map(|r| r.phase);
+        if let Some(phase) = phase
+            && phases.last() != Some(&phase)
+        {
+            phases.push(phase);
+            if let Some(rng) = kill.as_deref_mut() {
+                // Killed as the phase begins, or a little into it.
+                tokio::time::sleep(rng.millis(1500)).await;
+                plane.kill_controller(CONTROLLER).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                plane.restart_controller(CONTROLLER).unwrap();
+            }
+        }
+        if !etcd.annotations().contains_key(RECOVER)
+            && phase.is_none()
+            && let Ok(etcd) = settled(&plane.client, cluster, 3).await
+        {
+            return (etcd, phases);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not recovered within 240 s (phases {phases:?}): {:?}\n{}",
+            etcd.status,
+            logs(work)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn kcp_generation(kcp: &serde_json::Value) -> i64 {
+    kcp["metadata"]["generation"].as_i64().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_that_lost_quorum_is_recovered_from_its_survivor_then_from_a_named_snapshot() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let work = TempDir::new("sim-recovery");
+    let (_s3, mut plane) = backed_up(18, "q2", &work).await;
+    let client = plane.client.clone();
+    let etcd = etcd_api(&client).get("q2-etcd").await.unwrap();
+    let (_, before_members, ca) = fingerprint_of(&client, "q2").await;
+    let old_machines: BTreeSet<String> = machines(&client, "q2")
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    let kcp_before = serde_json::to_value(kcp(&client, "q2").await.unwrap()).unwrap();
+
+    // (a) A client's writes, two machines gone for good, `latest`.
+    let keys = write_keys(&client, "q2", &etcd, "a", 300).await;
+    let survivor = lose_quorum(&plane, "q2", &etcd, &work).await;
+    let started = Instant::now();
+    annotate_cluster(&client, "q2", Some("latest")).await;
+    let (etcd, phases) = wait_recovered(&mut plane, "q2", &work, None).await;
+    println!(
+        "recovered from latest: annotation to Ready in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        phases,
+        [
+            RecoveryPhase::Snapshotting,
+            RecoveryPhase::Replacing,
+            RecoveryPhase::Restoring
+        ]
+    );
+    let status = etcd.status.clone().unwrap();
+    let last = status.last_recovery.clone().expect("status.lastRecovery");
+    assert_eq!(
+        (last.requested.as_str(), last.source.clone()),
+        ("latest", format!("member/{survivor}"))
+    );
+    let restored = last.revision.unwrap();
+    let acknowledged = keys.last().unwrap().1;
+    assert!(
+        restored >= acknowledged,
+        "restored revision {restored} < last acknowledged {acknowledged}"
+    );
+    assert_eq!(last.revisions_lost, Some(0));
+    assert!(last.started.is_some() && last.time.is_some());
+    let present = present_everywhere(&client, "q2", &etcd, &keys).await;
+    let missing: Vec<&String> = keys
+        .iter()
+        .zip(&present)
+        .filter(|((_, rev), here)| *rev <= restored && !**here)
+        .map(|((k, _), _)| k)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "acknowledged keys missing after the recovery: {missing:?}"
+    );
+    let (machines_now, members_now, ca_now) = fingerprint_of(&client, "q2").await;
+    assert_eq!(ca_now, ca, "the CA is kept");
+    assert!(
+        machines_now.is_disjoint(&old_machines) && members_now.is_disjoint(&before_members),
+        "a new cluster of new Machines"
+    );
+    let snapshot = Api::<EtcdadmSnapshot>::default_namespaced(client.clone())
+        .get(&status.last_recovery.unwrap().snapshot)
+        .await
+        .unwrap();
+    assert_eq!(
+        (snapshot.phase(), snapshot.spec.member.as_deref()),
+        (SnapshotPhase::Succeeded, Some(survivor.as_str()))
+    );
+    let kcp_after = serde_json::to_value(kcp(&client, "q2").await.unwrap()).unwrap();
+    // At most one update (none when the new Machines got the addresses the old ones had).
+    let updates = kcp_generation(&kcp_after) - kcp_generation(&kcp_before);
+    assert!(updates <= 1, "{updates} control plane updates:\n{kcp_after:#}");
+    let mut endpoints: Vec<String> = status.endpoints.split(',').map(String::from).collect();
+    endpoints.sort();
+    let mut given: Vec<String> = serde_json::from_value(
+        kcp_after["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["etcd"]["external"]["endpoints"]
+            .clone(),
+    )
+    .unwrap();
+    given.sort();
+    assert_eq!(given, endpoints);
+    let reasons: Vec<String> = events(&client, "q2")
+        .await
+        .into_iter()
+        .map(|(reason, _)| reason)
+        .collect();
+    for expected in [
+        "RecoverySnapshot",
+        "RecoveryReplacingMachines",
+        "RecoveryRestoring",
+        "Recovered",
+    ] {
+        assert!(
+            reasons.iter().any(|r| r == expected),
+            "no {expected} Event: {reasons:?}"
+        );
+    }
+
+    // (b) A named snapshot, then writes it does not hold, then quorum lost: `snapshot/<name>`.
+    let before = write_keys(&client, "q2", &etcd, "b", 100).await;
+    let named: EtcdadmSnapshot = serde_json::from_value(json!({
+        "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmSnapshot",
+        "metadata": {"name": "q2-nightly"}, "spec": {"clusterName": "q2-etcd"},
+    }))
+    .unwrap();
+    let snapshots: Api<EtcdadmSnapshot> = Api::default_namespaced(client.clone());
+    snapshots.create(&PostParams::default(), &named).await.unwrap();
+    let taken = loop {
+        let s = snapshots.get("q2-nightly").await.unwrap();
+        assert_ne!(s.phase(), SnapshotPhase::Failed, "{:?}", s.status);
+        if s.phase() == SnapshotPhase::Succeeded {
+            break s.status.unwrap().revision.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let after = write_keys(&client, "q2", &etcd, "c", 50).await;
+    lose_quorum(&plane, "q2", &etcd, &work).await;
+    let started = Instant::now();
+    annotate_cluster(&client, "q2", Some("snapshot/q2-nightly")).await;
+    let (etcd, phases) = wait_recovered(&mut plane, "q2", &work, None).await;
+    println!(
+        "recovered from a named snapshot: annotation to Ready in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        phases.first(),
+        Some(&RecoveryPhase::Replacing),
+        "no survivor snapshot: {phases:?}"
+    );
+    let last = etcd.status.clone().unwrap().last_recovery.unwrap();
+    assert_eq!(
+        (last.source.as_str(), last.revision),
+        ("snapshot/q2-nightly", Some(taken))
+    );
+    let lost = last.revisions_lost.unwrap();
+    assert!(
+        lost >= 50,
+        "the 50 writes after the snapshot are counted lost: {lost}"
+    );
+    assert!(
+        present_everywhere(&client, "q2", &etcd, &before)
+            .await
+            .iter()
+            .all(|here| *here)
+    );
+    assert!(
+        present_everywhere(&client, "q2", &etcd, &after)
+            .await
+            .iter()
+            .all(|here| !*here)
+    );
+    assert_eq!(fingerprint_of(&client, "q2").await.2, ca, "the CA is kept");
+    save_logs(&work, "recovery");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_converges_to_one_cluster_when_the_controller_is_sigkilled_at_every_phase() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let runs = std::env::var("SIM_RECOVERY_KILL_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2u64);
+    let seed = std::env::var("SIM_KILL_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed_0020_u64);
+    println!("{runs} recoveries, SIM_KILL_SEED={seed}");
+    let work = TempDir::new("sim-recovery-kills");
+    let (_s3, mut plane) = backed_up(19, "q3", &work).await;
+    let client = plane.client.clone();
+    let ca = fingerprint_of(&client, "q3").await.2;
+    for run in 0..runs {
+        let mut rng = Rng::new(seed.wrapping_add(run));
+        let etcd = etcd_api(&client).get("q3-etcd").await.unwrap();
+        let keys = write_keys(&client, "q3", &etcd, &format!("run{run}"), 50).await;
+        lose_quorum(&plane, "q3", &etcd, &work).await;
+        annotate_cluster(&client, "q3", Some("latest")).await;
+        let started = Instant::now();
+        let (etcd, phases) = wait_recovered(&mut plane, "q3", &work, Some(&mut rng)).await;
+        println!(
+            "run {run} (seed {}): killed at {phases:?}, recovered in {:.1}s",
+            seed.wrapping_add(run),
+            started.elapsed().as_secs_f64()
+        );
+        assert_eq!(
+            phases,
+            [
+                RecoveryPhase::Snapshotting,
+                RecoveryPhase::Replacing,
+                RecoveryPhase::Restoring
+            ]
+        );
+        assert_eq!(
+            machines(&client, "q3").await.len(),
+            3,
+            "one cluster of three Machines"
+        );
+        assert!(
+            present_everywhere(&client, "q3", &etcd, &keys)
+                .await
+                .iter()
+                .all(|here| *here)
+        );
+        assert_eq!(fingerprint_of(&client, "q3").await.2, ca, "the CA is kept");
+        // One survivor snapshot per recovery, whatever the kills.
+        let recovery_snapshots = Api::<EtcdadmSnapshot>::default_namespaced(client.clone())
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|s| s.spec.member.is_some())
+            .count();
+        assert_eq!(recovery_snapshots, usize::try_from(run + 1).unwrap());
+    }
+    save_logs(&work, "recovery-kills");
 }

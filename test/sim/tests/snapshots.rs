@@ -13,10 +13,9 @@ use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::etcd::MemberClient;
 use etcdadm_shared::store::StoreClient;
-use etcdadm_shared::testing::{CREDENTIALS_SECRET, SeaweedFs, TempDir, etcd_binary};
+use etcdadm_shared::testing::{SeaweedFs, TempDir, etcd_binary};
 use etcdadm_sim::demo;
 use etcdadm_sim::plane::Plane;
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, PostParams};
@@ -45,26 +44,6 @@ async fn the_snapshot_scenario_passes_on_a_real_api_server_under_the_controllers
     snapshot_scenario(Some(&real), 14).await;
 }
 
-async fn credentials_secret(client: &Client, s3: &SeaweedFs) {
-    let data = s3
-        .credentials_secret_data()
-        .into_iter()
-        .map(|(k, v)| (k, ByteString(v.into_bytes())))
-        .collect();
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(CREDENTIALS_SECRET.into()),
-            ..Default::default()
-        },
-        data: Some(data),
-        ..Default::default()
-    };
-    Api::<Secret>::default_namespaced(client.clone())
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-}
-
 /// SeaweedFS with the bucket [`BUCKET`], a plane, and its Ready cluster `b1` of `replicas`
 /// members backed up to the bucket.
 async fn backed_up_cluster(
@@ -76,7 +55,7 @@ async fn backed_up_cluster(
     let s3 = SeaweedFs::start().await;
     let bucket = s3.create_bucket(BUCKET).await;
     let plane = start_plane_on(real, prefix, work, Duration::from_secs(1)).await;
-    credentials_secret(&plane.client, &s3).await;
+    store_credentials(&plane.client, &s3).await;
     let store = serde_json::to_value(s3.store(BUCKET)).unwrap();
     create(
         &plane.client,

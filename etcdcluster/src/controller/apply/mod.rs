@@ -11,6 +11,7 @@ mod control_plane;
 mod etcd_cluster;
 mod machines;
 mod membership;
+mod recovery;
 mod restore;
 mod secrets;
 
@@ -27,7 +28,7 @@ use etcdadm_shared::etcd::EtcdError;
 use self::etcd_cluster::write_status;
 use super::health::EtcdClients;
 use super::observe::Observation;
-use super::plan::{EventNote, Observed, Step, reason};
+use super::plan::{EventNote, Observed, RecoveryAction, Step, reason};
 use crate::error::Error;
 use crate::metrics::EtcdClusterMetrics;
 
@@ -173,6 +174,15 @@ pub async fn apply(
         Step::DeleteLeftovers { names } => machines::delete_leftovers(out, obs, names).await?,
         Step::ReleaseHook { machine } => machines::release_hook(out, obs, machine).await?,
         Step::ReleaseAndDeleteMachines { names } => machines::release_and_delete(out, obs, names).await?,
+        Step::Recover { record, action } => match action {
+            RecoveryAction::SnapshotSurvivor { machine } => {
+                recovery::snapshot_survivor(out, obs, &record.snapshot, machine).await?
+            }
+            RecoveryAction::DeleteMachines { names } => machines::release_and_delete(out, obs, names).await?,
+            RecoveryAction::Reset => recovery::reset(out, obs).await?,
+            RecoveryAction::Finish => recovery::finish(out, obs).await?,
+            RecoveryAction::Abandon => Applied::Done,
+        },
         Step::MoveLeader { leader_url, to, .. } => membership::move_leader(out, obs, leader_url, *to).await?,
         Step::RemoveMember {
             member_id, via_url, ..
@@ -203,9 +213,12 @@ pub async fn apply(
         }
     }
     Ok(match step {
-        Step::CreateMachine { .. } | Step::ReleaseAndDeleteMachines { .. } => {
-            Next::Done(Action::requeue(interval.min(WAIT_REQUEUE)))
-        }
+        Step::CreateMachine { .. }
+        | Step::ReleaseAndDeleteMachines { .. }
+        | Step::Recover {
+            action: RecoveryAction::SnapshotSurvivor { .. } | RecoveryAction::DeleteMachines { .. },
+            ..
+        } => Next::Done(Action::requeue(interval.min(WAIT_REQUEUE))),
         Step::MoveLeader { .. } | Step::RemoveMember { .. } => Next::Done(Action::requeue(MEMBERSHIP_RETRY)),
         // The reconcile's etcd view predates the change: the next step needs a new health round.
         Step::AddLearner { .. } | Step::PromoteLearner { .. } => Next::Done(Action::requeue(JOIN_POLL)),

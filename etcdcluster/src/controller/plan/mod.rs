@@ -36,7 +36,10 @@ pub use self::observed::{
     voting_endpoints,
 };
 pub use self::placement::{allowed_failure_domains, pick_failure_domain, pick_victim};
-pub use self::recovery::{RecoverySource, RecoveryView, answer as recovery_answer};
+pub use self::recovery::{
+    Automatic, RecoveryAction, RecoveryRecord, RecoverySource, RecoveryView, SnapshotCheck, UnderWay,
+    answer as recovery_answer,
+};
 pub use self::remediation::{
     ENDPOINTS_AVAILABLE, MIN_HEALTHY_PERIOD, REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION,
     RemediationRecord, UnhealthyClock, remediation_backoff, remediation_policy,
@@ -57,7 +60,9 @@ pub fn plan(o: &Observed) -> Step {
         .or_else(|| preflight::infrastructure(o))
         .or_else(|| control_plane::keep_paused(o))
         .or_else(|| preflight::ca(o))
-        // Restore: only while no member ever existed.
+        // Quorum-loss recovery: replaces the lost cluster (outside rule 3, only without quorum).
+        .or_else(|| recovery::plan(o))
+        // Restore: only while no member ever existed, or once a recovery deleted them all.
         .or_else(|| restore::plan(o))
         // Rule 3: nothing at all while quorum is lost.
         .or_else(|| gates::quorum_lost(o))

@@ -82,6 +82,8 @@ pub struct MemberView {
     pub unhealthy_for: Duration,
     /// `notAfter` of the server certificate it presented in this round's handshake.
     pub certificate_expiry: Option<Timestamp>,
+    /// The revision of its own store, when it answered Status this round (no quorum needed).
+    pub revision: Option<i64>,
 }
 
 impl MemberView {
@@ -252,7 +254,7 @@ pub struct Observed {
     pub control_plane_machines: usize,
     /// `spec.restore`, when set.
     pub restore: Option<RestoreView>,
-    /// The `recover` annotation's request, when set.
+    /// The `recover` annotation's request, or the recovery under way.
     pub recovery: Option<super::recovery::RecoveryView>,
     /// The name a member Machine created now gets (`<etcdadmcluster>-<5 random>`, drawn anew
     /// for every plan).

@@ -5,6 +5,7 @@ use etcdadm_shared::etcd::member_id_hex;
 use etcdadm_shared::names;
 
 use super::observed::{ClusterView, KcpView, Observed};
+use super::recovery::{RecoveryAction, RecoveryRecord};
 
 /// Why a Machine is deleted (its member is removed first, through the pre-terminate hook).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,6 +144,11 @@ pub enum Step {
         names: Vec<String>,
     },
     RemoveFinalizer,
+    /// The next action of a quorum-loss recovery; status records `record` first.
+    Recover {
+        record: Box<RecoveryRecord>,
+        action: RecoveryAction,
+    },
     /// Every desired member is a healthy voter and KCP has what it needs.
     Steady,
 }
@@ -192,7 +198,8 @@ pub mod reason {
     pub const RESTORE_SOURCE_UNUSABLE: &str = "RestoreSourceUnusable";
     pub const RESTORE_VERSION_MISMATCH: &str = "RestoreVersionMismatch";
     pub const RECOVERY_REFUSED: &str = "RecoveryRefused";
-    pub const RECOVERY_NOT_AVAILABLE: &str = "RecoveryNotAvailable";
+    pub const RECOVERING: &str = "Recovering";
+    pub const RECOVERY_FAILED: &str = "RecoveryFailed";
 
     /// Waits that are refusals: something is asked for that the safety rules do not allow now.
     /// Entering one is a Warning Event.
@@ -305,6 +312,7 @@ impl Step {
                 format!("deleting etcd Machines {}", names.join(", ")),
             ),
             Step::RemoveFinalizer => (reason::DELETING, "every etcd Machine is gone".into()),
+            Step::Recover { record, action } => (reason::RECOVERING, recovery_note(record, action)),
             Step::Steady => (reason::READY, String::new()),
         }
     }
@@ -404,6 +412,28 @@ impl Step {
                     warning,
                     reason,
                     note: message.clone(),
+                });
+            }
+            Step::Recover { record, action } => {
+                let reason = match action {
+                    RecoveryAction::SnapshotSurvivor { .. } => "RecoverySnapshot",
+                    RecoveryAction::DeleteMachines { .. } => "RecoveryReplacingMachines",
+                    RecoveryAction::Reset => "RecoveryRestoring",
+                    RecoveryAction::Finish => "Recovered",
+                    RecoveryAction::Abandon => "RecoveryAbandoned",
+                };
+                let mut note = recovery_note(record, action);
+                if let (RecoveryAction::Finish, Some(restore)) = (action, &o.restore) {
+                    let revision = restore
+                        .revision
+                        .map(|r| format!(" at revision {r}"))
+                        .unwrap_or_default();
+                    note = format!("{note}: {} members restored{revision}", o.replicas);
+                }
+                return Some(EventNote {
+                    warning: !matches!(action, RecoveryAction::Finish),
+                    reason,
+                    note,
                 });
             }
             Step::WriteRestoreSecret => (
@@ -519,6 +549,37 @@ impl Step {
             Step::Wait { reason, .. } => reason::REFUSALS.contains(reason),
             _ => false,
         }
+    }
+}
+
+/// What a recovery step does, for its condition message and its Event.
+fn recovery_note(record: &RecoveryRecord, action: &RecoveryAction) -> String {
+    let source = record.source.describe();
+    let snapshot = &record.snapshot;
+    match action {
+        RecoveryAction::SnapshotSurvivor { machine } => format!(
+            "quorum is lost: taking EtcdadmSnapshot {snapshot} of the member of Machine {machine}{} to recover from",
+            record
+                .survivor_revision
+                .map(|r| format!(" (revision {r})"))
+                .unwrap_or_default()
+        ),
+        RecoveryAction::DeleteMachines { names } => format!(
+            "recovering from {source}: deleting the lost cluster's Machines {} without removing their \
+             members (the CA and client certificates are kept)",
+            names.join(", ")
+        ),
+        RecoveryAction::Reset => format!(
+            "recovering from {source}: the lost cluster's Machines are gone; a first member is restored \
+             from EtcdadmSnapshot {snapshot}"
+        ),
+        RecoveryAction::Finish => {
+            format!("recovered from {source} (EtcdadmSnapshot {snapshot}); the recover annotation is removed")
+        }
+        RecoveryAction::Abandon => format!(
+            "the recover annotation was removed before any Machine was deleted: the recovery from {source} \
+             is dropped (EtcdadmSnapshot {snapshot} is kept)"
+        ),
     }
 }
 

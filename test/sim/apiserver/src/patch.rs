@@ -216,19 +216,17 @@ fn set_at(v: &mut Value, path: &[String], value: Value) {
     }
 }
 
+/// Remove the field at `path`, and every parent object that removal left empty (as the API
+/// server does: an object whose every field was dropped by its manager goes with them).
 fn remove_at(v: &mut Value, path: &[String]) {
     let Some((last, parents)) = path.split_last() else {
         return;
     };
-    let mut cur = v;
-    for key in parents {
-        match cur.get_mut(key) {
-            Some(next) => cur = next,
-            None => return,
-        }
-    }
-    if let Value::Object(map) = cur {
-        map.remove(last);
+    let Some(Value::Object(map)) = parents.iter().try_fold(&mut *v, |cur, key| cur.get_mut(key)) else {
+        return;
+    };
+    if map.remove(last).is_some() && map.is_empty() && !parents.is_empty() {
+        remove_at(v, parents);
     }
 }
 
@@ -360,6 +358,16 @@ mod tests {
 
     fn all(_: &[String]) -> bool {
         true
+    }
+
+    #[test]
+    fn a_dropped_object_goes_with_its_last_field() {
+        let current = json!({"status": {"ready": true, "recovery": {"phase": "Restoring", "snapshot": "s"}}});
+        let mut ownership = Ownership::new();
+        ownership.insert("m".into(), leaf_paths(&current, &all));
+        let applied = json!({"status": {"ready": true}});
+        let out = server_side_apply(&current, &applied, &ownership, "m", false, &all).unwrap();
+        assert_eq!(out.object, json!({"status": {"ready": true}}));
     }
 
     #[test]

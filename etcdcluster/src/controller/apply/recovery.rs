@@ -1,0 +1,86 @@
+//! The writes of a quorum-loss recovery beyond Machine deletion: the survivor's EtcdadmSnapshot,
+//! the lost cluster's init Secret, and the `recover` annotation once the cluster is back.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, EtcdadmSnapshotSpec};
+use etcdadm_shared::names;
+
+use super::{Applied, FIELD_MANAGER, Outputs};
+use crate::controller::observe::Observation;
+use crate::error::Error;
+
+/// Create the EtcdadmSnapshot `name` of Machine `machine`'s member (the snapshot controller
+/// takes it without quorum); one that exists already is kept.
+pub(super) async fn snapshot_survivor(
+    out: &Outputs<'_>,
+    obs: &Observation,
+    name: &str,
+    machine: &str,
+) -> Result<Applied, Error> {
+    let etcd = &obs.etcd_cluster;
+    let snapshot = EtcdadmSnapshot {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(obs.namespace.clone()),
+            labels: etcd
+                .labels()
+                .get(names::CLUSTER_NAME_LABEL)
+                .map(|c| [(names::CLUSTER_NAME_LABEL.to_string(), c.clone())].into()),
+            ..Default::default()
+        },
+        spec: EtcdadmSnapshotSpec {
+            cluster_name: etcd.name_any(),
+            member: Some(machine.to_string()),
+        },
+        status: None,
+    };
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match Api::<EtcdadmSnapshot>::namespaced(out.client.clone(), &obs.namespace)
+        .create(&params, &snapshot)
+        .await
+    {
+        Ok(_) => Ok(Applied::Done),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(Applied::AlreadyDone),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Delete the lost cluster's `<cluster>-etcd-init`: the restored first member publishes its own.
+pub(super) async fn reset(out: &Outputs<'_>, obs: &Observation) -> Result<Applied, Error> {
+    let Some(cluster) = &obs.cluster else {
+        return Ok(Applied::AlreadyDone);
+    };
+    let name = names::init_secret_name(&cluster.name_any());
+    match Api::<Secret>::namespaced(out.client.clone(), &obs.namespace)
+        .delete(&name, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => Ok(Applied::Done),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Applied::Done),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Remove the `recover` annotation (status recorded the recovery first).
+pub(super) async fn finish(out: &Outputs<'_>, obs: &Observation) -> Result<Applied, Error> {
+    let etcd = &obs.etcd_cluster;
+    if !etcd.annotations().contains_key(names::RECOVER_ANNOTATION) {
+        return Ok(Applied::AlreadyDone);
+    }
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let patch = json!({ "metadata": { "annotations": { names::RECOVER_ANNOTATION: null } } });
+    Api::<etcdadm_shared::api::EtcdadmCluster>::namespaced(out.client.clone(), &obs.namespace)
+        .patch(&etcd.name_any(), &params, &Patch::Merge(patch))
+        .await?;
+    Ok(Applied::Done)
+}
