@@ -312,9 +312,7 @@ impl Observation {
             recovery: self.recovery.clone().map(|mut view| {
                 view.automatic = e.spec.automatic_recovery_after().map(|after| Automatic {
                     after,
-                    unserved_for: conditions::find(&status.conditions, ENDPOINTS_AVAILABLE)
-                        .filter(|c| c.status == conditions::ConditionStatus::False)
-                        .map_or(Duration::ZERO, |c| clock.since(c.last_transition_time.0)),
+                    unserved_for: unserved_since(e).map_or(Duration::ZERO, |t| clock.since(t)),
                 });
                 view
             }),
@@ -795,14 +793,9 @@ async fn recovery_view(
         return Ok(None);
     }
     // An automatic recovery may need the newest snapshot only while no member serves clients.
-    let unserved = etcd
-        .status
-        .as_ref()
-        .and_then(|s| conditions::find(&s.conditions, ENDPOINTS_AVAILABLE))
-        .is_some_and(|c| c.status == conditions::ConditionStatus::False);
     let asked = requested
         .clone()
-        .or_else(|| (automatic && unserved).then(|| "latest".to_string()));
+        .or_else(|| (automatic && unserved_since(etcd).is_some()).then(|| "latest".to_string()));
     let under_way = match record {
         Some(record) => Some(under_way(client, namespace, record).await?),
         None => None,
@@ -823,6 +816,14 @@ async fn recovery_view(
         under_way,
         automatic: None,
     }))
+}
+
+/// Since when no voting member has served clients (`EndpointsAvailable` False), if none does.
+fn unserved_since(etcd: &EtcdadmCluster) -> Option<Timestamp> {
+    let status = etcd.status.as_ref()?;
+    conditions::find(&status.conditions, ENDPOINTS_AVAILABLE)
+        .filter(|c| c.status == conditions::ConditionStatus::False)
+        .map(|c| c.last_transition_time.0)
 }
 
 /// `status.recovery` as the plan reads it, with its snapshot's phase now.

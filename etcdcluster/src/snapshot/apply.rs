@@ -77,6 +77,27 @@ async fn abort_upload(ctx: &Context, snapshot: &EtcdadmSnapshot) -> Result<Strin
     }
 }
 
+/// A new EtcdadmSnapshot `name` of `cluster` (labelled with its Cluster, like the cluster), read
+/// from the member of Machine `member` when given.
+pub fn new_snapshot(cluster: &EtcdadmCluster, name: &str, member: Option<&str>) -> EtcdadmSnapshot {
+    EtcdadmSnapshot {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: cluster.namespace(),
+            labels: cluster
+                .labels()
+                .get(etcdadm_shared::names::CLUSTER_NAME_LABEL)
+                .map(|c| [(etcdadm_shared::names::CLUSTER_NAME_LABEL.to_string(), c.clone())].into()),
+            ..Default::default()
+        },
+        spec: EtcdadmSnapshotSpec {
+            cluster_name: cluster.name_any(),
+            member: member.map(str::to_string),
+        },
+        status: None,
+    }
+}
+
 /// Create the snapshot the schedule asks for at `tick` (an existing one of that name is it).
 pub async fn schedule(
     ctx: &Context,
@@ -86,23 +107,8 @@ pub async fn schedule(
 ) -> Result<(), Error> {
     let namespace = cluster.namespace().unwrap_or_default();
     let api: Api<EtcdadmSnapshot> = Api::namespaced(ctx.client.clone(), &namespace);
-    let snapshot = EtcdadmSnapshot {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: Some(namespace.clone()),
-            labels: cluster
-                .labels()
-                .get(etcdadm_shared::names::CLUSTER_NAME_LABEL)
-                .map(|c| [(etcdadm_shared::names::CLUSTER_NAME_LABEL.to_string(), c.clone())].into()),
-            annotations: Some([(SCHEDULED_FOR_ANNOTATION.to_string(), tick.to_string())].into()),
-            ..Default::default()
-        },
-        spec: EtcdadmSnapshotSpec {
-            cluster_name: cluster.name_any(),
-            member: None,
-        },
-        status: None,
-    };
+    let mut snapshot = new_snapshot(cluster, name, None);
+    snapshot.metadata.annotations = Some([(SCHEDULED_FOR_ANNOTATION.to_string(), tick.to_string())].into());
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()

@@ -3,15 +3,16 @@
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, EtcdadmSnapshotSpec};
+use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
 use etcdadm_shared::names;
 
 use super::{Applied, FIELD_MANAGER, Outputs};
 use crate::controller::observe::Observation;
 use crate::error::Error;
+use crate::snapshot::apply::new_snapshot;
 
 /// Create the EtcdadmSnapshot `name` of Machine `machine`'s member (the snapshot controller
 /// takes it without quorum); one that exists already is kept.
@@ -21,23 +22,7 @@ pub(super) async fn snapshot_survivor(
     name: &str,
     machine: &str,
 ) -> Result<Applied, Error> {
-    let etcd = &obs.etcd_cluster;
-    let snapshot = EtcdadmSnapshot {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: Some(obs.namespace.clone()),
-            labels: etcd
-                .labels()
-                .get(names::CLUSTER_NAME_LABEL)
-                .map(|c| [(names::CLUSTER_NAME_LABEL.to_string(), c.clone())].into()),
-            ..Default::default()
-        },
-        spec: EtcdadmSnapshotSpec {
-            cluster_name: etcd.name_any(),
-            member: Some(machine.to_string()),
-        },
-        status: None,
-    };
+    let snapshot = new_snapshot(&obs.etcd_cluster, name, Some(machine));
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()

@@ -23,7 +23,6 @@ use std::time::Duration;
 use etcdadm_shared::api::cluster::RecoveryPhase;
 use etcdadm_shared::api::snapshot::SnapshotPhase;
 use etcdadm_shared::names::RECOVER_ANNOTATION;
-use etcdadm_shared::validation::major_minor;
 
 use super::observed::{Observed, is_ready};
 use super::step::{Step, reason};
@@ -302,8 +301,9 @@ fn check(o: &Observed, view: &RecoveryView) -> Option<Result<RecoveryRecord, Str
         if let Some(problem) = &check.problem {
             return Err(format!("is refused: {problem}"));
         }
-        if let Some(why) = version_mismatch(o, check) {
-            return Err(format!("is refused: {why}"));
+        // Checked before anything is deleted.
+        if let Some(why) = restore::minor_mismatch(o, check.etcd_version.as_deref()) {
+            return Err(format!("is refused: EtcdadmSnapshot {} {why}", check.name));
         }
         Ok(record(
             RecoverySource::Snapshot(check.name.clone()),
@@ -334,22 +334,6 @@ fn check(o: &Observed, view: &RecoveryView) -> Option<Result<RecoveryRecord, Str
 fn quorum_lost(o: &Observed) -> bool {
     o.initialized_now()
         && matches!(gates::quorum_lost(o), Some(Step::Wait { reason, .. }) if reason == reason::QUORUM_LOST)
-}
-
-/// A snapshot restores into the etcd minor version it was taken from: checked before anything
-/// is deleted.
-fn version_mismatch(o: &Observed, check: &SnapshotCheck) -> Option<String> {
-    let (field, wanted) = o.spec_version.as_ref()?;
-    let taken = check.etcd_version.as_deref()?;
-    let (Some(wanted_mm), Some(taken_mm)) = (major_minor(wanted), major_minor(taken)) else {
-        return None;
-    };
-    (wanted_mm != taken_mm).then(|| {
-        format!(
-            "EtcdadmSnapshot {} was taken from etcd {taken}, and {field} is {wanted}: a restore needs the same minor version",
-            check.name
-        )
-    })
 }
 
 /// The answer to a recovery request or the state of one under way, for the `Recovery`

@@ -50,21 +50,31 @@ pub(super) fn plan(o: &Observed) -> Option<Step> {
 
 /// A snapshot restores into the etcd minor version it was taken from.
 fn version_refusal(o: &Observed, restore: &RestoreView) -> Option<Step> {
-    let (field, wanted) = o.spec_version.as_ref()?;
-    let taken = restore.etcd_version.as_deref()?;
-    let (Some(wanted_mm), Some(taken_mm)) = (major_minor(wanted), major_minor(taken)) else {
-        return None;
-    };
-    (wanted_mm != taken_mm).then(|| Step::Refuse {
+    let mismatch = minor_mismatch(o, restore.etcd_version.as_deref())?;
+    Some(Step::Refuse {
         reason: reason::RESTORE_VERSION_MISMATCH,
         message: format!(
-            "spec.restore.snapshot: {} was taken from etcd {taken}, and {field} is {wanted}: a restore \
-             needs the same minor version; no member Machine is created until they match",
+            "spec.restore.snapshot: {} {mismatch}; no member Machine is created until they match",
             restore.snapshot.as_deref().map_or_else(
                 || "the snapshot".to_string(),
                 |name| format!("EtcdadmSnapshot {name}")
             )
         ),
+    })
+}
+
+/// Why a snapshot taken from etcd `taken` cannot be restored into the spec's version, when its
+/// minor version differs (unknown versions are not judged).
+pub(super) fn minor_mismatch(o: &Observed, taken: Option<&str>) -> Option<String> {
+    let (field, wanted) = o.spec_version.as_ref()?;
+    let taken = taken?;
+    let (Some(wanted_mm), Some(taken_mm)) = (major_minor(wanted), major_minor(taken)) else {
+        return None;
+    };
+    (wanted_mm != taken_mm).then(|| {
+        format!(
+            "was taken from etcd {taken}, and {field} is {wanted}: a restore needs the same minor version"
+        )
     })
 }
 
