@@ -1,7 +1,8 @@
-//! Observations reused between reconciles, so a steady cluster's periodic health round costs one
-//! API read (the EtcdadmCluster) instead of seven. A watch event on a Machine, Cluster or KCP of
-//! the cluster, a change to the EtcdadmCluster's spec or metadata, a write of our own, or age
-//! ends a reuse; and a step that writes is only ever planned on a fresh read (see `reconcile`).
+//! Observations reused between reconciles, so a steady cluster's periodic health round costs no
+//! API read while the watch cache holds the EtcdadmCluster version kept, and one read (the
+//! EtcdadmCluster) otherwise, instead of seven. A watch event on a Machine, Cluster or KCP of the
+//! cluster, a change to the EtcdadmCluster's spec or metadata, a write of our own, or age ends a
+//! reuse; and a step that writes is only ever planned on a fresh read (see `reconcile`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -38,24 +39,30 @@ struct Kept {
 }
 
 impl Observations {
-    /// The EtcdadmCluster `namespace/name` as just read and everything around it, read too or
-    /// (unless `afresh`) as kept from an earlier reconcile; whether it was all read now. `None`
-    /// once the cluster is gone.
+    /// The EtcdadmCluster `namespace/name` and everything around it, read now or (unless
+    /// `afresh`) as kept from an earlier reconcile; whether it was all read now. `None` once the
+    /// cluster is gone. `cached` is the watch cache's copy: when it is the very version kept,
+    /// nothing is read; otherwise the EtcdadmCluster is read live (the cache may lag a write of
+    /// our own).
     pub async fn read(
         &self,
         client: &Client,
         namespace: &str,
         name: &str,
+        cached: &EtcdadmCluster,
         afresh: bool,
     ) -> Result<Option<(Observation, bool)>, Error> {
+        let key = format!("{namespace}/{name}");
+        let now = Instant::now();
+        if !afresh && let Some(kept) = self.unchanged(&key, cached, now) {
+            return Ok(Some((kept, false)));
+        }
         let Some(etcd) = Api::<EtcdadmCluster>::namespaced(client.clone(), namespace)
             .get_opt(name)
             .await?
         else {
             return Ok(None);
         };
-        let key = format!("{namespace}/{name}");
-        let now = Instant::now();
         if !afresh && let Some(kept) = self.reuse(&key, &etcd, now) {
             return Ok(Some((kept, false)));
         }
@@ -106,18 +113,40 @@ impl Observations {
         }
     }
 
-    /// The kept observation of `key`, if it is younger than [`OBSERVATION_TTL`] and was made of
-    /// the same EtcdadmCluster spec and metadata as `etcd` (just read); it then carries `etcd`.
-    pub fn reuse(&self, key: &str, etcd: &EtcdadmCluster, now: Instant) -> Option<Observation> {
+    /// The kept observation of `key`, if it is younger than [`OBSERVATION_TTL`] and carries the
+    /// resourceVersion of `cached`.
+    pub fn unchanged(&self, key: &str, cached: &EtcdadmCluster, now: Instant) -> Option<Observation> {
         let inner = self.inner.lock().ok()?;
         let kept = inner.kept.get(key)?;
+        let young = now.saturating_duration_since(kept.at) < OBSERVATION_TTL;
+        let version = &kept.observation.etcd_cluster.metadata.resource_version;
+        (young && version.is_some() && *version == cached.metadata.resource_version)
+            .then(|| kept.observation.clone())
+    }
+
+    /// The kept observation of `key`, if it is younger than [`OBSERVATION_TTL`] and was made of
+    /// the same EtcdadmCluster spec and metadata as `etcd` (just read); it then carries `etcd`,
+    /// and is kept so.
+    pub fn reuse(&self, key: &str, etcd: &EtcdadmCluster, now: Instant) -> Option<Observation> {
+        let mut inner = self.inner.lock().ok()?;
+        let kept = inner.kept.get_mut(key)?;
         let young = now.saturating_duration_since(kept.at) < OBSERVATION_TTL;
         if !young || !same_object(&kept.observation.etcd_cluster.metadata, &etcd.metadata) {
             return None;
         }
-        let mut observation = kept.observation.clone();
-        observation.etcd_cluster = etcd.clone();
-        Some(observation)
+        kept.observation.etcd_cluster = etcd.clone();
+        Some(kept.observation.clone())
+    }
+
+    /// `etcd` is what a status write of our own returned: a kept observation of the same spec
+    /// and metadata carries it from now on (its age is unchanged).
+    pub fn carry(&self, key: &str, etcd: &EtcdadmCluster) {
+        if let Ok(mut inner) = self.inner.lock()
+            && let Some(kept) = inner.kept.get_mut(key)
+            && same_object(&kept.observation.etcd_cluster.metadata, &etcd.metadata)
+        {
+            kept.observation.etcd_cluster = etcd.clone();
+        }
     }
 
     /// Drop everything about `key` (the cluster is gone).
@@ -213,6 +242,62 @@ mod tests {
         assert!(memo.reuse(KEY, &etcd(1, false), now).is_some());
         memo.invalidate(KEY);
         assert!(memo.reuse(KEY, &etcd(1, false), now).is_none(), "a watch event");
+    }
+
+    fn at_version(mut etcd: EtcdadmCluster, version: &str) -> EtcdadmCluster {
+        etcd.metadata.resource_version = Some(version.into());
+        etcd
+    }
+
+    #[test]
+    fn the_cached_version_kept_needs_no_read_and_a_status_write_is_carried() {
+        let memo = Observations::default();
+        let now = Instant::now();
+        memo.keep(
+            KEY,
+            memo.epoch(KEY),
+            &observation(at_version(etcd(1, false), "5")),
+            now,
+        );
+        assert!(
+            memo.unchanged(KEY, &at_version(etcd(1, false), "5"), now)
+                .is_some()
+        );
+        assert!(
+            memo.unchanged(KEY, &at_version(etcd(1, false), "6"), now)
+                .is_none(),
+            "another version"
+        );
+        assert!(memo.unchanged(KEY, &etcd(1, false), now).is_none(), "no version");
+        assert!(
+            memo.unchanged(KEY, &at_version(etcd(1, false), "5"), now + OBSERVATION_TTL)
+                .is_none(),
+            "too old"
+        );
+        // Our own status write: the cache will hold its version next.
+        memo.carry(KEY, &at_version(etcd(1, true), "7"));
+        let carried = memo
+            .unchanged(KEY, &at_version(etcd(1, true), "7"), now)
+            .expect("carried");
+        assert!(carried.etcd_cluster.status.unwrap().ready);
+        // A write that changed the spec is not carried.
+        memo.carry(KEY, &at_version(etcd(2, true), "8"));
+        assert!(
+            memo.unchanged(KEY, &at_version(etcd(2, true), "8"), now)
+                .is_none()
+        );
+        // A live read of the same spec is kept as read.
+        assert!(memo.reuse(KEY, &at_version(etcd(1, false), "9"), now).is_some());
+        assert!(
+            memo.unchanged(KEY, &at_version(etcd(1, false), "9"), now)
+                .is_some()
+        );
+        memo.invalidate(KEY);
+        assert!(
+            memo.unchanged(KEY, &at_version(etcd(1, false), "9"), now)
+                .is_none(),
+            "a watch event"
+        );
     }
 
     #[test]

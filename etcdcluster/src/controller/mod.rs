@@ -120,7 +120,7 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
     for _ in 0..MAX_STEPS {
         let Some((mut obs, fresh)) = ctx
             .observations
-            .read(&ctx.client, &namespace, &name, read_afresh)
+            .read(&ctx.client, &namespace, &name, &etcd, read_afresh)
             .await?
         else {
             ctx.etcd_clients.forget(&key);
@@ -148,7 +148,10 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
             ctx.observations.invalidate(&key);
             read_afresh = true;
         }
-        match apply::apply(&out, &mut obs, &observed, step).await? {
+        let next = apply::apply(&out, &mut obs, &observed, step).await?;
+        // The status just written is what the watch cache will hold next.
+        ctx.observations.carry(&key, &obs.etcd_cluster);
+        match next {
             Next::Again => continue,
             Next::Done(action) => return Ok(action),
         }

@@ -111,7 +111,9 @@ impl LabelSelector {
 
     /// Whether an object's `metadata.labels` satisfy every requirement.
     pub fn matches(&self, object: &Value) -> bool {
-        let labels = object.pointer("/metadata/labels");
+        // Looked up key by key: a list matches every object of its kind, and a JSON pointer
+        // would parse its path for each.
+        let labels = object.get("metadata").and_then(|m| m.get("labels"));
         let label = |key: &str| labels.and_then(|l| l.get(key)).and_then(Value::as_str);
         self.0.iter().all(|req| match req {
             Requirement::Exists(k) => label(k).is_some(),
@@ -141,20 +143,24 @@ impl FieldSelector {
             } else {
                 return Err(format!("invalid field selector term {term:?}"));
             };
-            let pointer = match field.trim() {
-                "metadata.name" => "/metadata/name",
-                "metadata.namespace" => "/metadata/namespace",
+            let field = match field.trim() {
+                "metadata.name" => "name",
+                "metadata.namespace" => "namespace",
                 other => return Err(format!("field label not supported: {other}")),
             };
-            terms.push((pointer.to_string(), negate, value.trim().to_string()));
+            terms.push((field.to_string(), negate, value.trim().to_string()));
         }
         Ok(FieldSelector(terms))
     }
 
     /// Whether the object satisfies every term.
     pub fn matches(&self, object: &Value) -> bool {
-        self.0.iter().all(|(pointer, negate, value)| {
-            let actual = object.pointer(pointer).and_then(Value::as_str).unwrap_or("");
+        self.0.iter().all(|(field, negate, value)| {
+            let actual = object
+                .get("metadata")
+                .and_then(|m| m.get(field))
+                .and_then(Value::as_str)
+                .unwrap_or("");
             (actual == value) != *negate
         })
     }
