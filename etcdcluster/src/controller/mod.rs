@@ -23,6 +23,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::runtime::{PredicateConfig, WatchStreamExt};
 use kube::{Client, ResourceExt};
+use tokio::sync::Semaphore;
 use tracing::{debug, instrument, warn};
 
 use etcdadm_shared::api::EtcdadmCluster;
@@ -56,6 +57,12 @@ pub struct Context {
     pub observations: Observations,
     /// Per-cluster metrics, when run by the manager (tests go without).
     pub metrics: Option<EtcdClusterMetrics>,
+    /// `--concurrency` reconciles at work at once, each taking a turn in the order it fell due.
+    /// kube-runtime's own limit parks the due requests in a hash set while its slots are full
+    /// and takes them out in hash order, so under a sustained overload (thousands of clusters'
+    /// health rounds on a busy machine) the same clusters waited minutes; here everyone is late
+    /// by the same amount.
+    pub turns: Semaphore,
 }
 
 impl Context {
@@ -70,6 +77,7 @@ impl Context {
             etcd_clients: EtcdClients::new(),
             observations: Observations::default(),
             metrics: None,
+            turns: Semaphore::new(Semaphore::MAX_PERMITS),
         }
     }
 
@@ -182,13 +190,15 @@ pub async fn run(manager: ManagerContext) {
     // Guarded: one object this version cannot read must not stop the watch for all the others.
     let (store, changes) = settings.watch_own_kind::<Guarded>(&client, readiness);
     let changes = changes.predicate_filter(worth_reconciling, PredicateConfig::default());
-    let controller = Controller::for_stream(changes, store.clone()).with_config(settings.controller_config());
+    // No limit of kube-runtime's: `--concurrency` is enforced by `Context::turns` instead.
+    let controller =
+        Controller::for_stream(changes, store.clone()).with_config(controller::Config::default());
     let cluster_store = store.clone();
     let kcp_store = store;
-    let ctx = Arc::new(Context::with_metrics(
-        client.clone(),
-        EtcdClusterMetrics::register(&metrics),
-    ));
+    let ctx = Arc::new(Context {
+        turns: Semaphore::new(usize::from(settings.concurrency)),
+        ..Context::with_metrics(client.clone(), EtcdClusterMetrics::register(&metrics))
+    });
     // Only member Machines, within the `--watch-filter` selection if there is one.
     let mut member_machines = settings.watcher_config();
     member_machines.label_selector = Some(match member_machines.label_selector.take() {
@@ -196,10 +206,14 @@ pub async fn run(manager: ManagerContext) {
         None => names::ETCD_CLUSTER_LABEL.to_string(),
     });
     let measured = move |guarded: Arc<Guarded>, ctx: Arc<Context>| {
-        let timer = metrics.reconcile_started(CONTROLLER_NAME);
+        let metrics = metrics.clone();
         async move {
+            // Waiting for a turn holds no connection; the reconcile's own state is allocated
+            // once the turn comes (boxed below).
+            let _turn = ctx.turns.acquire().await;
+            let timer = metrics.reconcile_started(CONTROLLER_NAME);
             let result = match &guarded.0 {
-                Ok(etcd) => reconcile(Arc::new(etcd.clone()), ctx).await,
+                Ok(etcd) => Box::pin(reconcile(Arc::new(etcd.clone()), ctx.clone())).await,
                 Err(invalid) => report_invalid_object::<EtcdadmCluster>(
                     &ctx.client,
                     &ctx.recorder,
