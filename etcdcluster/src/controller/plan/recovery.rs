@@ -172,7 +172,7 @@ pub(super) fn plan(o: &Observed) -> Option<Step> {
             _ => replace(o, record),
         });
     };
-    let mut record = under_way.record.clone();
+    let record = under_way.record.clone();
     match record.phase {
         RecoveryPhase::Snapshotting => {
             if view.request().is_none() {
@@ -209,10 +209,7 @@ pub(super) fn plan(o: &Observed) -> Option<Step> {
         RecoveryPhase::Replacing => Some(replace(o, record)),
         RecoveryPhase::Restoring => {
             let done = is_ready(o) && restore::plan(o).is_none() && control_plane::hand_over(o).is_none();
-            done.then(|| {
-                record.phase = RecoveryPhase::Restoring;
-                recover(record, RecoveryAction::Finish)
-            })
+            done.then(|| recover(record, RecoveryAction::Finish))
         }
     }
 }
