@@ -5,6 +5,7 @@
 //! reuse; and a step that writes is only ever planned on a fresh read (see `reconcile`).
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -16,9 +17,22 @@ use etcdadm_shared::api::EtcdadmCluster;
 use super::observe::{Observation, observe_around};
 use crate::error::Error;
 
-/// The longest an observation is reused: the bound on noticing a change to what is not watched
-/// (Secrets, EtcdadmConfigs, infrastructure machines), which only people editing by hand make.
-pub const OBSERVATION_TTL: Duration = Duration::from_secs(60);
+/// The shortest time an observation is reused for: with [`lifetime`], the bound on noticing a
+/// change to what is not watched (EtcdadmConfigs, infrastructure machines, Secret contents),
+/// which only people editing by hand make. Every re-read lists a cluster's Machines,
+/// EtcdadmConfigs and infrastructure machines by label, which an API server answers by scanning
+/// the namespace: at 3,000 clusters a one-minute bound made it 110 such lists a second.
+pub const OBSERVATION_TTL: Duration = Duration::from_secs(300);
+
+/// How long the observation of `key` is reused: between [`OBSERVATION_TTL`] and half as long
+/// again, fixed per cluster, so clusters adopted in the same minute are not re-read in the same
+/// minute ever after.
+pub fn lifetime(key: &str) -> Duration {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut hasher);
+    let spread = (hasher.finish() % 1_000) as f64 / 2_000.0;
+    OBSERVATION_TTL + OBSERVATION_TTL.mul_f64(spread)
+}
 
 /// Observations per cluster key (`<namespace>/<name>`).
 #[derive(Default)]
@@ -35,7 +49,8 @@ struct Inner {
 
 struct Kept {
     observation: Observation,
-    at: Instant,
+    /// When its [`lifetime`] ends.
+    until: Instant,
 }
 
 impl Observations {
@@ -107,30 +122,30 @@ impl Observations {
                 key.to_string(),
                 Kept {
                     observation: observation.clone(),
-                    at: now,
+                    until: now + lifetime(key),
                 },
             );
         }
     }
 
-    /// The kept observation of `key`, if it is younger than [`OBSERVATION_TTL`] and carries the
+    /// The kept observation of `key`, if its [`lifetime`] has not ended and carries the
     /// resourceVersion of `cached`.
     pub fn unchanged(&self, key: &str, cached: &EtcdadmCluster, now: Instant) -> Option<Observation> {
         let inner = self.inner.lock().ok()?;
         let kept = inner.kept.get(key)?;
-        let young = now.saturating_duration_since(kept.at) < OBSERVATION_TTL;
+        let young = now < kept.until;
         let version = &kept.observation.etcd_cluster.metadata.resource_version;
         (young && version.is_some() && *version == cached.metadata.resource_version)
             .then(|| kept.observation.clone())
     }
 
-    /// The kept observation of `key`, if it is younger than [`OBSERVATION_TTL`] and was made of
+    /// The kept observation of `key`, if its [`lifetime`] has not ended and was made of
     /// the same EtcdadmCluster spec and metadata as `etcd` (just read); it then carries `etcd`,
     /// and is kept so.
     pub fn reuse(&self, key: &str, etcd: &EtcdadmCluster, now: Instant) -> Option<Observation> {
         let mut inner = self.inner.lock().ok()?;
         let kept = inner.kept.get_mut(key)?;
-        let young = now.saturating_duration_since(kept.at) < OBSERVATION_TTL;
+        let young = now < kept.until;
         if !young || !same_object(&kept.observation.etcd_cluster.metadata, &etcd.metadata) {
             return None;
         }
@@ -236,12 +251,29 @@ mod tests {
         );
         assert!(memo.reuse(KEY, &annotated, now).is_none(), "annotations changed");
         assert!(
-            memo.reuse(KEY, &etcd(1, false), now + OBSERVATION_TTL).is_none(),
+            memo.reuse(KEY, &etcd(1, false), now + lifetime(KEY)).is_none(),
             "too old"
         );
         assert!(memo.reuse(KEY, &etcd(1, false), now).is_some());
         memo.invalidate(KEY);
         assert!(memo.reuse(KEY, &etcd(1, false), now).is_none(), "a watch event");
+    }
+
+    #[test]
+    fn lifetimes_are_spread_over_half_the_ttl_again() {
+        let lifetimes: Vec<Duration> = (0..200).map(|i| lifetime(&format!("ns/c{i}"))).collect();
+        assert!(
+            lifetimes
+                .iter()
+                .all(|l| *l >= OBSERVATION_TTL && *l < OBSERVATION_TTL * 3 / 2)
+        );
+        let shortest = lifetimes.iter().min().unwrap();
+        let longest = lifetimes.iter().max().unwrap();
+        assert!(
+            *longest - *shortest > OBSERVATION_TTL / 3,
+            "{shortest:?}..{longest:?}"
+        );
+        assert_eq!(lifetime("ns/c1"), lifetime("ns/c1"));
     }
 
     fn at_version(mut etcd: EtcdadmCluster, version: &str) -> EtcdadmCluster {
@@ -270,7 +302,7 @@ mod tests {
         );
         assert!(memo.unchanged(KEY, &etcd(1, false), now).is_none(), "no version");
         assert!(
-            memo.unchanged(KEY, &at_version(etcd(1, false), "5"), now + OBSERVATION_TTL)
+            memo.unchanged(KEY, &at_version(etcd(1, false), "5"), now + lifetime(KEY))
                 .is_none(),
             "too old"
         );

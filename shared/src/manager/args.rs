@@ -47,8 +47,8 @@ pub struct ManagerArgs {
 
     /// Objects reconciled in parallel by each controller. A reconcile spends most of its time
     /// waiting (on the API server, on etcd members up to the health timeout), so slots are
-    /// cheap; fewer than a controller's clusters × rounds per second × round time leaves some
-    /// clusters unchecked (1,000 clusters at a 10 s interval need about 15).
+    /// cheap; with fewer than clusters ÷ interval × round time, rounds queue (in the order they
+    /// fell due) and the interval stretches (1,000 clusters at a 10 s interval need about 15).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
 

@@ -46,6 +46,9 @@ impl FakeCluster {
 pub struct ProbeLog {
     last: HashMap<IpAddr, Instant>,
     gaps: Vec<f64>,
+    /// Gaps that began before the last reset (the warm-up's backlog reaching into the window).
+    spanning: Vec<f64>,
+    since: Option<Instant>,
     /// Members asked for their Status since the last reset.
     pub probed: HashSet<IpAddr>,
     /// When each member was first asked for its Status since the last reset.
@@ -58,15 +61,23 @@ impl ProbeLog {
     /// Forget the gaps recorded so far (the warm-up), keeping when each member was last seen.
     pub fn reset(&mut self) {
         self.gaps.clear();
+        self.spanning.clear();
+        self.since = Some(Instant::now());
         self.probed.clear();
         self.first.clear();
         self.health_calls = 0;
         self.member_list_calls = 0;
     }
 
-    /// Seconds between consecutive Status probes of the same member since the last reset.
+    /// Seconds between consecutive Status probes of the same member, both since the last reset.
     pub fn gaps(&self) -> &[f64] {
         &self.gaps
+    }
+
+    /// Seconds between the last Status probe of a member before the last reset and its first
+    /// after it.
+    pub fn spanning_gaps(&self) -> &[f64] {
+        &self.spanning
     }
 }
 
@@ -296,7 +307,11 @@ async fn status(State(member): State<Member>) -> Response<Body> {
     member.record(|log| {
         let now = Instant::now();
         if let Some(previous) = log.last.insert(ip, now) {
-            log.gaps.push(now.duration_since(previous).as_secs_f64());
+            let gap = now.duration_since(previous).as_secs_f64();
+            match log.since {
+                Some(since) if previous < since => log.spanning.push(gap),
+                _ => log.gaps.push(gap),
+            }
         }
         log.probed.insert(ip);
         log.first.entry(ip).or_insert(now);

@@ -77,6 +77,9 @@ enum Bench {
         clusters: usize,
         #[arg(long, default_value_t = 60)]
         window_seconds: u64,
+        /// How long after the last cluster turned Ready the steady window begins.
+        #[arg(long, default_value_t = 20)]
+        settle_seconds: u64,
         /// The controller's `--concurrency` (its own default when absent).
         #[arg(long)]
         concurrency: Option<u16>,
@@ -109,6 +112,7 @@ async fn main() -> ExitCode {
                 Bench::Scale {
                     clusters,
                     window_seconds,
+                    settle_seconds,
                     concurrency,
                     bootstrap,
                     failover,
@@ -116,6 +120,7 @@ async fn main() -> ExitCode {
                     let options = etcdadm_sim::bench_scale::ScaleOptions {
                         clusters,
                         window: Duration::from_secs(window_seconds),
+                        settle: Duration::from_secs(settle_seconds),
                         concurrency,
                         bootstrap,
                         failover,

@@ -380,7 +380,7 @@ async fn bad_input_and_missing_objects_get_an_answer_that_names_them() {
     assert!(status.len() < 16 * 1024, "status is {} bytes", status.len());
 
     // The Secrets the controller reads are watched: with a 30 s health interval (and observations
-    // otherwise reused for up to 60 s), a deleted CA is reported within one interval, and once
+    // otherwise reused for at least 5 minutes), a deleted CA is reported within one interval, and once
     // restored, a scale-up it held back starts at once.
     let slow = json!({"interval": "30s", "timeout": "5s", "unhealthyAfter": "5m"});
     etcdadm_sim::manifests::create_managed_cluster(
