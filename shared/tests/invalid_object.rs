@@ -3,11 +3,12 @@
 //! however often it is reconciled (each timestamped write used to trigger the next report).
 
 use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::manager::events::Recorder;
 use etcdadm_shared::manager::invalid::{INVALID_OBJECT, report_invalid_object};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube::core::DeserializeGuard;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 
 #[tokio::test]
 async fn an_unreadable_object_is_reported_once_with_its_reason() {

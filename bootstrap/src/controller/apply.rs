@@ -8,7 +8,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
+
+use etcdadm_shared::manager::events::Recorder;
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 

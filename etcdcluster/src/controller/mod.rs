@@ -18,7 +18,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::runtime::{PredicateConfig, WatchStreamExt};
@@ -29,6 +29,7 @@ use tracing::{debug, instrument, warn};
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::capi::{Cluster, KubeadmControlPlane, Machine};
 use etcdadm_shared::manager::ManagerContext;
+use etcdadm_shared::manager::events::Recorder;
 use etcdadm_shared::manager::invalid::report_invalid_object;
 use etcdadm_shared::names;
 

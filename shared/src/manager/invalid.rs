@@ -7,9 +7,11 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ApiResource, DynamicObject, Patch};
 use kube::core::error_boundary::InvalidObject;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::{Client, Resource};
 use tracing::warn;
+
+use super::events::Recorder;
 
 /// Condition reason (and Event reason) for an object that cannot be read.
 pub const INVALID_OBJECT: &str = "InvalidObject";

@@ -28,6 +28,7 @@
 pub mod admission;
 pub mod args;
 pub mod client;
+pub mod events;
 pub mod health;
 pub mod invalid;
 pub mod leader;

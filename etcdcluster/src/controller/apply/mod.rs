@@ -18,7 +18,9 @@ mod secrets;
 use std::time::Duration;
 
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
+
+use etcdadm_shared::manager::events::Recorder;
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
