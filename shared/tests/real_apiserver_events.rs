@@ -1,12 +1,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! The Event recorder on a real kube-apiserver: a new Event is created, its repeat is accepted as
-//! a series update (events.k8s.io validates updates), another reason is another Event.
+//! a series update (events.k8s.io validates updates), another reason is another Event, and a
+//! repeat of a deleted Event is a new one.
 
 use etcdadm_shared::manager::events::Recorder;
 use etcdadm_shared::testing::KubeApiServer;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::events::{Event, EventType, Reporter};
 
 #[tokio::test]
@@ -74,4 +75,22 @@ async fn a_repeat_is_counted_in_the_series_of_the_first_event() {
         Some("etcdadm-controller")
     );
     assert_eq!(deferred.type_.as_deref(), Some("Warning"));
+
+    // An Event deleted meanwhile: its next repeat is a new Event, not an error.
+    let first = deferred.metadata.name.clone().unwrap();
+    events.delete(&first, &DeleteParams::default()).await.unwrap();
+    recorder
+        .publish(&event("MembershipChangeDeferred", "fourth"), &regarding)
+        .await
+        .unwrap();
+    let notes: Vec<(Option<String>, Option<i32>)> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("MembershipChangeDeferred"))
+        .map(|e| (e.note, e.series.map(|s| s.count)))
+        .collect();
+    assert_eq!(notes, vec![(Some("fourth".into()), None)]);
 }

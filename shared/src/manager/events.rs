@@ -41,20 +41,30 @@ impl Recorder {
         let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
         let now = Timestamp::now();
         let repeat = self.lock().repeat(&key, Instant::now());
-        let (name, count) = match repeat {
+        let counted = match repeat {
             Some((name, count)) => {
                 let series = serde_json::json!({
                     "series": EventSeries { count, last_observed_time: MicroTime(now) },
                 });
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&series))
-                    .await?;
-                (name, count)
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&series))
+                    .await
+                {
+                    Ok(_) => Some((name, count)),
+                    // Deleted since (by hand, or expired): the repeat starts a new Event.
+                    Err(kube::Error::Api(status)) if status.code == 404 => None,
+                    Err(e) => return Err(e),
+                }
             }
+            None => None,
+        };
+        let (name, count) = match counted {
+            Some(counted) => counted,
             None => {
-                let created = api
-                    .create(&PostParams::default(), &self.new_event(event, regarding, now))
-                    .await?;
-                (created.metadata.name.unwrap_or_default(), 1)
+                let new = self.new_event(event, regarding, now);
+                let name = new.metadata.name.clone().unwrap_or_default();
+                api.create(&PostParams::default(), &new).await?;
+                (name, 1)
             }
         };
         self.lock().sent(key, name, count, Instant::now());
