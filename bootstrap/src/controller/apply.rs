@@ -9,8 +9,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-
-use etcdadm_shared::manager::events::Recorder;
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
@@ -18,6 +16,7 @@ use etcdadm_shared::api::EtcdadmConfig;
 use etcdadm_shared::contract::{
     bytes, ca, cluster_secret, controller_reference, create_if_absent, init_lock, init_secret,
 };
+use etcdadm_shared::manager::events::Recorder;
 use etcdadm_shared::names;
 use etcdadm_shared::ssa;
 use serde_json::json;

@@ -15,8 +15,6 @@ use kube::core::DeserializeGuard;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::Reporter;
-
-use etcdadm_shared::manager::events::Recorder;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -25,6 +23,7 @@ use tracing::{instrument, warn};
 use etcdadm_shared::api::capi::{Cluster, Machine};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig};
 use etcdadm_shared::manager::ManagerContext;
+use etcdadm_shared::manager::events::Recorder;
 use etcdadm_shared::manager::invalid::report_invalid_object;
 
 use self::apply::{Next, Outputs, WAIT_REQUEUE};

@@ -27,8 +27,6 @@ use kube::api::{Api, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Reporter};
-
-use etcdadm_shared::manager::events::Recorder;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{PredicateConfig, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
@@ -36,6 +34,7 @@ use tracing::warn;
 
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
+use etcdadm_shared::manager::events::Recorder;
 use etcdadm_shared::manager::invalid::report_invalid_object;
 use etcdadm_shared::manager::{ManagerContext, ShutdownSignal};
 

@@ -48,6 +48,7 @@ pub struct ProbeLog {
     gaps: Vec<f64>,
     /// Gaps that began before the last reset (the warm-up's backlog reaching into the window).
     spanning: Vec<f64>,
+    /// When the log was last reset.
     since: Option<Instant>,
     /// Members asked for their Status since the last reset.
     pub probed: HashSet<IpAddr>,

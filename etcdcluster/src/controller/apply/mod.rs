@@ -19,13 +19,12 @@ use std::time::Duration;
 
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-
-use etcdadm_shared::manager::events::Recorder;
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::etcd::EtcdError;
+use etcdadm_shared::manager::events::Recorder;
 
 use self::etcd_cluster::write_status;
 use super::health::EtcdClients;
