@@ -1,7 +1,6 @@
 //! The etcdadm bootstrap provider: EtcdadmConfig in, cloud-init user data for etcdadm out.
 
 pub mod controller;
-pub mod error;
 pub mod metrics;
 pub mod render;
 pub mod webhook;

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! The EtcdadmConfig controller against the in-memory API server (FakeApi): each SPEC-bootstrap
-//! step, observed through the objects and status it leaves behind.
+//! The EtcdadmConfig controller against the in-memory API server (FakeApi): each step of
+//! docs/bootstrap.md, observed through the objects and status it leaves behind.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -2,7 +2,6 @@
 //! and the snapshot controller beside it, which backs them up to an object store.
 
 pub mod controller;
-pub mod error;
 pub mod metrics;
 pub mod snapshot;
 pub mod webhook;

@@ -16,7 +16,24 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use etcdadm_shared::api::EtcdadmClusterStatus;
 use etcdadm_shared::manager::Metrics;
 
-use crate::controller::plan::CertificateKind;
+/// The kinds of certificate the controller watches, as the expiry metric and the
+/// `CertificatesExpiring` condition name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CertificateKind {
+    Ca,
+    Member,
+    ApiserverClient,
+}
+
+impl CertificateKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CertificateKind::Ca => "ca",
+            CertificateKind::Member => "member",
+            CertificateKind::ApiserverClient => "apiserver-client",
+        }
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClusterLabels {

@@ -10,8 +10,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcdadm_etcdcluster::snapshot::plan::SCHEDULED_FOR_ANNOTATION;
-use etcdadm_etcdcluster::snapshot::{Context, reconcile, reconcile_orphan};
+use etcdadm_etcdcluster::snapshot::{Context, SCHEDULED_FOR_ANNOTATION, reconcile, reconcile_orphan};
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::conditions;
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};

@@ -94,6 +94,7 @@ pub fn problems(spec: &EtcdadmConfigSpec, base: &str) -> Vec<FieldError> {
 }
 
 fn config_problems(config: &BottlerocketConfig, path: &str, refuse: &mut impl FnMut(String, String)) {
+    // One check per field of the Bottlerocket settings, in field order: read as a list, not split.
     match config.etcd_image.as_deref().map(str::trim) {
         None | Some("") => refuse(
             format!("{path}.etcdImage"),

@@ -47,7 +47,7 @@ pub const RESTORE_SHA256_KEY: &str = "sha256";
 /// Restore Secret key: PEM CA bundle the store's certificate is checked against.
 pub const RESTORE_CA_KEY: &str = "ca.crt";
 /// On an EtcdadmCluster: recover from quorum loss from this source (`latest`,
-/// `member/<machine>`, `snapshot/<name>`), SPEC-day2.md section 3.
+/// `member/<machine>`, `snapshot/<name>`), docs/day2.md, "Quorum loss".
 pub const RECOVER_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/recover";
 /// On a Machine: prefer this one when choosing a scale-down victim.
 pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";

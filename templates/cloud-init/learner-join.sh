@@ -1,6 +1,6 @@
 #!/bin/sh
 # Joins this machine's etcd member as the learner the EtcdadmCluster controller pre-adds
-# (SPEC-day2.md, learner joins). The user data writes it and calls it around `etcdadm join`:
+# (docs/day2.md, "Learner joins"). The user data writes it and calls it around `etcdadm join`:
 #
 #   learner-join.sh wait-listed SECONDS JOIN_URL
 #     Waits until JOIN_URL lists this machine's peer URL. Run before `etcdadm join`, which adds

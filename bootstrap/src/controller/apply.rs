@@ -3,28 +3,26 @@
 //! to repeat.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
-use kube::{Client, Resource, ResourceExt};
-use tracing::{debug, info, warn};
+use kube::{Client, ResourceExt};
+use tracing::{debug, info};
 
 use etcdadm_shared::api::EtcdadmConfig;
 use etcdadm_shared::contract::{
     bytes, ca, cluster_secret, controller_reference, create_if_absent, init_lock, init_secret,
 };
-use etcdadm_shared::manager::events::Recorder;
+use etcdadm_shared::error::Error;
+use etcdadm_shared::manager::events::{EventNote, Recorder};
+use etcdadm_shared::manager::reconcile::{Next, REFUSED_REQUEUE, WAIT_REQUEUE};
 use etcdadm_shared::names;
 use etcdadm_shared::ssa;
 use serde_json::json;
 
-use super::observe::Observation;
-use super::plan::{Step, reason};
+use super::plan::{Observation, Render, Step, reason};
 use super::status::{Outcome, write_status};
-use crate::error::Error;
 use crate::metrics::{BootstrapMetrics, DataSecretOutcome};
 use crate::render::{CaFiles, EtcdadmCommand, RenderInput, render_user_data};
 
@@ -32,10 +30,6 @@ use crate::render::{CaFiles, EtcdadmCommand, RenderInput, render_user_data};
 pub const FIELD_MANAGER: &str = "etcdadm-bootstrap";
 /// The apply site of a data Secret's data.
 const DATA_MANAGER: &str = "etcdadm-bootstrap/data-secret";
-/// How long to wait before looking again while waiting on another actor.
-pub const WAIT_REQUEUE: Duration = Duration::from_secs(5);
-/// A config in a state only a human can fix is still looked at now and then.
-const REFUSED_REQUEUE: Duration = Duration::from_secs(60);
 
 /// Where a step's effects go: the API server, Events, metrics.
 pub struct Outputs<'a> {
@@ -45,25 +39,9 @@ pub struct Outputs<'a> {
 }
 
 impl Outputs<'_> {
-    async fn publish(&self, config: &EtcdadmConfig, type_: EventType, reason: &str, note: String) {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &config.object_ref(&())).await {
-            warn!(error = %e, "publishing event failed");
-        }
+    async fn publish(&self, config: &EtcdadmConfig, note: EventNote) {
+        self.recorder.note(config, "Reconcile", note).await;
     }
-}
-
-/// What the reconcile does after a step.
-pub enum Next {
-    /// Something changed; observe again.
-    Again,
-    Done(Action),
 }
 
 /// Perform `step` for `config` and report it.
@@ -94,67 +72,51 @@ pub async fn apply(
             write_status(out.client, config, Outcome::Rendered).await?;
             return Ok(Next::Done(Action::await_change()));
         }
-        Step::AcquireLock => {
-            let machine = observed(&obs.machine, "Machine")?.name_any();
-            init_lock::acquire(
-                out.client,
-                observed(&obs.cluster, "Cluster")?,
-                &obs.namespace,
-                &machine,
-                FIELD_MANAGER,
-            )
-            .await?
+        Step::AcquireLock { cluster, machine } => {
+            init_lock::acquire(out.client, cluster, machine, FIELD_MANAGER).await?
         }
-        Step::ReleaseStaleLock { .. } => {
-            let cluster = observed(&obs.cluster, "Cluster")?.name_any();
-            init_lock::release(
-                out.client,
-                &cluster,
-                &obs.namespace,
-                obs.lock_resource_version.clone(),
-            )
-            .await?;
+        Step::ReleaseStaleLock {
+            cluster,
+            resource_version,
+            ..
+        } => {
+            init_lock::release(out.client, cluster, &obs.namespace, resource_version.clone()).await?;
             true
         }
-        Step::CreateCa => {
-            ca::create_ca(
-                out.client,
-                observed(&obs.cluster, "Cluster")?,
-                &obs.namespace,
-                FIELD_MANAGER,
-            )
-            .await?
-        }
-        Step::RenderInit => {
-            let command = match &obs.restore {
+        Step::CreateCa { cluster } => ca::create_ca(out.client, cluster, FIELD_MANAGER).await?,
+        Step::RenderInit { render, restore } => {
+            let command = match restore {
                 Some(download) => EtcdadmCommand::InitFromSnapshot(download),
                 None => EtcdadmCommand::Init,
             };
-            if !render_and_store(out, config, obs, command).await? {
+            if !render_and_store(out, config, obs, render, command).await? {
                 return Ok(Next::Done(Action::requeue(REFUSED_REQUEUE)));
             }
             true
         }
-        Step::RenderJoin { urls, learner } => {
+        Step::RenderJoin {
+            urls,
+            learner,
+            render,
+        } => {
             let command = EtcdadmCommand::Join {
                 urls,
                 learner: *learner,
             };
-            if !render_and_store(out, config, obs, command).await? {
+            if !render_and_store(out, config, obs, render, command).await? {
                 return Ok(Next::Done(Action::requeue(REFUSED_REQUEUE)));
             }
             true
         }
-        Step::PublishInitAddress { address } => {
-            let cluster = observed(&obs.cluster, "Cluster")?;
+        Step::PublishInitAddress { address, cluster } => {
             let urls = [names::client_url(address)];
-            init_secret::publish(out.client, cluster, &obs.namespace, address, &urls, FIELD_MANAGER).await?
+            init_secret::publish(out.client, cluster, address, &urls, FIELD_MANAGER).await?
         }
     };
-    match step.event(&obs.observed) {
+    match step.event(obs) {
         Some((reason, note)) if created => {
             info!(reason, "{note}");
-            out.publish(config, EventType::Normal, reason, note).await;
+            out.publish(config, EventNote::normal(reason, note)).await;
         }
         _ => debug!(?step, "nothing to report: done already"),
     }
@@ -173,18 +135,9 @@ async fn refuse(
         message: message.clone(),
     };
     if write_status(out.client, config, outcome).await? {
-        out.publish(config, EventType::Warning, reason, message).await;
+        out.publish(config, EventNote::warning(reason, message)).await;
     }
     Ok(())
-}
-
-/// What a step needs of the observation, which the plan saw there.
-fn observed<'a, T>(value: &'a Option<T>, what: &str) -> Result<&'a T, Error> {
-    value.as_ref().ok_or_else(|| {
-        Error::Internal(format!(
-            "the plan chose a step that needs the {what}, which the observation does not hold"
-        ))
-    })
 }
 
 /// Render the user data and write the data Secret; `false` when the spec cannot be rendered
@@ -193,16 +146,15 @@ async fn render_and_store(
     out: &Outputs<'_>,
     config: &EtcdadmConfig,
     obs: &Observation,
+    render: &Render,
     command: EtcdadmCommand<'_>,
 ) -> Result<bool, Error> {
-    let ca = observed(&obs.ca, "etcd CA")?;
-    let machine = observed(&obs.machine, "Machine")?;
     let input = RenderInput {
         spec: &config.spec,
-        machine_name: &machine.name_any(),
+        machine_name: &render.machine,
         ca: CaFiles {
-            cert_pem: ca.cert_pem(),
-            key_pem: ca.key_pem(),
+            cert_pem: render.ca.cert_pem(),
+            key_pem: render.ca.key_pem(),
         },
         command,
         secrets: &obs.secrets,
@@ -216,12 +168,7 @@ async fn render_and_store(
             return Ok(false);
         }
     };
-    let cluster = machine
-        .labels()
-        .get(names::CLUSTER_NAME_LABEL)
-        .cloned()
-        .unwrap_or_default();
-    if let Err(e) = write_data_secret(out.client, config, &obs.namespace, &cluster, &user_data).await {
+    if let Err(e) = write_data_secret(out.client, config, &obs.namespace, &render.cluster, &user_data).await {
         out.metrics.data_secret(format, DataSecretOutcome::WriteFailed);
         return Err(e);
     }

@@ -14,7 +14,6 @@ use futures::StreamExt;
 use kube::core::DeserializeGuard;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::Reporter;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -25,11 +24,12 @@ use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig};
 use etcdadm_shared::manager::ManagerContext;
 use etcdadm_shared::manager::events::Recorder;
 use etcdadm_shared::manager::invalid::report_invalid_object;
+use etcdadm_shared::manager::reconcile::{Next, WAIT_REQUEUE};
 
-use self::apply::{Next, Outputs, WAIT_REQUEUE};
+use self::apply::Outputs;
 use self::watches::{cluster_inputs, configs_of_cluster, configs_of_etcd_cluster, etcd_cluster_inputs};
-use crate::error::Error;
 use crate::metrics::BootstrapMetrics;
+use etcdadm_shared::error::Error;
 
 /// The apply site of the condition an unreadable object gets.
 const INVALID_OBJECT_MANAGER: &str = "etcdadm-bootstrap/invalid-object";
@@ -51,12 +51,8 @@ impl Context {
 
     /// A context reporting into `metrics`.
     pub fn with_metrics(client: Client, metrics: BootstrapMetrics) -> Self {
-        let reporter = Reporter {
-            controller: "etcdadm-bootstrap".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: Recorder::for_controller(client.clone(), "etcdadm-bootstrap"),
             client,
             metrics,
         }
@@ -73,7 +69,7 @@ pub async fn reconcile(config: Arc<EtcdadmConfig>, ctx: Arc<Context>) -> Result<
     };
     for _ in 0..MAX_STEPS {
         let observation = observe::observe(&ctx.client, &config).await?;
-        let step = plan::plan(&observation.observed);
+        let step = plan::plan(&observation);
         match apply::apply(&out, &config, &observation, step).await? {
             Next::Again => continue,
             Next::Done(action) => return Ok(action),

@@ -1,4 +1,4 @@
-//! All reads one reconcile of an EtcdadmConfig needs, turned into the plan's `Observed`.
+//! All reads one reconcile of an EtcdadmConfig needs, turned into its one `Observation`.
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::Api;
@@ -6,32 +6,19 @@ use kube::{Client, Resource, ResourceExt};
 
 use etcdadm_shared::api::capi::{Cluster, Machine};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig};
+use etcdadm_shared::contract::ClusterRef;
 use etcdadm_shared::contract::ca::read_ca;
 use etcdadm_shared::contract::init_lock;
 use etcdadm_shared::contract::init_secret::InitSecret;
+use etcdadm_shared::error::Error;
 use etcdadm_shared::names;
-use etcdadm_shared::pki::CertificateAuthority;
 
-use super::plan::{CaView, ClusterView, DataSecretView, EtcdClusterView, LockView, MachineView, Observed};
-use crate::error::Error;
+use super::plan::{CaView, ClusterView, DataSecretView, EtcdClusterView, LockView, MachineView, Observation};
 use crate::render::{ResolvedSecrets, SnapshotDownload, secret_refs};
-
-/// What was read, in the plan's terms, plus the objects `apply` needs to act on.
-pub struct Observation {
-    pub observed: Observed,
-    pub namespace: String,
-    pub machine: Option<Machine>,
-    pub cluster: Option<Cluster>,
-    pub ca: Option<CertificateAuthority>,
-    pub secrets: ResolvedSecrets,
-    /// The snapshot an init restores, from the Secret the EtcdadmCluster controller named.
-    pub restore: Option<SnapshotDownload>,
-    /// resourceVersion of the lock ConfigMap, for a guarded release.
-    pub lock_resource_version: Option<String>,
-}
 
 /// Read everything for `config`.
 pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observation, Error> {
+    // Each read depends on the one before (Machine → Cluster → lock, CA; config → Secrets).
     let namespace = config.namespace().ok_or_else(|| {
         Error::Internal(format!(
             "EtcdadmConfig {} reached reconcile without a namespace",
@@ -76,7 +63,7 @@ pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observat
     let mut init_client_urls = None;
     let mut lock = LockView::Free;
     let mut lock_resource_version = None;
-    let (mut ca_view, mut ca) = (CaView::Missing, None);
+    let mut ca = CaView::Missing;
     if let Some(cluster) = &cluster_name {
         if let Some(init) = secrets.get_opt(&names::init_secret_name(cluster)).await? {
             init_client_urls = Some(InitSecret::from_secret(&init).join_urls());
@@ -96,7 +83,7 @@ pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observat
                 None => LockView::Unreadable,
             };
         }
-        (ca_view, ca) = read_ca(&secrets, &namespace, cluster).await?;
+        ca = read_ca(&secrets, &namespace, cluster).await?;
     }
 
     let (resolved, mut spec_problem) = if data_secret == DataSecretView::Missing {
@@ -125,7 +112,8 @@ pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observat
         }
     }
 
-    let observed = Observed {
+    Ok(Observation {
+        namespace,
         paused_annotation: config.annotations().contains_key(names::PAUSED_ANNOTATION),
         machine: machine.as_ref().map(|m| MachineView {
             name: m.name_any(),
@@ -137,6 +125,7 @@ pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observat
         cluster: match &cluster {
             None => ClusterView::Missing,
             Some(c) => ClusterView::Found {
+                reference: ClusterRef::of(c)?,
                 paused: c.is_paused(),
                 managed_etcd_initialized: c.managed_etcd_initialized(),
             },
@@ -145,16 +134,9 @@ pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observat
         data_secret,
         init_client_urls,
         lock,
-        ca: ca_view,
+        ca,
         spec_problem,
         learner_join: config.joins_as_learner(),
-    };
-    Ok(Observation {
-        observed,
-        namespace,
-        machine,
-        cluster,
-        ca,
         secrets: resolved,
         restore,
         lock_resource_version,

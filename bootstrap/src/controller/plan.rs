@@ -1,12 +1,16 @@
 //! The next step for one EtcdadmConfig, as a pure function of what was observed, and the Event
 //! each step leaves once applied.
 //!
-//! Steps 1–8 of SPEC-bootstrap.md "Behaviour"; everything that talks to the API lives in
-//! `observe` and `apply`, so the rules here are tested without one.
+//! The bootstrap steps of docs/bootstrap.md, "What the provider does"; everything that talks to
+//! the API lives in `observe` and `apply`, so the rules here are tested without one. A step
+//! carries what applying it needs.
 
+use etcdadm_shared::contract::ClusterRef;
 use etcdadm_shared::names;
 
-pub use etcdadm_shared::contract::ca::CaView;
+pub use etcdadm_shared::contract::ca::{Ca, CaView};
+
+use crate::render::{ResolvedSecrets, SnapshotDownload};
 
 /// The owner Machine as far as the decision needs it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -27,6 +31,8 @@ pub struct MachineView {
 pub enum ClusterView {
     Missing,
     Found {
+        /// Name, namespace and owner reference: what the contract objects are made with.
+        reference: ClusterRef,
         paused: bool,
         managed_etcd_initialized: bool,
     },
@@ -65,9 +71,10 @@ pub enum DataSecretView {
     Foreign(String),
 }
 
-/// Everything the decision reads.
+/// Everything one reconcile read, as the decision and the steps it chooses need it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Observed {
+pub struct Observation {
+    pub namespace: String,
     pub paused_annotation: bool,
     pub machine: Option<MachineView>,
     pub cluster: ClusterView,
@@ -82,6 +89,20 @@ pub struct Observed {
     /// `EtcdadmConfig::joins_as_learner`: a join waits for the learner the EtcdadmCluster
     /// controller adds.
     pub learner_join: bool,
+    /// Every Secret value the spec refers to, fetched.
+    pub secrets: ResolvedSecrets,
+    /// The snapshot an init restores, from the Secret the EtcdadmCluster controller named.
+    pub restore: Option<SnapshotDownload>,
+    /// resourceVersion of the lock ConfigMap, for a guarded release.
+    pub lock_resource_version: Option<String>,
+}
+
+/// What rendering a Machine's user data needs besides the config and the observation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Render {
+    pub machine: String,
+    pub cluster: String,
+    pub ca: Ca,
 }
 
 /// The one next thing to do. Waits and refusals carry the condition reason and message to show.
@@ -94,23 +115,36 @@ pub enum Step {
     Paused,
     /// The data Secret exists and nothing else is due: only status may need work.
     Done,
-    /// Take the init lock for this Machine.
-    AcquireLock,
-    /// The lock's holder Machine is gone: delete the lock so someone can take it.
+    /// Take Cluster `cluster`'s init lock for Machine `machine`.
+    AcquireLock {
+        cluster: ClusterRef,
+        machine: String,
+    },
+    /// The lock's holder Machine is gone: delete the lock (the version read) so someone can
+    /// take it.
     ReleaseStaleLock {
         holder: String,
+        cluster: String,
+        resource_version: Option<String>,
     },
     /// Generate and create the CA (none exists), then render init on the next pass.
-    CreateCa,
-    RenderInit,
+    CreateCa {
+        cluster: ClusterRef,
+    },
+    RenderInit {
+        render: Render,
+        restore: Option<SnapshotDownload>,
+    },
     RenderJoin {
         urls: Vec<String>,
         learner: bool,
+        render: Render,
     },
-    /// Step 8 (standalone only): publish `<cluster>-etcd-init` with the first member's address,
-    /// which the Machine gets after its data was rendered.
+    /// Standalone only: publish `<cluster>-etcd-init` with the first member's address, which
+    /// the Machine gets after its data was rendered.
     PublishInitAddress {
         address: String,
+        cluster: ClusterRef,
     },
     /// Something a human must fix; no Secret is written.
     Refuse {
@@ -123,7 +157,7 @@ impl Step {
     /// The Event this step leaves once applied, as reason and note: a pure function of the
     /// plan's input and output. Waits, refusals (reported by their condition) and `Done` leave
     /// none.
-    pub fn event(&self, o: &Observed) -> Option<(&'static str, String)> {
+    pub fn event(&self, o: &Observation) -> Option<(&'static str, String)> {
         let machine = o.machine.as_ref().map(|m| m.name.as_str()).unwrap_or_default();
         let cluster = o
             .machine
@@ -132,29 +166,29 @@ impl Step {
             .unwrap_or_default();
         match self {
             Step::Wait { .. } | Step::Paused | Step::Done | Step::Refuse { .. } => None,
-            Step::AcquireLock => Some((
+            Step::AcquireLock { .. } => Some((
                 "InitLockAcquired",
                 format!(
                     "Machine {machine} took the init lock {}",
                     names::init_lock_name(cluster)
                 ),
             )),
-            Step::ReleaseStaleLock { holder } => Some((
+            Step::ReleaseStaleLock { holder, .. } => Some((
                 "InitLockReleased",
                 format!("released the init lock held by Machine {holder}, which no longer exists"),
             )),
-            Step::CreateCa => Some((
+            Step::CreateCa { .. } => Some((
                 "CACreated",
                 format!(
                     "generated the etcd CA in Secret {}",
                     names::ca_secret_name(cluster)
                 ),
             )),
-            Step::RenderInit => Some((
+            Step::RenderInit { .. } => Some((
                 reason::DATA_SECRET_CREATED,
                 format!("rendered etcdadm init user data for Machine {machine}"),
             )),
-            Step::RenderJoin { urls, learner } => Some((
+            Step::RenderJoin { urls, learner, .. } => Some((
                 reason::DATA_SECRET_CREATED,
                 format!(
                     "rendered etcdadm join {} user data for Machine {machine}{}",
@@ -167,7 +201,7 @@ impl Step {
                     }
                 ),
             )),
-            Step::PublishInitAddress { address } => Some((
+            Step::PublishInitAddress { address, .. } => Some((
                 "InitAddressPublished",
                 format!(
                     "published {} with the first member's address {address}",
@@ -194,7 +228,7 @@ pub mod reason {
     pub const MACHINE_DELETING: &str = "MachineDeleting";
 }
 
-impl Observed {
+impl Observation {
     /// Whether the etcd cluster this config joins is initialized (step 4).
     fn initialized(&self) -> bool {
         match (&self.etcd_cluster, &self.cluster) {
@@ -211,8 +245,8 @@ impl Observed {
     }
 }
 
-/// Steps 1–8: the one next thing to do for this config.
-pub fn plan(observed: &Observed) -> Step {
+/// The one next thing to do for this config.
+pub fn plan(observed: &Observation) -> Step {
     let Some(machine) = &observed.machine else {
         return Step::Wait {
             reason: reason::WAITING_FOR_MACHINE,
@@ -228,19 +262,26 @@ pub fn plan(observed: &Observed) -> Step {
             ),
         };
     };
-    let ClusterView::Found { paused, .. } = observed.cluster else {
+    let ClusterView::Found {
+        reference, paused, ..
+    } = &observed.cluster
+    else {
         return Step::Wait {
             reason: reason::WAITING_FOR_CLUSTER,
             message: format!("Cluster {cluster_name} not found"),
         };
     };
-    if paused || observed.paused_annotation {
+    if *paused || observed.paused_annotation {
         return Step::Paused;
     }
     match &observed.data_secret {
         DataSecretView::Ours => {
-            return init_address_to_publish(observed)
-                .map_or(Step::Done, |address| Step::PublishInitAddress { address });
+            return init_address_to_publish(observed).map_or(Step::Done, |address| {
+                Step::PublishInitAddress {
+                    address,
+                    cluster: reference.clone(),
+                }
+            });
         }
         DataSecretView::Foreign(problem) => {
             return Step::Refuse {
@@ -274,28 +315,45 @@ pub fn plan(observed: &Observed) -> Step {
         };
     }
     if observed.initialized() {
-        plan_join(observed, cluster_name)
+        plan_join(observed, machine, cluster_name)
     } else {
-        plan_init(observed, machine)
+        plan_init(observed, machine, reference)
     }
 }
 
-fn plan_init(observed: &Observed, machine: &MachineView) -> Step {
+fn plan_init(observed: &Observation, machine: &MachineView, cluster: &ClusterRef) -> Step {
+    let release = |holder: &str| Step::ReleaseStaleLock {
+        holder: holder.to_string(),
+        cluster: cluster.name.clone(),
+        resource_version: observed.lock_resource_version.clone(),
+    };
     match &observed.lock {
-        LockView::Free => Step::AcquireLock,
-        LockView::Unreadable => Step::ReleaseStaleLock {
-            holder: "<unreadable>".into(),
+        LockView::Free => Step::AcquireLock {
+            cluster: cluster.clone(),
+            machine: machine.name.clone(),
         },
-        LockView::Held { holder, .. } if holder == &machine.name => match observed.ca {
-            CaView::Missing => Step::CreateCa,
-            _ => Step::RenderInit,
+        LockView::Unreadable => release("<unreadable>"),
+        LockView::Held { holder, .. } if holder == &machine.name => match &observed.ca {
+            CaView::Missing => Step::CreateCa {
+                cluster: cluster.clone(),
+            },
+            CaView::Valid(ca) => Step::RenderInit {
+                render: Render {
+                    machine: machine.name.clone(),
+                    cluster: cluster.name.clone(),
+                    ca: ca.clone(),
+                },
+                restore: observed.restore.clone(),
+            },
+            CaView::Corrupt(problem) => Step::Refuse {
+                reason: reason::CA_CORRUPT,
+                message: problem.clone(),
+            },
         },
         LockView::Held {
             holder,
             holder_exists: false,
-        } => Step::ReleaseStaleLock {
-            holder: holder.clone(),
-        },
+        } => release(holder),
         LockView::Held {
             holder,
             holder_exists: true,
@@ -308,7 +366,7 @@ fn plan_init(observed: &Observed, machine: &MachineView) -> Step {
     }
 }
 
-fn plan_join(observed: &Observed, cluster_name: &str) -> Step {
+fn plan_join(observed: &Observation, machine: &MachineView, cluster_name: &str) -> Step {
     let init_urls = observed.init_client_urls.clone().unwrap_or_default();
     let urls = match &observed.etcd_cluster {
         Some(etcd) if !etcd.healthy_client_urls.is_empty() => etcd.healthy_client_urls.clone(),
@@ -329,10 +387,15 @@ fn plan_join(observed: &Observed, cluster_name: &str) -> Step {
             ),
         };
     }
-    match observed.ca {
-        CaView::Valid => Step::RenderJoin {
+    match &observed.ca {
+        CaView::Valid(ca) => Step::RenderJoin {
             urls,
             learner: observed.learner_join,
+            render: Render {
+                machine: machine.name.clone(),
+                cluster: cluster_name.to_string(),
+                ca: ca.clone(),
+            },
         },
         // A join never generates a CA: the members already running trust only theirs.
         _ => Step::Wait {
@@ -345,8 +408,8 @@ fn plan_join(observed: &Observed, cluster_name: &str) -> Step {
     }
 }
 
-/// Step 8 (standalone only): the address to publish in `<cluster>-etcd-init`, if it is time.
-fn init_address_to_publish(observed: &Observed) -> Option<String> {
+/// Standalone only: the address to publish in `<cluster>-etcd-init`, if it is time.
+fn init_address_to_publish(observed: &Observation) -> Option<String> {
     let machine = observed.machine.as_ref()?;
     if machine.etcd_cluster.is_some() || observed.init_client_urls.is_some() {
         return None;
@@ -362,7 +425,49 @@ fn init_address_to_publish(observed: &Observed) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::sync::OnceLock;
+
+    use etcdadm_shared::pki::CertificateAuthority;
+
     use super::*;
+
+    /// The CA of every fixture, generated once.
+    fn test_ca() -> Ca {
+        static CA: OnceLock<Ca> = OnceLock::new();
+        CA.get_or_init(|| Ca::new(CertificateAuthority::generate("etcd-ca").unwrap()))
+            .clone()
+    }
+
+    fn cluster_ref() -> ClusterRef {
+        ClusterRef {
+            name: "c1".into(),
+            namespace: "ns".into(),
+            owner: Default::default(),
+        }
+    }
+
+    fn render(machine: &str) -> Render {
+        Render {
+            machine: machine.into(),
+            cluster: "c1".into(),
+            ca: test_ca(),
+        }
+    }
+
+    fn render_init() -> Step {
+        Step::RenderInit {
+            render: render("m1"),
+            restore: None,
+        }
+    }
+
+    fn acquire(machine: &str) -> Step {
+        Step::AcquireLock {
+            cluster: cluster_ref(),
+            machine: machine.into(),
+        }
+    }
 
     fn machine(name: &str) -> MachineView {
         MachineView {
@@ -374,11 +479,13 @@ mod tests {
         }
     }
 
-    fn base() -> Observed {
-        Observed {
+    fn base() -> Observation {
+        Observation {
+            namespace: "ns".into(),
             paused_annotation: false,
             machine: Some(machine("m1")),
             cluster: ClusterView::Found {
+                reference: cluster_ref(),
                 paused: false,
                 managed_etcd_initialized: false,
             },
@@ -389,6 +496,9 @@ mod tests {
             ca: CaView::Missing,
             spec_problem: None,
             learner_join: false,
+            secrets: ResolvedSecrets::default(),
+            restore: None,
+            lock_resource_version: None,
         }
     }
 
@@ -436,6 +546,7 @@ mod tests {
     fn paused_by_cluster_or_annotation_does_nothing() {
         let mut o = base();
         o.cluster = ClusterView::Found {
+            reference: cluster_ref(),
             paused: true,
             managed_etcd_initialized: false,
         };
@@ -453,7 +564,7 @@ mod tests {
             ..machine("m1")
         });
         o.lock = held("m1", true);
-        o.ca = CaView::Valid;
+        o.ca = CaView::Valid(test_ca());
         assert!(matches!(
             plan(&o),
             Step::Wait {
@@ -468,11 +579,16 @@ mod tests {
     #[test]
     fn init_takes_lock_then_creates_ca_then_renders() {
         let mut o = base();
-        assert_eq!(plan(&o), Step::AcquireLock);
+        assert_eq!(plan(&o), acquire("m1"));
         o.lock = held("m1", true);
-        assert_eq!(plan(&o), Step::CreateCa);
-        o.ca = CaView::Valid;
-        assert_eq!(plan(&o), Step::RenderInit);
+        assert_eq!(
+            plan(&o),
+            Step::CreateCa {
+                cluster: cluster_ref()
+            }
+        );
+        o.ca = CaView::Valid(test_ca());
+        assert_eq!(plan(&o), render_init());
         o.data_secret = DataSecretView::Ours;
         assert_eq!(plan(&o), Step::Done);
     }
@@ -490,7 +606,14 @@ mod tests {
             }
         ));
         o.lock = held("m1", false);
-        assert_eq!(plan(&o), Step::ReleaseStaleLock { holder: "m1".into() });
+        assert_eq!(
+            plan(&o),
+            Step::ReleaseStaleLock {
+                holder: "m1".into(),
+                cluster: "c1".into(),
+                resource_version: None,
+            }
+        );
         o.lock = LockView::Unreadable;
         assert!(matches!(plan(&o), Step::ReleaseStaleLock { .. }));
     }
@@ -508,12 +631,13 @@ mod tests {
                 ..
             }
         ));
-        o.ca = CaView::Valid;
+        o.ca = CaView::Valid(test_ca());
         assert_eq!(
             plan(&o),
             Step::RenderJoin {
                 urls: vec!["https://10.0.0.1:2379".into()],
                 learner: false,
+                render: render("m2"),
             }
         );
     }
@@ -525,13 +649,13 @@ mod tests {
             etcd_cluster: Some("c1-etcd".into()),
             ..machine("m2")
         });
-        o.ca = CaView::Valid;
+        o.ca = CaView::Valid(test_ca());
         o.etcd_cluster = Some(EtcdClusterView {
             initialized: false,
             ..Default::default()
         });
         // Not initialized: competes for init even though an EtcdadmCluster owns it.
-        assert_eq!(plan(&o), Step::AcquireLock);
+        assert_eq!(plan(&o), acquire("m2"));
         o.etcd_cluster = Some(EtcdClusterView {
             initialized: true,
             healthy_client_urls: vec!["https://10.0.0.2:2379".into()],
@@ -543,6 +667,7 @@ mod tests {
             Step::RenderJoin {
                 urls: vec!["https://10.0.0.2:2379".into()],
                 learner: false,
+                render: render("m2"),
             }
         );
         o.etcd_cluster = Some(EtcdClusterView {
@@ -567,6 +692,7 @@ mod tests {
             Step::RenderJoin {
                 urls: vec!["https://10.0.0.1:2379".into()],
                 learner: false,
+                render: render("m2"),
             }
         );
         o.init_client_urls = None;
@@ -586,7 +712,7 @@ mod tests {
             etcd_cluster: Some("c1-etcd".into()),
             ..machine("m2")
         });
-        o.ca = CaView::Valid;
+        o.ca = CaView::Valid(test_ca());
         o.learner_join = true;
         o.etcd_cluster = Some(EtcdClusterView {
             initialized: true,
@@ -598,12 +724,19 @@ mod tests {
             Step::RenderJoin {
                 urls: vec!["https://10.0.0.2:2379".into()],
                 learner: true,
+                render: render("m2"),
             }
         );
         // The first member founds the cluster: there is nothing to add it to.
         o.etcd_cluster = Some(EtcdClusterView::default());
         o.lock = held("m2", true);
-        assert_eq!(plan(&o), Step::RenderInit);
+        assert_eq!(
+            plan(&o),
+            Step::RenderInit {
+                render: render("m2"),
+                restore: None
+            }
+        );
     }
 
     #[test]
@@ -614,11 +747,12 @@ mod tests {
             ..machine("m2")
         });
         o.cluster = ClusterView::Found {
+            reference: cluster_ref(),
             paused: false,
             managed_etcd_initialized: true,
         };
         o.etcd_cluster = Some(EtcdClusterView::default());
-        o.ca = CaView::Valid;
+        o.ca = CaView::Valid(test_ca());
         assert!(matches!(
             plan(&o),
             Step::Wait {
@@ -703,7 +837,8 @@ mod tests {
         assert_eq!(
             publish,
             Step::PublishInitAddress {
-                address: "10.0.0.1".into()
+                address: "10.0.0.1".into(),
+                cluster: cluster_ref(),
             }
         );
         let (reason, note) = publish.event(&o).unwrap();

@@ -5,16 +5,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, Patch};
 
+pub use etcdadm_shared::api::conditions::READY;
 use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
 use etcdadm_shared::api::config::BootstrapInitialization;
 use etcdadm_shared::api::{EtcdadmConfig, EtcdadmConfigStatus};
 use etcdadm_shared::ssa;
 
 use super::plan::reason;
-use crate::error::Error;
+use etcdadm_shared::error::Error;
 
-/// Condition types this controller sets.
-pub const READY: &str = "Ready";
+/// Condition types this controller sets besides `Ready`.
 pub const DATA_SECRET_AVAILABLE: &str = "DataSecretAvailable";
 pub const PAUSED: &str = "Paused";
 

@@ -49,6 +49,7 @@ pub fn etcdadm_runcmd(
     machine_name: &str,
     command: &EtcdadmCommand,
 ) -> Result<String, RenderError> {
+    // The shell line is built in the order it runs (checks, install, etcdadm, waits, sentinel).
     if machine_name.is_empty() {
         return Err(RenderError::invalid(
             "machine name",

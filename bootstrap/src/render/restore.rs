@@ -6,6 +6,7 @@ use etcdadm_shared::names;
 
 use super::error::RenderError;
 use super::files::FileEntry;
+use super::input::SnapshotDownload;
 
 /// curl reads the URL (and the store's CA file) from here: root-only, removed after the restore.
 pub const RESTORE_CURL_CONFIG: &str = "/run/cluster-api/etcd-restore.curlrc";
@@ -13,29 +14,6 @@ pub const RESTORE_CURL_CONFIG: &str = "/run/cluster-api/etcd-restore.curlrc";
 pub const RESTORE_CA_FILE: &str = "/run/cluster-api/etcd-restore-ca.crt";
 /// Where the snapshot is downloaded to (outside etcd's data dir, which `etcdadm init` empties).
 pub const RESTORE_SNAPSHOT_FILE: &str = "/var/lib/etcd-restore/snapshot.db";
-
-/// The snapshot download of a restoring first member, from the Secret named by the config's
-/// [`names::RESTORE_SECRET_ANNOTATION`].
-#[derive(Clone, PartialEq)]
-pub struct SnapshotDownload {
-    /// Presigned GET URL: whoever holds it may read the snapshot until it expires.
-    pub url: String,
-    /// Hex SHA-256 of the object, checked before etcdadm sees the file.
-    pub sha256: Option<String>,
-    /// PEM bundle the store's certificate is checked against, instead of the machine's CAs.
-    pub ca_pem: Option<String>,
-}
-
-/// Never prints the URL (it grants access to the snapshot).
-impl std::fmt::Debug for SnapshotDownload {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SnapshotDownload")
-            .field("url", &"<redacted>")
-            .field("sha256", &self.sha256)
-            .field("ca_pem", &self.ca_pem.is_some())
-            .finish()
-    }
-}
 
 fn field() -> String {
     format!("metadata.annotations[{}]", names::RESTORE_SECRET_ANNOTATION)

@@ -7,32 +7,26 @@
 
 use std::fmt::Write as _;
 
+use etcdadm_shared::quoting;
+
 /// `s` as a double-quoted YAML scalar that parses back to exactly `s`.
 pub fn double_quoted(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\0' => out.push_str("\\0"),
-            c if needs_escape(c) => {
-                let code = u32::from(c);
-                // Writing into a String cannot fail.
-                let _ = if code <= 0xFF {
-                    write!(out, "\\x{code:02X}")
-                } else {
-                    write!(out, "\\u{code:04X}")
-                };
-            }
-            c => out.push(c),
+    quoting::double_quoted(s, |c, out| {
+        if c == '\0' {
+            out.push_str("\\0");
+        } else if needs_escape(c) {
+            let code = u32::from(c);
+            // Writing into a String cannot fail.
+            let _ = if code <= 0xFF {
+                write!(out, "\\x{code:02X}")
+            } else {
+                write!(out, "\\u{code:04X}")
+            };
+        } else {
+            return false;
         }
-    }
-    out.push('"');
-    out
+        true
+    })
 }
 
 /// `s` as the text that follows `key: `: a literal block indented by `indent` spaces when `s` is

@@ -1,14 +1,18 @@
 //! The EtcdadmCluster controller: observe (API reads, etcd health) → plan one step → apply it
 //! (status first), repeated a few times per reconcile, then requeued at the health-check
-//! interval. Each pass enters each stage once.
+//! interval. Each pass enters each stage once. The layers, lowest first: `observation`,
+//! `decision` (the words every concern speaks), `rules` (the membership safety rules), the
+//! concerns in `plan`, `plan` itself (their sum and order), `status` and `apply`
+//! (docs/architecture.md).
 
 pub mod apply;
-pub mod health;
-pub mod memo;
-pub mod observe;
+pub mod decision;
+pub mod observation;
 pub mod plan;
-pub mod restore_source;
+pub mod rules;
 pub mod status;
+#[cfg(test)]
+pub(crate) mod testing;
 mod watches;
 
 use std::sync::Arc;
@@ -18,7 +22,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::Reporter;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::runtime::{PredicateConfig, WatchStreamExt};
@@ -28,19 +31,20 @@ use tracing::{debug, instrument, warn};
 
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::capi::{Cluster, KubeadmControlPlane, Machine};
+use etcdadm_shared::error::Error;
 use etcdadm_shared::manager::ManagerContext;
 use etcdadm_shared::manager::events::Recorder;
 use etcdadm_shared::manager::invalid::report_invalid_object;
+use etcdadm_shared::manager::reconcile::{Next, WAIT_REQUEUE};
 use etcdadm_shared::names;
 
-use self::apply::{Next, Outputs, WAIT_REQUEUE};
-use self::health::EtcdClients;
-use self::memo::Observations;
-use self::plan::EtcdView;
+use self::decision::Outputs;
+use self::observation::health::{self, EtcdClients};
+use self::observation::memo::Observations;
+use self::observation::{EtcdView, Observation};
 use self::watches::{
     Guarded, etcd_clusters_in, etcd_clusters_of, etcd_clusters_using, member_of, worth_reconciling,
 };
-use crate::error::Error;
 use crate::metrics::EtcdClusterMetrics;
 
 /// The apply site of the condition an unreadable object gets.
@@ -68,12 +72,8 @@ pub struct Context {
 
 impl Context {
     pub fn new(client: Client) -> Self {
-        let reporter = Reporter {
-            controller: "etcdadm-controller".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: Recorder::for_controller(client.clone(), "etcdadm-controller"),
             client,
             etcd_clients: EtcdClients::new(),
             observations: Observations::default(),
@@ -127,7 +127,7 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
     // A kept observation may be used to find that nothing needs doing, never to do something.
     let mut read_afresh = false;
     for _ in 0..MAX_STEPS {
-        let Some((mut obs, fresh)) = ctx
+        let Some((reads, fresh)) = ctx
             .observations
             .read(&ctx.client, &namespace, &name, &etcd, read_afresh)
             .await?
@@ -140,13 +140,14 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
         let view = match &etcd_view {
             Some(view) => view.clone(),
             None => {
-                let view = health::check_observed(&ctx.etcd_clients, ctx.metrics.as_ref(), &obs, now).await?;
+                let view =
+                    health::check_observed(&ctx.etcd_clients, ctx.metrics.as_ref(), &reads, now).await?;
                 etcd_view = Some(view.clone());
                 view
             }
         };
-        let observed = obs.observed(view, now);
-        let step = plan::plan(&observed);
+        let mut observation = Observation::new(&reads, view, now);
+        let step = plan::plan(&observation);
         if step.writes() && !fresh {
             read_afresh = true;
             continue;
@@ -157,9 +158,9 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
             ctx.observations.invalidate(&key);
             read_afresh = true;
         }
-        let next = apply::apply(&out, &mut obs, &observed, step).await?;
+        let next = apply::apply(&out, &mut observation, step).await?;
         // The status just written is what the watch cache will hold next.
-        ctx.observations.carry(&key, &obs.etcd_cluster);
+        ctx.observations.carry(&key, &observation.etcd_cluster);
         match next {
             Next::Again => continue,
             Next::Done(action) => return Ok(action),
@@ -180,6 +181,7 @@ pub const CONTROLLER_NAME: &str = "etcdadmcluster";
 /// Run the controller until the manager's shutdown signal. `--namespace` limits and
 /// `--watch-filter` filters every watch; readiness is reported once the clusters are listed.
 pub async fn run(manager: ManagerContext) {
+    // The controller and its watches are one builder chain: split, it would pass pieces around.
     let ManagerContext {
         client,
         settings,

@@ -1,67 +1,68 @@
 //! The status an EtcdadmCluster shows after a reconcile, computed purely from the observation and
-//! the planned step, and the transitions in it that deserve an Event.
+//! the planned step, and the transitions in it that deserve an Event: the members and their
+//! health here, each concern's own part (certificates, recovery, restore, Machines, control
+//! plane) from its module.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use etcdadm_shared::api::cluster::{CertificatesStatus, LastRecovery, MachineReference, RecoveryStatus};
+use etcdadm_shared::api::cluster::MachineReference;
+use etcdadm_shared::api::cluster::condition::{
+    CERTIFICATES_EXPIRING, ENDPOINTS_AVAILABLE, INITIALIZED, MEMBERS_HEALTHY, PAUSED, READY,
+};
 use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
-use etcdadm_shared::api::snapshot::RestoredFrom;
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus, MemberStatus};
 use etcdadm_shared::etcd::member_id_hex;
 use etcdadm_shared::names;
 
-use super::plan::{
-    self, CaView, ClusterView, EtcdView, EventNote, KcpView, MachineView, MemberView, Observed,
-    RecoveryAction, Step, reason,
+use super::decision::reason::READY as READY_REASON;
+use super::decision::{EventNote, HoldKind};
+use super::observation::{
+    EtcdView, MachineView, MemberView, Observation, healthy_client_urls, is_ready, up_to_date_machines,
+    voting_endpoints,
 };
-
-/// Condition types this controller sets.
-pub const READY: &str = "Ready";
-pub const CERTIFICATES_AVAILABLE: &str = "CertificatesAvailable";
-pub const INITIALIZED: &str = "Initialized";
-pub const MACHINES_READY: &str = "MachinesReady";
-pub const MEMBERS_HEALTHY: &str = "MembersHealthy";
-/// The remediation clock reads when this one last turned True.
-pub use super::plan::ENDPOINTS_AVAILABLE;
-pub const CONTROL_PLANE_ENDPOINTS_UPDATED: &str = "ControlPlaneEndpointsUpdated";
-pub const PAUSED: &str = "Paused";
-pub const RESIZE_COMPLETED: &str = "ResizeCompleted";
-pub const MACHINES_SPEC_UP_TO_DATE: &str = "MachinesSpecUpToDate";
-/// While the `recover` annotation is set: the answer to it (shown even when the cluster is Ready).
-pub const RECOVERY: &str = "Recovery";
-/// Negative polarity, like `Paused`: True (severity Warning) while a certificate is inside its
-/// window.
-pub const CERTIFICATES_EXPIRING: &str = "CertificatesExpiring";
+use super::plan::Step;
+use super::plan::lifecycle::{self, LifecycleStep};
+use super::plan::recovery::{self, RecoveryAction, RecoveryStep};
+use super::plan::{self, certificates, control_plane, machines, versions};
+use super::rules::reason::WAITING_FOR_FIRST_MEMBER;
 
 /// The new status and the transitions from the old one to it.
 pub fn next_status(
     etcd: &EtcdadmCluster,
-    o: &Observed,
+    o: &Observation,
     step: &Step,
     now: &Time,
 ) -> (EtcdadmClusterStatus, Vec<EventNote>) {
     let old = etcd.status.clone().unwrap_or_default();
     let mut status = old.clone();
     let mut transitions = Vec::new();
-    let generation = etcd.metadata.generation;
-    let cluster_name = match &o.cluster {
-        ClusterView::Found { name, .. } => Some(name.as_str()),
-        ClusterView::Missing => None,
-    };
-
     status.members = member_statuses(o, &old.members, now, &mut transitions);
-    let ready = plan::is_ready(o);
-    recovery_record(&mut status, o, step, now);
-    // A recovery's reset: the lost cluster is forgotten, and the next member restores a new one.
+    let initialized = initialized(&mut status, o, step, &mut transitions);
+    transitions.extend(plan::concern_status(&mut status, o, step, initialized, now));
+    summary(&mut status, etcd, o);
+    transitions.extend(set_conditions(&mut status, &old, o, step, now));
+    transitions.extend(ready_transitions(&status, &old, step));
+    (status, transitions)
+}
+
+/// `status.initialized`, once a member passed a health check (a recovery's reset forgets the
+/// lost cluster, so the next member restores a new one), with its Event.
+fn initialized(
+    status: &mut EtcdadmClusterStatus,
+    o: &Observation,
+    step: &Step,
+    transitions: &mut Vec<EventNote>,
+) -> bool {
     let reset = matches!(
         step,
-        Step::Recover {
-            action: RecoveryAction::Reset,
+        Step::Recover(RecoveryStep {
+            action: RecoveryAction::Reset { .. },
             ..
-        }
+        })
     );
-    let initialized = !reset && (old.initialized || o.initialized_now());
-    if initialized && !old.initialized {
+    let was = status.initialized;
+    let initialized = !reset && (was || o.initialized_now());
+    if initialized && !was {
         let first = status
             .members
             .iter()
@@ -74,38 +75,21 @@ pub fn next_status(
         ));
     }
     status.initialized = initialized;
-    if let Some(restore) = &o.restore
-        && etcd.spec.restore.is_some()
-        && initialized
-        && status.restored_from.is_none()
-    {
-        status.restored_from = Some(RestoredFrom {
-            snapshot: restore.snapshot.clone(),
-            location: restore.location.clone(),
-            revision: restore.revision,
-            time: Some(now.clone()),
-        });
-        let revision = restore
-            .revision
-            .map(|r| format!(" at revision {r}"))
-            .unwrap_or_default();
-        transitions.push(EventNote::normal(
-            "Restored",
-            format!(
-                "the first member is healthy on the data of {}{revision}",
-                restore.describe()
-            ),
-        ));
-    }
+    initialized
+}
+
+/// The fields the contract and `kubectl get` read: ready, endpoints, versions, counts.
+fn summary(status: &mut EtcdadmClusterStatus, etcd: &EtcdadmCluster, o: &Observation) {
+    let ready = is_ready(o);
     status.ready = ready;
-    status.creation_complete = old.creation_complete || ready;
+    status.creation_complete = status.creation_complete || ready;
     if matches!(o.etcd, EtcdView::Members(_)) {
-        status.endpoints = plan::voting_endpoints(o).join(",");
+        status.endpoints = voting_endpoints(o).join(",");
     }
-    if let Some(version) = plan::cluster_version(&o.etcd) {
+    if let Some(version) = versions::cluster_version(&o.etcd) {
         status.cluster_version = Some(version);
     }
-    if let (Some(cluster), Some(_)) = (cluster_name, &o.init_secret) {
+    if let (Some(cluster), Some(_)) = (o.cluster.name(), &o.init_secret) {
         status.init_machine_address = names::init_secret_name(cluster);
     }
     let ready_members = status
@@ -116,20 +100,28 @@ pub fn next_status(
     let ready_members = i32::try_from(ready_members).unwrap_or(i32::MAX);
     status.ready_count = Some(ready_members);
     status.ready_replicas = Some(ready_members);
-    let active = o.machines.iter().filter(|m| !m.deleting).count();
-    status.updated_replicas = Some(i32::try_from(plan::up_to_date_machines(o)).unwrap_or(i32::MAX));
-    if let Some(cluster) = cluster_name {
+    status.updated_replicas = Some(i32::try_from(up_to_date_machines(o)).unwrap_or(i32::MAX));
+    if let Some(cluster) = o.cluster.name() {
         status.selector = Some(names::member_selector(cluster, &o.name));
     }
-    status.observed_generation = generation;
-    status.certificates = Some(certificates_status(o, &status.members));
+    status.observed_generation = etcd.metadata.generation;
+}
 
-    let mut set = |condition: NewCondition| {
-        conditions::set(&mut status.conditions, condition, generation, now);
-    };
-    set(paused_condition(step));
-    set(certificates_condition(o));
-    let expiring = expiring_condition(o, cluster_name);
+/// Every condition, each concern's from its module; the Warning Events of the ones that began
+/// warning.
+fn set_conditions(
+    status: &mut EtcdadmClusterStatus,
+    old: &EtcdadmClusterStatus,
+    o: &Observation,
+    step: &Step,
+    now: &Time,
+) -> Vec<EventNote> {
+    let mut transitions = Vec::new();
+    let generation = o.etcd_cluster.metadata.generation;
+    let ready = is_ready(o);
+    let active = o.machines.iter().filter(|m| !m.deleting).count();
+    let (step_reason, step_message) = step.reason();
+    let expiring = certificates::expiring_condition(o);
     let was_expiring = conditions::find(&old.conditions, CERTIFICATES_EXPIRING)
         .filter(|c| c.status == conditions::ConditionStatus::True)
         .and_then(|c| c.message.clone());
@@ -141,22 +133,95 @@ pub fn next_status(
             expiring.message.clone(),
         ));
     }
-    set(expiring);
-    set(if initialized {
+    let ready_condition = if ready {
+        NewCondition::true_(READY, READY_REASON)
+    } else {
+        let severity = match step.hold().map(|hold| hold.kind) {
+            Some(HoldKind::Refuse) => Severity::Error,
+            Some(HoldKind::Refusal) => Severity::Warning,
+            Some(HoldKind::Wait) | None => Severity::Info,
+        };
+        NewCondition::false_(READY, severity, step_reason, step_message.clone())
+    };
+    for condition in [
+        paused_condition(step),
+        certificates::available_condition(o),
+        expiring,
+        initialized_condition(status.initialized),
+        machines::machines_condition(o, active),
+        machines::resize_condition(o, active),
+        machines::spec_up_to_date_condition(o, (step_reason, &step_message)),
+        members_condition(o),
+        endpoints_condition(o),
+        control_plane::condition(o, ready),
+        ready_condition,
+    ] {
+        conditions::set(&mut status.conditions, condition, generation, now);
+    }
+    transitions.extend(recovery::condition(status, o, &old.conditions, now));
+    transitions
+}
+
+/// The Events of Ready's changes: becoming ready, no longer ready, and a refusal beginning.
+fn ready_transitions(
+    status: &EtcdadmClusterStatus,
+    old: &EtcdadmClusterStatus,
+    step: &Step,
+) -> Vec<EventNote> {
+    let mut transitions = Vec::new();
+    let old_reason = conditions::find(&old.conditions, READY).and_then(|c| c.reason.clone());
+    let new_reason = conditions::find(&status.conditions, READY).and_then(|c| c.reason.clone());
+    if status.ready && !old.ready {
+        let members = status.ready_replicas.unwrap_or_default();
+        transitions.push(EventNote::normal(
+            "Ready",
+            format!(
+                "all {members} members are healthy voting members: {}",
+                status.endpoints
+            ),
+        ));
+    } else if !status.ready && old.ready {
+        let (why, message) = step.reason();
+        transitions.push(EventNote::warning(
+            "NotReady",
+            format!("etcd is no longer ready ({why}): {message}"),
+        ));
+    }
+    if old_reason != new_reason
+        && let Some(hold) = step.hold()
+        && hold.is_refusal()
+    {
+        transitions.push(EventNote::warning(hold.reason, hold.message.clone()));
+    }
+    transitions
+}
+
+fn paused_condition(step: &Step) -> NewCondition {
+    if matches!(step, Step::Lifecycle(LifecycleStep::Paused)) {
+        NewCondition::true_(PAUSED, lifecycle::reason::PAUSED)
+            .with_message("the Cluster or this EtcdadmCluster is paused: nothing is written but status")
+    } else {
+        NewCondition::false_(PAUSED, Severity::Info, "NotPaused", "")
+    }
+}
+
+fn initialized_condition(initialized: bool) -> NewCondition {
+    if initialized {
         NewCondition::true_(INITIALIZED, "Initialized")
     } else {
         NewCondition::false_(
             INITIALIZED,
             Severity::Info,
-            reason::WAITING_FOR_FIRST_MEMBER,
+            WAITING_FOR_FIRST_MEMBER,
             "waiting for the first member to pass a health check",
         )
-    });
-    set(machines_condition(o, active));
-    set(resize_condition(o, active));
-    set(spec_up_to_date_condition(o, step));
-    set(members_condition(o));
-    set(if plan::healthy_client_urls(o).is_empty() {
+    }
+}
+
+/// `EndpointsAvailable`: a healthy voting member serves clients (the remediation clock reads
+/// when this last turned True).
+fn endpoints_condition(o: &Observation) -> NewCondition {
+    if healthy_client_urls(o).is_empty() {
         NewCondition::false_(
             ENDPOINTS_AVAILABLE,
             Severity::Info,
@@ -165,260 +230,10 @@ pub fn next_status(
         )
     } else {
         NewCondition::true_(ENDPOINTS_AVAILABLE, "EndpointsAvailable")
-    });
-    set(control_plane_condition(o, ready));
-    let ready_condition = if ready {
-        NewCondition::true_(READY, reason::READY)
-    } else {
-        let (why, message) = step.reason();
-        let severity = match step {
-            Step::Refuse { .. } => Severity::Error,
-            step if step.is_refusal() => Severity::Warning,
-            _ => Severity::Info,
-        };
-        NewCondition::false_(READY, severity, why, message)
-    };
-    set(ready_condition);
-    let old_recovery =
-        conditions::find(&old.conditions, RECOVERY).map(|c| (c.reason.clone(), c.message.clone()));
-    match plan::recovery_answer(o) {
-        Some(Step::Refuse { reason, message }) => {
-            let answer = NewCondition::false_(RECOVERY, Severity::Warning, reason, message.clone());
-            conditions::set(&mut status.conditions, answer, generation, now);
-            if old_recovery != Some((Some(reason.to_string()), Some(message.clone()))) {
-                transitions.push(EventNote::warning(reason, message.clone()));
-            }
-        }
-        Some(Step::Wait { reason, message }) => {
-            let progress = NewCondition::false_(RECOVERY, Severity::Info, reason, message);
-            conditions::set(&mut status.conditions, progress, generation, now);
-        }
-        _ => status.conditions.retain(|c| c.type_ != RECOVERY),
-    }
-
-    let old_reason = conditions::find(&old.conditions, READY).and_then(|c| c.reason.clone());
-    let new_reason = conditions::find(&status.conditions, READY).and_then(|c| c.reason.clone());
-    if ready && !old.ready {
-        transitions.push(EventNote::normal(
-            "Ready",
-            format!(
-                "all {ready_members} members are healthy voting members: {}",
-                status.endpoints
-            ),
-        ));
-    } else if !ready && old.ready {
-        let (why, message) = step.reason();
-        transitions.push(EventNote::warning(
-            "NotReady",
-            format!("etcd is no longer ready ({why}): {message}"),
-        ));
-    }
-    if old_reason != new_reason
-        && step.is_refusal()
-        && let Step::Refuse { reason, message } | Step::Wait { reason, message } = step
-    {
-        transitions.push(EventNote::warning(reason, message.clone()));
-    }
-    (status, transitions)
-}
-
-/// `status.recovery` as the step leaves it (recorded before the step is taken), and
-/// `status.lastRecovery` once the cluster is back.
-fn recovery_record(status: &mut EtcdadmClusterStatus, o: &Observed, step: &Step, now: &Time) {
-    let Step::Recover { record, action } = step else {
-        return;
-    };
-    let started = status
-        .recovery
-        .as_ref()
-        .and_then(|r| r.started.clone())
-        .unwrap_or_else(|| now.clone());
-    let requested = o.recovery.as_ref().and_then(|r| r.request());
-    match action {
-        RecoveryAction::Abandon => status.recovery = None,
-        RecoveryAction::Finish => {
-            let revision = o.restore.as_ref().and_then(|r| r.revision);
-            let same = |last: &LastRecovery| {
-                last.snapshot == record.snapshot && last.started.as_ref() == Some(&started)
-            };
-            if !status.last_recovery.as_ref().is_some_and(same) {
-                status.last_recovery = Some(LastRecovery {
-                    requested: record.requested.clone(),
-                    source: record.source.describe(),
-                    snapshot: record.snapshot.clone(),
-                    revision,
-                    revisions_lost: record
-                        .survivor_revision
-                        .zip(revision)
-                        .map(|(survivor, restored)| (survivor - restored).max(0)),
-                    started: Some(started),
-                    time: Some(now.clone()),
-                });
-            }
-            // Kept until the annotation is gone, so a crash between the two finishes the job.
-            if requested.is_none() {
-                status.recovery = None;
-            }
-        }
-        _ => {
-            status.recovery = Some(RecoveryStatus {
-                requested: record.requested.clone(),
-                source: record.source.describe(),
-                phase: record.phase,
-                snapshot: record.snapshot.clone(),
-                survivor_revision: record.survivor_revision,
-                started: Some(started),
-            })
-        }
     }
 }
 
-fn paused_condition(step: &Step) -> NewCondition {
-    if matches!(step, Step::Paused) {
-        NewCondition::true_(PAUSED, reason::PAUSED)
-            .with_message("the Cluster or this EtcdadmCluster is paused: nothing is written but status")
-    } else {
-        NewCondition::false_(PAUSED, Severity::Info, "NotPaused", "")
-    }
-}
-
-fn certificates_condition(o: &Observed) -> NewCondition {
-    match &o.ca {
-        CaView::Valid => NewCondition::true_(CERTIFICATES_AVAILABLE, "CertificatesAvailable"),
-        CaView::Missing => NewCondition::false_(
-            CERTIFICATES_AVAILABLE,
-            Severity::Info,
-            "WaitingForCA",
-            "the etcd CA Secret does not exist yet",
-        ),
-        CaView::Corrupt(problem) => NewCondition::false_(
-            CERTIFICATES_AVAILABLE,
-            Severity::Error,
-            reason::CA_CORRUPT,
-            problem.as_str(),
-        ),
-    }
-}
-
-/// `CertificatesExpiring`: True with severity Warning, naming every certificate inside its
-/// window (the CA from a year before its expiry: it is never replaced).
-fn expiring_condition(o: &Observed, cluster: Option<&str>) -> NewCondition {
-    let cluster = cluster.unwrap_or(o.name.as_str());
-    let found = plan::expiring(
-        o,
-        &names::ca_secret_name(cluster),
-        &names::apiserver_client_secret_name(cluster),
-    );
-    if found.is_empty() {
-        return NewCondition::false_(CERTIFICATES_EXPIRING, Severity::Info, "CertificatesValid", "");
-    }
-    let mut message: Vec<String> = found.iter().map(plan::Expiring::describe).collect();
-    if found.iter().any(|e| e.kind == plan::CertificateKind::Ca) {
-        message.push("the CA is never replaced: plan its rotation (README, \"Certificates\")".into());
-    }
-    if found.iter().any(|e| e.kind != plan::CertificateKind::Ca) {
-        message.push("members and the API server client certificate are renewed before they expire".into());
-    }
-    NewCondition {
-        severity: Some(Severity::Warning),
-        ..NewCondition::true_(CERTIFICATES_EXPIRING, CERTIFICATES_EXPIRING)
-    }
-    .with_message(message.join("; "))
-}
-
-/// `status.certificates`: the CA's and the client certificate's expiry, and the soonest of
-/// those and the members' (as recorded in `members`).
-fn certificates_status(o: &Observed, members: &[MemberStatus]) -> CertificatesStatus {
-    let c = &o.certificates;
-    let next = members
-        .iter()
-        .filter_map(|m| m.certificate_expiry.as_ref().map(|t| t.0))
-        .chain(c.ca_expiry)
-        .chain(c.apiserver_client_expiry)
-        .min();
-    CertificatesStatus {
-        ca_expiry: c.ca_expiry.map(Time),
-        apiserver_client_expiry: c.apiserver_client_expiry.map(Time),
-        next_expiry: next.map(Time),
-    }
-}
-
-fn machines_condition(o: &Observed, active: usize) -> NewCondition {
-    let replicas = usize::try_from(o.replicas).unwrap_or(0);
-    let with_address = o
-        .machines
-        .iter()
-        .filter(|m| !m.deleting && m.address.is_some())
-        .count();
-    let message = format!("{active} of {replicas} Machines, {with_address} with an address");
-    let rolling = o.machines.iter().any(|m| !m.deleting && m.outdated.is_some());
-    if active == replicas && with_address == active {
-        NewCondition::true_(MACHINES_READY, "MachinesReady")
-    } else if rolling && active != replicas {
-        NewCondition::false_(MACHINES_READY, Severity::Info, reason::ROLLING_UPDATE, message)
-    } else if active < replicas {
-        NewCondition::false_(MACHINES_READY, Severity::Info, reason::SCALING_UP, message)
-    } else if active > replicas {
-        NewCondition::false_(MACHINES_READY, Severity::Info, reason::SCALING_DOWN, message)
-    } else {
-        NewCondition::false_(
-            MACHINES_READY,
-            Severity::Info,
-            reason::WAITING_FOR_MACHINE_ADDRESS,
-            message,
-        )
-    }
-}
-
-/// `ResizeCompleted`: as many Machines as replicas (a rolling update's extra one says so).
-fn resize_condition(o: &Observed, active: usize) -> NewCondition {
-    let replicas = usize::try_from(o.replicas).unwrap_or(0);
-    let deleting = o.machines.iter().filter(|m| m.deleting).count();
-    if active == replicas && deleting == 0 {
-        return NewCondition::true_(RESIZE_COMPLETED, "ResizeCompleted");
-    }
-    let rolling = o.machines.iter().any(|m| !m.deleting && m.outdated.is_some());
-    let mut message = format!("{active} Machines for {replicas} replicas");
-    if deleting > 0 {
-        message.push_str(&format!(", {deleting} being deleted"));
-    }
-    let why = if rolling {
-        reason::ROLLING_UPDATE
-    } else if active < replicas {
-        reason::SCALING_UP
-    } else if active > replicas {
-        reason::SCALING_DOWN
-    } else {
-        reason::WAITING_FOR_MACHINE_DELETION
-    };
-    NewCondition::false_(RESIZE_COMPLETED, Severity::Info, why, message)
-}
-
-/// `MachinesSpecUpToDate`: no Machine left from an older spec, template or `rolloutAfter`.
-fn spec_up_to_date_condition(o: &Observed, step: &Step) -> NewCondition {
-    let outdated: Vec<String> = o
-        .machines
-        .iter()
-        .filter(|m| !m.deleting)
-        .filter_map(|m| m.outdated.as_ref().map(|why| format!("{} ({why})", m.name)))
-        .collect();
-    if outdated.is_empty() {
-        return NewCondition::true_(MACHINES_SPEC_UP_TO_DATE, "MachinesSpecUpToDate");
-    }
-    let (step_reason, step_message) = step.reason();
-    let (severity, why) = if step_reason == reason::ROLLOUT_PAUSED {
-        (Severity::Warning, reason::ROLLOUT_PAUSED)
-    } else {
-        (Severity::Info, reason::ROLLING_UPDATE)
-    };
-    let mut message = format!("{} outdated: {}", outdated.len(), outdated.join("; "));
-    if !step_message.is_empty() {
-        message.push_str(&format!("; now: {step_message}"));
-    }
-    NewCondition::false_(MACHINES_SPEC_UP_TO_DATE, severity, why, message)
-}
-
-fn members_condition(o: &Observed) -> NewCondition {
+fn members_condition(o: &Observation) -> NewCondition {
     match &o.etcd {
         EtcdView::NotChecked => NewCondition::unknown(
             MEMBERS_HEALTHY,
@@ -465,85 +280,6 @@ fn members_condition(o: &Observed) -> NewCondition {
     }
 }
 
-fn control_plane_condition(o: &Observed, ready: bool) -> NewCondition {
-    match &o.kcp {
-        KcpView::None => NewCondition::true_(CONTROL_PLANE_ENDPOINTS_UPDATED, "NoControlPlane")
-            .with_message("the Cluster references no KubeadmControlPlane"),
-        KcpView::Missing { name } => NewCondition::false_(
-            CONTROL_PLANE_ENDPOINTS_UPDATED,
-            Severity::Info,
-            "ControlPlaneNotFound",
-            format!("KubeadmControlPlane {name} not found"),
-        ),
-        KcpView::Found {
-            name,
-            local_etcd: true,
-            ..
-        } => NewCondition::false_(
-            CONTROL_PLANE_ENDPOINTS_UPDATED,
-            Severity::Warning,
-            "ControlPlaneUsesLocalEtcd",
-            format!("KubeadmControlPlane {name} declares local etcd, not etcd.external; it is not touched"),
-        ),
-        KcpView::Found {
-            name,
-            endpoints,
-            paused,
-            skip_pause,
-            secrets_present,
-            rollout_complete,
-            ..
-        } => {
-            let mut current = endpoints.clone();
-            current.sort();
-            let voting = plan::voting_endpoints(o);
-            let done = ready && current == voting && *secrets_present && (!paused || *skip_pause);
-            if done {
-                NewCondition::true_(CONTROL_PLANE_ENDPOINTS_UPDATED, "EndpointsUpdated")
-            } else if !o.creation_complete {
-                let message = if *skip_pause {
-                    format!("KubeadmControlPlane {name} gets the endpoints once etcd is ready")
-                } else {
-                    format!("KubeadmControlPlane {name} is kept paused until etcd is ready")
-                };
-                NewCondition::false_(
-                    CONTROL_PLANE_ENDPOINTS_UPDATED,
-                    Severity::Info,
-                    "WaitingForEtcdReady",
-                    message,
-                )
-            } else if current != voting {
-                NewCondition::false_(
-                    CONTROL_PLANE_ENDPOINTS_UPDATED,
-                    Severity::Info,
-                    reason::UPDATING_CONTROL_PLANE,
-                    format!(
-                        "KubeadmControlPlane {name} lists {}; the voting members are {}; the list is updated once per resize or rollout, when membership settles",
-                        current.join(","),
-                        voting.join(",")
-                    ),
-                )
-            } else if !rollout_complete {
-                NewCondition::false_(
-                    CONTROL_PLANE_ENDPOINTS_UPDATED,
-                    Severity::Info,
-                    reason::WAITING_FOR_CONTROL_PLANE_ROLLOUT,
-                    format!(
-                        "KubeadmControlPlane {name} is rolling its Machines onto the endpoints it was given"
-                    ),
-                )
-            } else {
-                NewCondition::false_(
-                    CONTROL_PLANE_ENDPOINTS_UPDATED,
-                    Severity::Info,
-                    reason::UPDATING_CONTROL_PLANE,
-                    format!("writing endpoints and certificates for KubeadmControlPlane {name}"),
-                )
-            }
-        }
-    }
-}
-
 fn display_name(m: &MemberView) -> String {
     m.machine
         .clone()
@@ -554,7 +290,7 @@ fn display_name(m: &MemberView) -> String {
 
 /// One entry per Machine (in Machine order), then one per member that runs on none of them.
 fn member_statuses(
-    o: &Observed,
+    o: &Observation,
     previous: &[MemberStatus],
     now: &Time,
     transitions: &mut Vec<EventNote>,
@@ -617,7 +353,7 @@ fn member_entry(name: &str, member: &MemberView, prev: Option<&MemberStatus>) ->
 }
 
 fn machine_entry(
-    o: &Observed,
+    o: &Observation,
     machine: &MachineView,
     member: Option<&MemberView>,
     prev: Option<&MemberStatus>,
@@ -709,15 +445,18 @@ fn health_transition(entry: &MemberStatus, prev: Option<&MemberStatus>) -> Optio
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
-    use crate::controller::plan::testing::base;
-    use crate::controller::plan::{InitSecret, MachineView};
+    use crate::controller::observation::{
+        CaView, InitSecret, MachineView, RecoveryRecord, RecoverySource, RecoveryView, RestoreView,
+    };
+    use crate::controller::testing::{RecoveryAction, RecoveryStep, base, reason};
     use etcdadm_shared::api::cluster::RecoveryPhase;
+    use etcdadm_shared::api::cluster::condition::{MACHINES_SPEC_UP_TO_DATE, RECOVERY, RESIZE_COMPLETED};
 
     fn at(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
     }
 
-    fn observed(healthy: [bool; 2]) -> Observed {
+    fn observed(healthy: [bool; 2]) -> Observation {
         let machines: Vec<MachineView> = (0..2)
             .map(|i| MachineView {
                 name: format!("m{i}"),
@@ -773,7 +512,7 @@ mod tests {
             members[0].certificate_expiry = Some(ts(now + 100 * DAY));
             members[1].certificate_expiry = Some(ts(now + 300 * DAY));
         }
-        let step = plan::plan(&o);
+        let step = crate::controller::plan::plan(&o);
         let (status, transitions) = next_status(&with_status(Default::default()), &o, &step, &at(now));
         assert_eq!(status.members[0].certificate_expiry, Some(at(now + 100 * DAY)));
         let certificates = status.certificates.clone().unwrap();
@@ -792,7 +531,8 @@ mod tests {
             members[1].certificate_expiry = None;
         }
         let previous = with_status(status);
-        let (status, transitions) = next_status(&previous, &o, &plan::plan(&o), &at(now + 10));
+        let (status, transitions) =
+            next_status(&previous, &o, &crate::controller::plan::plan(&o), &at(now + 10));
         assert_eq!(
             status.members[1].certificate_expiry,
             Some(at(now + 300 * DAY)),
@@ -824,14 +564,19 @@ mod tests {
             "o was not re-observed"
         );
         // The same certificates next round: no second Event.
-        let (_, transitions) = next_status(&with_status(status), &o, &plan::plan(&o), &at(now + 20));
+        let (_, transitions) = next_status(
+            &with_status(status),
+            &o,
+            &crate::controller::plan::plan(&o),
+            &at(now + 20),
+        );
         assert!(transitions.iter().all(|t| t.reason != CERTIFICATES_EXPIRING));
     }
 
     #[test]
     fn members_counts_and_contract_fields_are_filled() {
         let o = observed([true, true]);
-        let step = plan::plan(&o);
+        let step = crate::controller::plan::plan(&o);
         let (status, transitions) = next_status(&with_status(Default::default()), &o, &step, &at(100));
         assert!(status.initialized, "a member passed its health check");
         assert!(!status.ready, "2 of 3 replicas");
@@ -861,12 +606,16 @@ mod tests {
         let (old, _) = next_status(
             &with_status(Default::default()),
             &before,
-            &plan::plan(&before),
+            &crate::controller::plan::plan(&before),
             &at(100),
         );
         let after = observed([true, false]);
-        let (status, transitions) =
-            next_status(&with_status(old.clone()), &after, &plan::plan(&after), &at(200));
+        let (status, transitions) = next_status(
+            &with_status(old.clone()),
+            &after,
+            &crate::controller::plan::plan(&after),
+            &at(200),
+        );
         let m1 = &status.members[1];
         assert!(!m1.healthy);
         assert_eq!(m1.last_healthy_time, Some(at(100)));
@@ -883,7 +632,7 @@ mod tests {
         let (again, transitions) = next_status(
             &with_status(status.clone()),
             &after,
-            &plan::plan(&after),
+            &crate::controller::plan::plan(&after),
             &at(300),
         );
         assert_eq!(again.members, {
@@ -893,7 +642,12 @@ mod tests {
         });
         assert!(transitions.is_empty());
         // Within the granularity, a healthy member's status does not change at all.
-        let (soon, _) = next_status(&with_status(again.clone()), &after, &plan::plan(&after), &at(310));
+        let (soon, _) = next_status(
+            &with_status(again.clone()),
+            &after,
+            &crate::controller::plan::plan(&after),
+            &at(310),
+        );
         assert_eq!(soon, {
             let mut expected = again.clone();
             expected.observed_generation = Some(4);
@@ -906,7 +660,7 @@ mod tests {
         let mut o = observed([true, true]);
         o.replicas = 1;
         o.machines[0].outdated = Some("etcdadmConfigSpec changed (cloudInitConfig.version)".into());
-        let step = plan::plan(&o);
+        let step = crate::controller::plan::plan(&o);
         let (status, _) = next_status(&with_status(Default::default()), &o, &step, &at(1));
         assert_eq!(status.updated_replicas, Some(1));
         let (spec_status, spec_reason, spec_message) = {
@@ -945,9 +699,9 @@ mod tests {
         }
         sick.init_secret = Some(InitSecret {
             address: Some("10.0.0.1".into()),
-            client_urls: plan::healthy_client_urls(&sick),
+            client_urls: healthy_client_urls(&sick),
         });
-        let step = plan::plan(&sick);
+        let step = crate::controller::plan::plan(&sick);
         let (status, transitions) = next_status(&with_status(Default::default()), &sick, &step, &at(2));
         let spec = conditions::find(&status.conditions, MACHINES_SPEC_UP_TO_DATE).unwrap();
         assert_eq!(spec.reason.as_deref(), Some(reason::ROLLOUT_PAUSED), "{step:?}");
@@ -963,7 +717,7 @@ mod tests {
         let (status, _) = next_status(
             &with_status(Default::default()),
             &down,
-            &plan::plan(&down),
+            &crate::controller::plan::plan(&down),
             &at(3),
         );
         let resize = conditions::find(&status.conditions, RESIZE_COMPLETED).unwrap();
@@ -975,7 +729,7 @@ mod tests {
     fn a_refusal_is_an_error_condition_and_one_event() {
         let mut o = observed([true, true]);
         o.ca = CaView::Corrupt("Secret default/c1-managed-etcd has no tls.key".into());
-        let step = plan::plan(&o);
+        let step = crate::controller::plan::plan(&o);
         let (status, transitions) = next_status(&with_status(Default::default()), &o, &step, &at(1));
         let ready = conditions::find(&status.conditions, READY).unwrap();
         assert_eq!(ready.reason.as_deref(), Some(reason::CA_CORRUPT));
@@ -997,12 +751,12 @@ mod tests {
         if let EtcdView::Members(members) = &mut o.etcd {
             members.pop();
         }
-        o.recovery = Some(plan::RecoveryView {
+        o.recovery = Some(RecoveryView {
             requested: Some("latest".into()),
             store_configured: true,
             ..Default::default()
         });
-        let step = plan::plan(&o);
+        let step = crate::controller::plan::plan(&o);
         let (status, transitions) = next_status(&with_status(Default::default()), &o, &step, &at(1));
         assert!(status.ready, "Ready stays what it is");
         let answer = conditions::find(&status.conditions, RECOVERY).unwrap();
@@ -1015,26 +769,33 @@ mod tests {
         assert!(!again.iter().any(|t| t.warning), "{again:?}");
         // The annotation removed: the condition goes with it.
         o.recovery = None;
-        let (status, _) = next_status(&with_status(status), &o, &plan::plan(&o), &at(3));
+        let (status, _) = next_status(
+            &with_status(status),
+            &o,
+            &crate::controller::plan::plan(&o),
+            &at(3),
+        );
         assert!(conditions::find(&status.conditions, RECOVERY).is_none());
     }
 
     #[test]
     fn a_recovery_is_recorded_before_each_step_and_summed_up_once_back() {
         let o = observed([true, true]);
-        let record = plan::RecoveryRecord {
+        let record = RecoveryRecord {
             requested: "latest".into(),
-            source: plan::RecoverySource::Member("m0".into()),
+            source: RecoverySource::Member("m0".into()),
             phase: RecoveryPhase::Snapshotting,
             snapshot: "c1-etcd-x-recovery".into(),
             survivor_revision: Some(120),
         };
-        let step = |phase, action| Step::Recover {
-            record: Box::new(plan::RecoveryRecord {
-                phase,
-                ..record.clone()
-            }),
-            action,
+        let step = |phase, action| {
+            Step::Recover(RecoveryStep {
+                record: Box::new(RecoveryRecord {
+                    phase,
+                    ..record.clone()
+                }),
+                action,
+            })
         };
         let snapshot = step(
             RecoveryPhase::Snapshotting,
@@ -1052,7 +813,7 @@ mod tests {
         let (status, _) = next_status(
             &with_status(before),
             &o,
-            &step(RecoveryPhase::Restoring, RecoveryAction::Reset),
+            &step(RecoveryPhase::Restoring, RecoveryAction::Reset { cluster: None }),
             &at(2),
         );
         assert!(!status.initialized);
@@ -1063,11 +824,11 @@ mod tests {
         );
         // Back: the last recovery is written; the record stays until the annotation is gone.
         let mut back = o.clone();
-        back.recovery = Some(plan::RecoveryView {
+        back.recovery = Some(RecoveryView {
             requested: Some("latest".into()),
             ..Default::default()
         });
-        back.restore = Some(plan::RestoreView {
+        back.restore = Some(RestoreView {
             revision: Some(100),
             ..Default::default()
         });
@@ -1093,12 +854,22 @@ mod tests {
             members[0].etcd_version = Some("3.5.9".into());
             members[1].etcd_version = Some("3.5.1".into());
         }
-        let (status, _) = next_status(&with_status(Default::default()), &o, &plan::plan(&o), &at(1));
+        let (status, _) = next_status(
+            &with_status(Default::default()),
+            &o,
+            &crate::controller::plan::plan(&o),
+            &at(1),
+        );
         assert_eq!(status.cluster_version.as_deref(), Some("3.5.0"));
         if let EtcdView::Members(members) = &mut o.etcd {
             members[1].etcd_version = None;
         }
-        let (later, _) = next_status(&with_status(status), &o, &plan::plan(&o), &at(2));
+        let (later, _) = next_status(
+            &with_status(status),
+            &o,
+            &crate::controller::plan::plan(&o),
+            &at(2),
+        );
         assert_eq!(later.cluster_version.as_deref(), Some("3.5.0"));
     }
 }

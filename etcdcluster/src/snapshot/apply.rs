@@ -11,24 +11,35 @@ use tracing::info;
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, EtcdadmSnapshotSpec, S3Store};
 
+use super::context::{Context, FIELD_MANAGER};
 use super::observe::store_client;
 use super::plan::{MAX_ATTEMPTS, SCHEDULED_FOR_ANNOTATION, reason};
+use super::status;
 use super::take::patch_status;
-use super::{Context, FIELD_MANAGER, status};
-use crate::error::Error;
+use etcdadm_shared::error::Error;
 
 fn now() -> Time {
     Time(Timestamp::now())
 }
 
 /// Record why the snapshot waits.
-pub async fn wait(ctx: &Context, snapshot: &EtcdadmSnapshot, why: &str, message: &str) -> Result<(), Error> {
+pub async fn wait(
+    ctx: &Context,
+    snapshot: &EtcdadmSnapshot,
+    why: &'static str,
+    message: &str,
+) -> Result<(), Error> {
     let api = snapshots(ctx, snapshot);
     patch_status(&api, snapshot, status::waiting(snapshot, why, message, &now())).await
 }
 
 /// Fail the snapshot for `why`, with a Warning Event naming it.
-pub async fn fail(ctx: &Context, snapshot: &EtcdadmSnapshot, why: &str, message: &str) -> Result<(), Error> {
+pub async fn fail(
+    ctx: &Context,
+    snapshot: &EtcdadmSnapshot,
+    why: &'static str,
+    message: &str,
+) -> Result<(), Error> {
     let api = snapshots(ctx, snapshot);
     patch_status(&api, snapshot, status::failed(snapshot, why, message, &now())).await?;
     ctx.event(snapshot, true, why, message.to_string()).await;

@@ -1,6 +1,6 @@
 //! The snapshot controller: per EtcdadmCluster, observe (the cluster and its EtcdadmSnapshots)
 //! → plan one step → apply, until nothing is left to do; it takes on-demand and scheduled
-//! snapshots into the cluster's object store and applies retention (SPEC-day2.md section 2).
+//! snapshots into the cluster's object store and applies retention (docs/day2.md, "Snapshots and restore").
 //!
 //! Reconciles are keyed by EtcdadmCluster, and kube-runtime never runs two for one key at once:
 //! that, and taking a snapshot inside the reconcile, is what keeps one snapshot in flight per
@@ -11,11 +11,12 @@
 //! the next reconcile aborts that upload and takes the snapshot again, at most
 //! [`plan::MAX_ATTEMPTS`] times in all.
 
-pub mod apply;
-pub mod observe;
-pub mod plan;
-pub mod status;
-pub mod take;
+mod apply;
+mod context;
+mod observe;
+mod plan;
+mod status;
+mod take;
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -23,34 +24,29 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, PatchParams};
+use kube::api::Api;
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{PredicateConfig, WatchStreamExt};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use tracing::warn;
 
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
-use etcdadm_shared::manager::events::Recorder;
+use etcdadm_shared::manager::ManagerContext;
 use etcdadm_shared::manager::invalid::report_invalid_object;
-use etcdadm_shared::manager::{ManagerContext, ShutdownSignal};
 
+pub use self::apply::new_snapshot;
+pub use self::context::{Context, FIELD_MANAGER, MISSING_CLUSTER_GRACE, STREAM_IDLE_TIMEOUT};
+pub use self::observe::{snapshots_of, store_access};
+pub use self::plan::SCHEDULED_FOR_ANNOTATION;
 use self::plan::{Observed, Step};
 use self::take::Outcome;
-use crate::error::Error;
+use etcdadm_shared::error::Error;
 
-/// Field manager of this controller's writes.
-pub const FIELD_MANAGER: &str = "etcdadm-controller/snapshots";
 /// Name of the controllers in metrics and logs.
 pub const CONTROLLER_NAME: &str = "etcdadmsnapshot";
-/// Default time the snapshot stream may stall before the attempt fails.
-pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a snapshot of a cluster that does not exist waits for it (both may be applied at
-/// once) before it fails.
-pub const MISSING_CLUSTER_GRACE: Duration = Duration::from_secs(30);
 /// Steps applied in one reconcile before yielding.
 const MAX_STEPS: usize = 16;
 /// Retry after an error.
@@ -58,62 +54,6 @@ const ERROR_REQUEUE: Duration = Duration::from_secs(10);
 
 type GuardedCluster = DeserializeGuard<EtcdadmCluster>;
 type GuardedSnapshot = DeserializeGuard<EtcdadmSnapshot>;
-
-/// Shared by every reconcile.
-pub struct Context {
-    pub client: Client,
-    pub recorder: Recorder,
-    /// Resolves when the controller must stop: a snapshot being taken is aborted.
-    pub shutdown: Option<ShutdownSignal>,
-    /// How long the member's snapshot stream may stall.
-    pub stream_idle_timeout: Duration,
-    /// How long a snapshot of a cluster that does not exist waits for it.
-    pub missing_cluster_grace: Duration,
-}
-
-impl Context {
-    pub fn new(client: Client) -> Self {
-        let reporter = Reporter {
-            controller: "etcdadm-controller".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        Context {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-            shutdown: None,
-            stream_idle_timeout: STREAM_IDLE_TIMEOUT,
-            missing_cluster_grace: MISSING_CLUSTER_GRACE,
-        }
-    }
-
-    /// Publish an Event about `object`; a failure to publish is logged, never fatal.
-    pub async fn event<K>(&self, object: &K, warning: bool, reason: &str, note: String)
-    where
-        K: Resource<DynamicType = ()>,
-    {
-        let event = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.into(),
-            note: Some(note),
-            action: "Snapshot".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
-            warn!(object = ?object.meta().name, error = %e, "publishing event failed");
-        }
-    }
-}
-
-fn patch_params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    }
-}
 
 /// Everything snapshot-related for one EtcdadmCluster, a step at a time.
 pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<Action, Error> {

@@ -13,7 +13,7 @@ use etcdadm_shared::names;
 use etcdadm_shared::pki::CertificateAuthority;
 use etcdadm_shared::store::{StoreClient, StoreCredentials, StoreError};
 
-use crate::error::Error;
+use etcdadm_shared::error::Error;
 
 /// The snapshots of the EtcdadmCluster `cluster` in `namespace`, as the API has them now.
 pub async fn snapshots_of(

@@ -12,23 +12,19 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use etcdadm_shared::api::conditions::{self, ConditionStatus};
+use etcdadm_shared::api::cluster::condition::{PAUSED, RESIZE_COMPLETED};
+use etcdadm_shared::api::conditions::{self, ConditionStatus, READY};
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, S3Store, SnapshotPhase};
 use etcdadm_shared::api::{EtcdadmCluster, MemberStatus};
 use etcdadm_shared::cron::Schedule;
+use etcdadm_shared::manager::reconcile::WAIT_REQUEUE;
 use etcdadm_shared::names;
 use etcdadm_shared::validation::validate_store;
-
-use crate::controller::status::{PAUSED, RESIZE_COMPLETED};
 
 /// Annotation of a scheduled snapshot: the schedule time it was created for (RFC 3339).
 pub const SCHEDULED_FOR_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/scheduled-for";
 /// Attempts of one snapshot before a controller restart during each of them fails it.
 pub const MAX_ATTEMPTS: i32 = 3;
-/// How often a waiting snapshot looks again.
-pub const WAIT_REQUEUE: Duration = Duration::from_secs(5);
-/// The condition a snapshot reports its progress in.
-pub const READY: &str = "Ready";
 
 /// Condition and Event reasons of the plan's own decisions.
 pub mod reason {

@@ -4,11 +4,11 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 
-use etcdadm_shared::api::conditions::{self, Condition, NewCondition, Severity};
+use etcdadm_shared::api::conditions::{self, Condition, NewCondition, READY, Severity};
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, S3Store, SnapshotPhase, SnapshotStore};
 use etcdadm_shared::backup::StoredSnapshot;
 
-use super::plan::{READY, Target};
+use super::plan::Target;
 
 /// Condition reasons of a snapshot's own progress.
 pub const RUNNING: &str = "Running";

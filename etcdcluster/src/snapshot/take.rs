@@ -16,10 +16,11 @@ use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, S3Store};
 use etcdadm_shared::backup::{StoredSnapshot, stream_to_store};
 use etcdadm_shared::etcd::{EtcdTls, MemberClient};
 
+use super::context::{Context, patch_params};
 use super::observe::{cluster_ca, store_client};
 use super::plan::Target;
-use super::{Context, status};
-use crate::error::Error;
+use super::status;
+use etcdadm_shared::error::Error;
 
 /// Common name of the client certificate the controller reads snapshots with.
 pub const CLIENT_COMMON_NAME: &str = "etcdadm-controller";
@@ -184,11 +185,7 @@ pub async fn patch_status(
     if let Some(version) = snapshot.meta().resource_version.clone() {
         patch["metadata"] = serde_json::json!({ "resourceVersion": version });
     }
-    api.patch_status(
-        &snapshot.name_any(),
-        &super::patch_params(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
+    api.patch_status(&snapshot.name_any(), &patch_params(), &Patch::Merge(&patch))
+        .await?;
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! `etcdcluster.cluster.x-k8s.io/v1beta1`: EtcdadmCluster, wire-compatible with the reference
-//! (aws/etcdadm-controller) plus the fields SPEC-etcdcluster.md adds.
+//! (aws/etcdadm-controller) plus the fields this project adds (docs/safety.md, docs/day2.md).
 // kube's `printcolumn(...)` attributes repeat the same keys by design.
 #![allow(clippy::duplicated_attributes)]
 
@@ -159,6 +159,28 @@ pub struct RecoverySpec {
 
 /// Default number of members.
 pub const DEFAULT_REPLICAS: i32 = 1;
+
+/// The condition types of an EtcdadmCluster's status: what its controller sets, and what the
+/// snapshot controller reads (a resize in flight, a pause).
+pub mod condition {
+    pub use crate::api::conditions::READY;
+    pub const CERTIFICATES_AVAILABLE: &str = "CertificatesAvailable";
+    pub const INITIALIZED: &str = "Initialized";
+    pub const MACHINES_READY: &str = "MachinesReady";
+    pub const MEMBERS_HEALTHY: &str = "MembersHealthy";
+    /// Whether a voting member serves clients; its last transition to True marks when the
+    /// cluster last (re)gained quorum (the remediation clock reads it).
+    pub const ENDPOINTS_AVAILABLE: &str = "EndpointsAvailable";
+    pub const CONTROL_PLANE_ENDPOINTS_UPDATED: &str = "ControlPlaneEndpointsUpdated";
+    pub const PAUSED: &str = "Paused";
+    pub const RESIZE_COMPLETED: &str = "ResizeCompleted";
+    pub const MACHINES_SPEC_UP_TO_DATE: &str = "MachinesSpecUpToDate";
+    /// While the `recover` annotation is set: the answer to it (shown even when Ready).
+    pub const RECOVERY: &str = "Recovery";
+    /// Negative polarity, like `Paused`: True (severity Warning) while a certificate is inside
+    /// its window.
+    pub const CERTIFICATES_EXPIRING: &str = "CertificatesExpiring";
+}
 /// Default health-check interval.
 pub const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(10);
 /// Default timeout of one health check.

@@ -4,6 +4,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The summary condition every object of these providers carries.
+pub const READY: &str = "Ready";
+
 /// One observation about an object, in the shape CAPI reads (v1beta1 `Condition` fields, with
 /// `reason` always set so v1beta2 readers accept it too).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

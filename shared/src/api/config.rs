@@ -1,5 +1,5 @@
 //! `bootstrap.cluster.x-k8s.io/v1beta1`: EtcdadmConfig and EtcdadmConfigTemplate, wire-compatible
-//! with the reference (aws/etcdadm-bootstrap-provider) plus the fields SPEC-bootstrap.md adds.
+//! with the reference (aws/etcdadm-bootstrap-provider) plus the fields this project adds (docs/bootstrap.md).
 
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -132,7 +132,7 @@ impl EtcdadmConfigSpec {
 
 impl EtcdadmConfig {
     /// Whether this machine joins as a learner the EtcdadmCluster controller pre-adds
-    /// (SPEC-day2.md, learner joins): the controller asked for it on this config
+    /// (docs/day2.md, "Learner joins"): the controller asked for it on this config
     /// ([`LEARNER_JOIN_ANNOTATION`](crate::names::LEARNER_JOIN_ANNOTATION) `"true"`), and the
     /// user data runs upstream etcdadm from cloud-config, whose join reuses a pre-added member.
     /// The eks-anywhere build keeps its voter join. The bootstrap provider renders the learner

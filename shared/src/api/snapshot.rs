@@ -1,5 +1,5 @@
 //! `etcdcluster.cluster.x-k8s.io/v1beta1` EtcdadmSnapshot, and the object store settings an
-//! EtcdadmCluster's `spec.backup` and `spec.restore` share with it (SPEC-day2.md section 2).
+//! EtcdadmCluster's `spec.backup` and `spec.restore` share with it (docs/day2.md, "Snapshots and restore").
 // kube's `printcolumn(...)` attributes repeat the same keys by design.
 #![allow(clippy::duplicated_attributes)]
 

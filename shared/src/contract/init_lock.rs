@@ -6,11 +6,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Client;
 use kube::api::{Api, DeleteParams, Preconditions};
-use kube::{Client, ResourceExt};
 
-use super::{ContractError, cluster_labels, create_if_absent, owner_reference};
-use crate::api::capi::Cluster;
+use super::{ClusterRef, ContractError, cluster_labels, create_if_absent};
 use crate::names;
 
 /// The Machine a lock names as its holder; `None` when it names none readably.
@@ -27,25 +26,28 @@ pub fn holder(lock: &ConfigMap) -> Option<String> {
 /// Take the lock for `machine`. Returns whether this call created it (someone else may hold it).
 pub async fn acquire(
     client: &Client,
-    cluster: &Cluster,
-    namespace: &str,
+    cluster: &ClusterRef,
     machine: &str,
     field_manager: &str,
 ) -> Result<bool, ContractError> {
-    let cluster_name = cluster.name_any();
     let info = serde_json::json!({ "machineName": machine }).to_string();
     let lock = ConfigMap {
         metadata: ObjectMeta {
-            name: Some(names::init_lock_name(&cluster_name)),
-            namespace: Some(namespace.into()),
-            labels: Some(cluster_labels(&cluster_name)),
-            owner_references: Some(vec![owner_reference(cluster)?]),
+            name: Some(names::init_lock_name(&cluster.name)),
+            namespace: Some(cluster.namespace.clone()),
+            labels: Some(cluster_labels(&cluster.name)),
+            owner_references: Some(vec![cluster.owner.clone()]),
             ..Default::default()
         },
         data: Some(BTreeMap::from([(names::LOCK_INFORMATION_KEY.to_string(), info)])),
         ..Default::default()
     };
-    Ok(create_if_absent(&Api::namespaced(client.clone(), namespace), &lock, field_manager).await?)
+    Ok(create_if_absent(
+        &Api::namespaced(client.clone(), &cluster.namespace),
+        &lock,
+        field_manager,
+    )
+    .await?)
 }
 
 /// Delete the lock, but only the version that was observed (someone may have re-taken it).

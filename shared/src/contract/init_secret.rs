@@ -6,12 +6,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
 use kube::api::{Api, Patch};
-use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use super::{ContractError, bytes, create_cluster_secret, secret_text};
-use crate::api::capi::Cluster;
+use super::{ClusterRef, ContractError, bytes, create_cluster_secret, secret_text};
 use crate::names;
 use crate::ssa;
 
@@ -54,8 +53,7 @@ impl InitSecret {
 /// existing one is kept. Returns whether this call created it.
 pub async fn publish(
     client: &Client,
-    cluster: &Cluster,
-    namespace: &str,
+    cluster: &ClusterRef,
     address: &str,
     client_urls: &[String],
     field_manager: &str,
@@ -67,8 +65,8 @@ pub async fn publish(
             bytes(&client_urls.join(",")),
         ),
     ]);
-    let name = names::init_secret_name(&cluster.name_any());
-    create_cluster_secret(client, cluster, namespace, name, data, field_manager).await
+    let name = names::init_secret_name(&cluster.name);
+    create_cluster_secret(client, cluster, name, data, field_manager).await
 }
 
 /// Point the join URLs of `<cluster>-etcd-init` at `client_urls`, by server-side apply of that

@@ -41,6 +41,26 @@ impl ContractError {
     }
 }
 
+/// A CAPI Cluster as the contract objects need it: its name and namespace, and the (non
+/// controller) owner reference each of them carries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterRef {
+    pub name: String,
+    pub namespace: String,
+    pub owner: OwnerReference,
+}
+
+impl ClusterRef {
+    /// `cluster`, as read from the API server (it has a uid).
+    pub fn of(cluster: &Cluster) -> Result<Self, ContractError> {
+        Ok(ClusterRef {
+            name: cluster.name_any(),
+            namespace: cluster.namespace().unwrap_or_default(),
+            owner: owner_reference(cluster)?,
+        })
+    }
+}
+
 /// Create `object` as `field_manager`; AlreadyExists means an earlier attempt (or a racer) made
 /// it, and it is kept as it is. Returns whether this call created it.
 pub async fn create_if_absent<K>(api: &Api<K>, object: &K, field_manager: &str) -> Result<bool, kube::Error>
@@ -111,21 +131,20 @@ pub fn cluster_secret(
 /// Returns whether this call created it.
 pub async fn create_cluster_secret(
     client: &Client,
-    cluster: &Cluster,
-    namespace: &str,
+    cluster: &ClusterRef,
     name: String,
     data: BTreeMap<String, ByteString>,
     field_manager: &str,
 ) -> Result<bool, ContractError> {
     let secret = cluster_secret(
         name,
-        namespace,
-        &cluster.name_any(),
-        owner_reference(cluster)?,
+        &cluster.namespace,
+        &cluster.name,
+        cluster.owner.clone(),
         data,
     );
     Ok(create_if_absent(
-        &Api::namespaced(client.clone(), namespace),
+        &Api::namespaced(client.clone(), &cluster.namespace),
         &secret,
         field_manager,
     )

@@ -141,6 +141,7 @@ pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 impl ManagerArgs {
     /// Cross-flag checks clap cannot express.
     pub fn validate(&self) -> Result<(), ArgsError> {
+        // Every cross-flag rule in one place, in flag order: a list of checks, read top to bottom.
         let lease = self.leader_elect_lease_duration;
         let renew = self.leader_elect_renew_deadline;
         let retry = self.leader_elect_retry_period;

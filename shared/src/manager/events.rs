@@ -10,12 +10,39 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use kube::Client;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Reporter};
+use kube::{Client, Resource};
+use tracing::warn;
 
 /// Repeats of an Event within this long of the last one are counted in its series.
 pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+
+/// An Event to publish about an object: what a step did, or a change of state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventNote {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub note: String,
+}
+
+impl EventNote {
+    pub fn normal(reason: &'static str, note: String) -> Self {
+        EventNote {
+            warning: false,
+            reason,
+            note,
+        }
+    }
+
+    pub fn warning(reason: &'static str, note: String) -> Self {
+        EventNote {
+            warning: true,
+            reason,
+            note,
+        }
+    }
+}
 
 /// Publishes Events as `reporter`.
 pub struct Recorder {
@@ -30,6 +57,37 @@ impl Recorder {
             client,
             reporter,
             sent: Mutex::default(),
+        }
+    }
+
+    /// A recorder reporting as `controller`, instance `$POD_NAME` (the Deployment sets it).
+    pub fn for_controller(client: Client, controller: &str) -> Self {
+        let reporter = Reporter {
+            controller: controller.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Recorder::new(client, reporter)
+    }
+
+    /// Publish `note` about `object` for `action`; a failure to publish is logged, never fatal
+    /// (the condition says the same).
+    pub async fn note<K>(&self, object: &K, action: &str, note: EventNote)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let event = Event {
+            type_: if note.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: note.reason.into(),
+            note: Some(note.note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.publish(&event, &object.object_ref(&())).await {
+            warn!(object = ?object.meta().name, error = %e, "publishing event failed");
         }
     }
 

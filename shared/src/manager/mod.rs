@@ -34,6 +34,7 @@ pub mod invalid;
 pub mod leader;
 pub mod logging;
 pub mod metrics;
+pub mod reconcile;
 pub mod shutdown;
 pub mod webhook;
 
@@ -305,6 +306,7 @@ impl Manager {
         C: FnOnce(ManagerContext) -> F,
         F: Future<Output = ()> + Send + 'static,
     {
+        // The manager's life in order (servers, elector, controllers, shutdown), read at once.
         let Manager {
             args,
             name,
@@ -492,6 +494,7 @@ where
     C: FnOnce(ManagerContext) -> F,
     F: Future<Output = ()> + Send + 'static,
 {
+    // One select loop over leadership, the controllers and the servers: its arms share state.
     let signal = shutdown.signal();
     let Some(elector) = elector else {
         let mut task = TaskGuard(tokio::spawn(controllers(context)));

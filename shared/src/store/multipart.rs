@@ -4,7 +4,8 @@
 
 use tokio::task::JoinHandle;
 
-use super::{StoreClient, StoreError};
+use super::client::StoreClient;
+use super::error::StoreError;
 
 /// Bytes per part: S3's minimum for every part but the last.
 pub const PART_SIZE: usize = 5 << 20;

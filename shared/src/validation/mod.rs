@@ -4,36 +4,17 @@
 //! settings the same way.
 
 mod backup;
+mod field;
+mod version;
 
 pub use backup::{validate_backup, validate_restore, validate_store};
+pub use field::{FieldError, QUOTED_CHARS, quoted};
+pub use version::{is_etcd_version, major_minor, version_change_problem};
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use crate::api::config::{EtcdadmConfigSpec, Format};
 use crate::bottlerocket;
-
-/// One problem with one field. `path` is the full JSON path (`spec.files[2].contentFrom`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FieldError {
-    pub path: String,
-    pub message: String,
-}
-
-impl FieldError {
-    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        FieldError {
-            path: path.into(),
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
-    }
-}
 
 /// Cipher suite names Go's crypto/tls knows for TLS 1.0–1.2 (`tls.CipherSuites()` and
 /// `tls.InsecureCipherSuites()`), which is what etcd's `--cipher-suites` accepts.
@@ -69,18 +50,6 @@ pub const GO_TLS13_CIPHER_SUITES: &[&str] = &[
     "TLS_AES_256_GCM_SHA384",
     "TLS_CHACHA20_POLY1305_SHA256",
 ];
-
-/// Most characters of user input a message quotes.
-pub const QUOTED_CHARS: usize = 200;
-
-/// `value` quoted for a message: Rust string syntax, cut after [`QUOTED_CHARS`] characters with
-/// the full length said, so a huge field never becomes a huge condition or Event.
-pub fn quoted(value: &str) -> String {
-    match value.char_indices().nth(QUOTED_CHARS) {
-        Some((cut, _)) => format!("{:?}… ({} characters)", &value[..cut], value.chars().count()),
-        None => format!("{value:?}"),
-    }
-}
 
 /// Longest user name useradd accepts.
 const MAX_USER_NAME_LEN: usize = 32;
@@ -153,58 +122,6 @@ pub fn etcd_version(spec: &EtcdadmConfigSpec) -> Option<(&'static str, &str)> {
             .and_then(|image| bottlerocket::split_etcd_image(image.trim()))
             .map(|(_, version)| ("bottlerocketConfig.etcdImage", version)),
     }
-}
-
-/// `MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD]` (semver, no leading `v`).
-pub fn is_etcd_version(v: &str) -> bool {
-    let (core, build) = v.split_once('+').map_or((v, None), |(c, b)| (c, Some(b)));
-    let (core, pre) = core.split_once('-').map_or((core, None), |(c, p)| (c, Some(p)));
-    let numbers: Vec<&str> = core.split('.').collect();
-    let ident_ok = |s: &str| {
-        !s.is_empty()
-            && s.split('.')
-                .all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
-    };
-    numbers.len() == 3
-        && numbers
-            .iter()
-            .all(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
-        && pre.is_none_or(ident_ok)
-        && build.is_none_or(ident_ok)
-}
-
-/// `(major, minor)` of an etcd version (`3.5.9`, `3.6.0-rc.1`, or etcd's own `3.5.9` from its
-/// Status response); `None` if it does not start with two numbers.
-pub fn major_minor(version: &str) -> Option<(u64, u64)> {
-    let mut parts = version.split(['.', '-', '+']);
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-}
-
-/// Why members of etcd `to` cannot replace members of `from`, if they cannot: etcd upgrades one
-/// minor version at a time (a member of the next minor joins an older cluster, never one two
-/// minors newer) and never downgrades a minor (the data format moved on). Patch versions may
-/// move either way. Versions that do not parse are answered by [`is_etcd_version`].
-pub fn version_change_problem(from: &str, to: &str) -> Option<String> {
-    let ((from_major, from_minor), (to_major, to_minor)) = (major_minor(from)?, major_minor(to)?);
-    if from_major != to_major {
-        return Some(format!(
-            "{from} → {to} changes the major version; etcd is upgraded one minor version at a time"
-        ));
-    }
-    if to_minor < from_minor {
-        return Some(format!(
-            "{from} → {to} downgrades the minor version, which is not possible: new members could not \
-             join the running ones, which already use the newer data format"
-        ));
-    }
-    if to_minor > from_minor + 1 {
-        return Some(format!(
-            "{from} → {to} skips a minor version: etcd is upgraded one minor version at a time \
-             ({from_major}.{from_minor} → {from_major}.{} first)",
-            from_minor + 1
-        ));
-    }
-    None
 }
 
 fn cipher_suites(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldError>) {

@@ -3,17 +3,12 @@
 
 use std::fmt::Write as _;
 
+use etcdadm_shared::quoting;
+
 /// `s` as a TOML basic string (`"..."`), usable as a value or as a quoted key.
 pub fn basic_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
+    quoting::double_quoted(s, |c, out| {
         match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
             // TOML forbids the other C0 controls and DEL in basic strings.
@@ -21,11 +16,10 @@ pub fn basic_string(s: &str) -> String {
                 // Writing into a String cannot fail.
                 let _ = write!(out, "\\u{:04X}", u32::from(c));
             }
-            c => out.push(c),
+            _ => return false,
         }
-    }
-    out.push('"');
-    out
+        true
+    })
 }
 
 /// `items` as an inline TOML array of basic strings.

@@ -1,61 +1,169 @@
-//! Certificate lifecycle (SPEC-day2.md section 1): a member whose server certificate expires
-//! within `rolloutBefore.certificatesExpiryDays` is outdated, so the rolling replacement renews
-//! it under every rule of a rollout; the API server client certificate is re-issued in the same
-//! window and then owed one control plane rollout; and which certificates are inside their
-//! warning window.
+//! Certificate lifecycle (docs/day2.md, "Certificates"): members whose server certificate
+//! expires within `rolloutBefore.certificatesExpiryDays` are outdated (`observation::outdated`),
+//! so the rolling replacement renews them; the API server client certificate is re-issued in
+//! the same window and then owed one control plane rollout; and which certificates are inside
+//! their warning window, for the status.
 
 use std::time::Duration;
 
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use tracing::warn;
 
-use super::observed::{EtcdView, KcpView, MachineView, Observed, is_ready};
-use super::step::Step;
+use etcdadm_shared::api::MemberStatus;
+use etcdadm_shared::api::capi::KubeadmControlPlane;
+use etcdadm_shared::api::cluster::CertificatesStatus;
+use etcdadm_shared::api::cluster::condition::{CERTIFICATES_AVAILABLE, CERTIFICATES_EXPIRING};
+use etcdadm_shared::api::conditions::{NewCondition, Severity};
+use etcdadm_shared::contract::bytes;
+use etcdadm_shared::contract::ca::Ca;
+use etcdadm_shared::error::Error;
+use etcdadm_shared::names;
+use etcdadm_shared::pki::LeafRequest;
+use etcdadm_shared::ssa;
+
+use super::secrets::reason::CA_CORRUPT;
+use crate::controller::decision::{After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Outputs};
+use crate::controller::observation::outdated::inside;
+use crate::controller::observation::{CaView, ClusterView, KcpView, Observation, is_ready};
+use crate::metrics::CertificateKind;
+
+/// Condition reasons of certificate renewal.
+pub mod reason {
+    pub const RENEWING_CERTIFICATES: &str = "RenewingCertificates";
+}
 
 /// The CA is never replaced: its warning starts this long before it expires.
 const CA_WARNING: Duration = Duration::from_secs(365 * 86_400);
+/// The apply site of the control plane rollout request.
+const ROLLOUT_MANAGER: &str = "etcdadm-controller/control-plane-rollout";
 
-/// What is known of the certificates' expiry, and the time it is judged at.
+/// A step of this concern.
 #[derive(Clone, Debug, PartialEq)]
-pub struct CertificateView {
-    pub now: Timestamp,
-    /// `rolloutBefore.certificatesExpiryDays`, defaulted.
-    pub renew_before: Duration,
-    /// `notAfter` of the CA in `<cluster>-managed-etcd`.
-    pub ca_expiry: Option<Timestamp>,
-    /// `notAfter` of the certificate in `<cluster>-apiserver-etcd-client`.
-    pub apiserver_client_expiry: Option<Timestamp>,
-    /// When this controller last re-issued it (the Secret's annotation).
-    pub apiserver_client_renewed: Option<Timestamp>,
+pub enum CertificateStep {
+    /// Re-issue `<cluster>-apiserver-etcd-client` from the CA over exactly the version read
+    /// (the old one, expiring at `expiry`, stays valid until then).
+    RenewApiserverClientCertificate {
+        cluster: String,
+        ca: Ca,
+        expiry: Timestamp,
+        resource_version: Option<String>,
+    },
+    /// Ask KubeadmControlPlane `kcp` to replace its Machines created before `after` (the
+    /// re-issue time), so the API servers get the new client certificate.
+    RequestControlPlaneRollout { kcp: String, after: Timestamp },
 }
 
-impl Default for CertificateView {
-    fn default() -> Self {
-        CertificateView {
-            now: Timestamp::UNIX_EPOCH,
-            renew_before: etcdadm_shared::api::EtcdadmClusterSpec::default().certificates_renew_before(),
-            ca_expiry: None,
-            apiserver_client_expiry: None,
-            apiserver_client_renewed: None,
-        }
-    }
-}
-
-/// The kinds of certificate the controller watches, as the metric and the condition name them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CertificateKind {
-    Ca,
-    Member,
-    ApiserverClient,
-}
-
-impl CertificateKind {
-    pub fn as_str(self) -> &'static str {
+impl ConcernStep for CertificateStep {
+    /// The condition reason and message for `Ready` while this step is next.
+    fn reason(&self) -> (&'static str, String) {
         match self {
-            CertificateKind::Ca => "ca",
-            CertificateKind::Member => "member",
-            CertificateKind::ApiserverClient => "apiserver-client",
+            CertificateStep::RenewApiserverClientCertificate { expiry, .. } => (
+                reason::RENEWING_CERTIFICATES,
+                format!("re-issuing the API server client certificate, which expires {expiry}"),
+            ),
+            CertificateStep::RequestControlPlaneRollout { .. } => (
+                reason::RENEWING_CERTIFICATES,
+                "asking the KubeadmControlPlane for a rollout so its Machines get the re-issued API server client certificate".into(),
+            ),
         }
     }
+
+    /// The Event this step leaves once applied.
+    fn event(&self, _: &Observation) -> Option<EventNote> {
+        let (reason, note) = match self {
+            CertificateStep::RenewApiserverClientCertificate { cluster, expiry, .. } => (
+                "ApiserverClientCertificateRenewed",
+                format!(
+                    "re-issued the API server client certificate in Secret {} from the etcd CA (the old one stays valid until {expiry})",
+                    names::apiserver_client_secret_name(cluster)
+                ),
+            ),
+            CertificateStep::RequestControlPlaneRollout { kcp, after } => (
+                "ControlPlaneRolloutRequested",
+                format!(
+                    "asked KubeadmControlPlane {kcp} to replace its Machines created before {after}, so they carry the re-issued API server client certificate"
+                ),
+            ),
+        };
+        Some(EventNote::normal(reason, note))
+    }
+
+    /// Perform the step.
+    async fn apply(&self, out: &Outputs<'_>, o: &Observation) -> Result<Applied, Error> {
+        match self {
+            CertificateStep::RenewApiserverClientCertificate {
+                cluster,
+                ca,
+                resource_version,
+                ..
+            } => renew_apiserver_client(out, o, cluster, ca, resource_version.as_deref()).await,
+            CertificateStep::RequestControlPlaneRollout { kcp, after } => {
+                // Forced: a later request by anyone else would have made this step unnecessary,
+                // so whatever is there is earlier. v1beta2 `spec.rollout.after`, the version this
+                // controller reads the KCP at.
+                let spec = json!({ "spec": { "rollout": { "after": after.to_string() } } });
+                let body = ssa::configuration::<KubeadmControlPlane>(kcp, json!({}), spec);
+                Api::<KubeadmControlPlane>::namespaced(out.client.clone(), &o.namespace)
+                    .patch(kcp, &ssa::params(ROLLOUT_MANAGER, true), &Patch::Apply(body))
+                    .await?;
+                Ok(Applied::Done)
+            }
+        }
+    }
+
+    /// What comes after: the next step may follow at once.
+    fn after(&self, _: &Observation) -> After {
+        match self {
+            CertificateStep::RenewApiserverClientCertificate { .. }
+            | CertificateStep::RequestControlPlaneRollout { .. } => After::Again,
+        }
+    }
+}
+
+// Decisions.
+
+/// The API server client certificate, only while etcd is Ready and the control plane uses it:
+/// a rollout still owed for the last re-issue (its time is later than the KCP's rollout time,
+/// which survives any restart) comes first, then a re-issue inside the window.
+pub fn client_renewal(o: &Observation) -> Option<Decision<CertificateStep>> {
+    let KcpView::Found {
+        name,
+        local_etcd: false,
+        secrets_present: true,
+        rollout_after,
+        ..
+    } = &o.kcp
+    else {
+        return None;
+    };
+    if !is_ready(o) {
+        return None;
+    }
+    let c = &o.certificates;
+    if let Some(renewed) = c.apiserver_client_renewed
+        && rollout_after.is_none_or(|after| after < renewed)
+    {
+        return Some(Decision::Do(CertificateStep::RequestControlPlaneRollout {
+            kcp: name.clone(),
+            after: renewed,
+        }));
+    }
+    let expiry = c.apiserver_client_expiry?;
+    let (ClusterView::Found { reference, .. }, Some(ca)) = (&o.cluster, o.ca.ca()) else {
+        return None;
+    };
+    inside(expiry, c.now, c.renew_before).then(|| {
+        Decision::Do(CertificateStep::RenewApiserverClientCertificate {
+            cluster: reference.name.clone(),
+            ca: ca.clone(),
+            expiry,
+            resource_version: c.apiserver_client_version.clone(),
+        })
+    })
 }
 
 /// One certificate inside its window.
@@ -80,67 +188,9 @@ impl Expiring {
     }
 }
 
-/// Whether `expiry` falls before `now + window` (an expired one does too).
-fn inside(expiry: Timestamp, now: Timestamp, window: Duration) -> bool {
-    let window = SignedDuration::try_from(window).unwrap_or(SignedDuration::MAX);
-    now.checked_add(window).is_ok_and(|edge| expiry < edge)
-}
-
-/// Why a member must be replaced for its certificate, if it must (unknown expiry: never).
-fn renewal_reason(expiry: Option<Timestamp>, now: Timestamp, renew_before: Duration) -> Option<String> {
-    let expiry = expiry?;
-    inside(expiry, now, renew_before).then(|| format!("certificate expires {expiry}"))
-}
-
-/// Add the certificate rule to each Machine's outdated reasons: a member whose server
-/// certificate expires within the window is rolled like any other outdated member.
-pub fn outdate_expiring(machines: &mut [MachineView], etcd: &EtcdView, certificates: &CertificateView) {
-    let EtcdView::Members(members) = etcd else {
-        return;
-    };
-    for machine in machines.iter_mut() {
-        let expiry = members
-            .iter()
-            .find(|m| m.machine.as_deref() == Some(machine.name.as_str()))
-            .and_then(|m| m.certificate_expiry);
-        if let Some(why) = renewal_reason(expiry, certificates.now, certificates.renew_before) {
-            machine.outdated = Some(match machine.outdated.take() {
-                Some(other) => format!("{other}; {why}"),
-                None => why,
-            });
-        }
-    }
-}
-
-/// The API server client certificate, only while etcd is Ready and the control plane uses it:
-/// a rollout still owed for the last re-issue (its time is later than the KCP's rollout time,
-/// which survives any restart) comes first, then a re-issue inside the window.
-pub(super) fn client_renewal(o: &Observed) -> Option<Step> {
-    let KcpView::Found {
-        local_etcd: false,
-        secrets_present: true,
-        rollout_after,
-        ..
-    } = &o.kcp
-    else {
-        return None;
-    };
-    if !is_ready(o) {
-        return None;
-    }
-    let c = &o.certificates;
-    if let Some(renewed) = c.apiserver_client_renewed
-        && rollout_after.is_none_or(|after| after < renewed)
-    {
-        return Some(Step::RequestControlPlaneRollout { after: renewed });
-    }
-    let expiry = c.apiserver_client_expiry?;
-    inside(expiry, c.now, c.renew_before).then_some(Step::RenewApiserverClientCertificate { expiry })
-}
-
 /// Every certificate inside its window, soonest first: members and the API server client
 /// certificate within `renewBefore`, the CA within a year.
-pub fn expiring(o: &Observed, ca_secret: &str, client_secret: &str) -> Vec<Expiring> {
+pub fn expiring(o: &Observation, ca_secret: &str, client_secret: &str) -> Vec<Expiring> {
     let c = &o.certificates;
     let mut found: Vec<Expiring> = Vec::new();
     if let Some(expiry) = c.ca_expiry.filter(|e| inside(*e, c.now, CA_WARNING)) {
@@ -176,12 +226,124 @@ pub fn expiring(o: &Observed, ca_secret: &str, client_secret: &str) -> Vec<Expir
     found
 }
 
+// Status.
+
+/// `CertificatesAvailable`: the CA is usable.
+pub fn available_condition(o: &Observation) -> NewCondition {
+    match &o.ca {
+        CaView::Valid(_) => NewCondition::true_(CERTIFICATES_AVAILABLE, "CertificatesAvailable"),
+        CaView::Missing => NewCondition::false_(
+            CERTIFICATES_AVAILABLE,
+            Severity::Info,
+            "WaitingForCA",
+            "the etcd CA Secret does not exist yet",
+        ),
+        CaView::Corrupt(problem) => NewCondition::false_(
+            CERTIFICATES_AVAILABLE,
+            Severity::Error,
+            CA_CORRUPT,
+            problem.as_str(),
+        ),
+    }
+}
+
+/// `CertificatesExpiring`: True with severity Warning, naming every certificate inside its
+/// window (the CA from a year before its expiry: it is never replaced).
+pub fn expiring_condition(o: &Observation) -> NewCondition {
+    let cluster = o.cluster.name().unwrap_or(o.name.as_str());
+    let found = expiring(
+        o,
+        &names::ca_secret_name(cluster),
+        &names::apiserver_client_secret_name(cluster),
+    );
+    if found.is_empty() {
+        return NewCondition::false_(CERTIFICATES_EXPIRING, Severity::Info, "CertificatesValid", "");
+    }
+    let mut message: Vec<String> = found.iter().map(Expiring::describe).collect();
+    if found.iter().any(|e| e.kind == CertificateKind::Ca) {
+        message.push("the CA is never replaced: plan its rotation (README, \"Certificates\")".into());
+    }
+    if found.iter().any(|e| e.kind != CertificateKind::Ca) {
+        message.push("members and the API server client certificate are renewed before they expire".into());
+    }
+    NewCondition {
+        severity: Some(Severity::Warning),
+        ..NewCondition::true_(CERTIFICATES_EXPIRING, CERTIFICATES_EXPIRING)
+    }
+    .with_message(message.join("; "))
+}
+
+/// `status.certificates`: the CA's and the client certificate's expiry, and the soonest of
+/// those and the members' (as recorded in `members`).
+pub fn status(o: &Observation, members: &[MemberStatus]) -> CertificatesStatus {
+    let c = &o.certificates;
+    let next = members
+        .iter()
+        .filter_map(|m| m.certificate_expiry.as_ref().map(|t| t.0))
+        .chain(c.ca_expiry)
+        .chain(c.apiserver_client_expiry)
+        .min();
+    CertificatesStatus {
+        ca_expiry: c.ca_expiry.map(Time),
+        apiserver_client_expiry: c.apiserver_client_expiry.map(Time),
+        next_expiry: next.map(Time),
+    }
+}
+
+// Effects.
+
+/// Re-issue `<cluster>-apiserver-etcd-client` from the CA and note when on it, over exactly the
+/// version observed: a concurrent writer makes this fail and the next pass decide again. The old
+/// certificate is not revoked; it stays valid until it expires.
+async fn renew_apiserver_client(
+    out: &Outputs<'_>,
+    o: &Observation,
+    cluster: &str,
+    ca: &Ca,
+    resource_version: Option<&str>,
+) -> Result<Applied, Error> {
+    let leaf = ca.issue(&LeafRequest::apiserver_etcd_client(cluster))?;
+    let patch = json!({
+        "metadata": {
+            "resourceVersion": resource_version,
+            "annotations": { names::APISERVER_CLIENT_RENEWED_ANNOTATION: Timestamp::now().to_string() },
+        },
+        "data": {
+            names::TLS_CERT_KEY: bytes(&leaf.cert_pem),
+            names::TLS_KEY_KEY: bytes(&leaf.key_pem),
+        },
+    });
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(out.client.clone(), &o.namespace)
+        .patch(
+            &names::apiserver_client_secret_name(cluster),
+            &params,
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    if std::env::var_os(names::EXIT_AFTER_CLIENT_RENEWAL_ENV).is_some() {
+        warn!(
+            "{} is set: exiting after the re-issue, as a crash would",
+            names::EXIT_AFTER_CLIENT_RENEWAL_ENV
+        );
+        std::process::exit(3);
+    }
+    Ok(Applied::Done)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-    use super::super::testing::*;
-    use super::super::*;
     use super::*;
+    use crate::controller::testing::*;
+    use std::time::Duration;
+
+    use k8s_openapi::jiff::Timestamp;
+
+    use crate::controller::observation::outdated::outdate_expiring;
 
     const DAY: i64 = 86_400;
 
@@ -191,7 +353,7 @@ mod tests {
 
     /// Three healthy members, the first one's certificate expiring at `expiry`, the others in a
     /// year; judged at day 1000 with the default 30-day window.
-    fn with_first_expiring(expiry: Option<Timestamp>) -> Observed {
+    fn with_first_expiring(expiry: Option<Timestamp>) -> Observation {
         let mut o = running(3);
         let now = at(1000 * DAY);
         o.certificates.now = now;
@@ -215,10 +377,10 @@ mod tests {
         assert!(o.machines[1..].iter().all(|m| m.outdated.is_none()));
         assert!(matches!(
             plan(&o),
-            Step::CreateMachine {
+            Step::Machines(MachineStep::CreateMachine {
                 purpose: Growth::Rollout,
                 ..
-            }
+            })
         ));
         // Exactly the window left is outside (KCP: expiry before now + window), and so is more.
         for expiry in [now + window, now + window + 1] {
@@ -248,7 +410,7 @@ mod tests {
         assert!(o.machines.iter().all(|m| m.outdated.is_none()));
         let step = plan(&o);
         assert!(
-            matches!(&step, Step::DeleteMachine { machine, purpose: Removal::Remediation { .. }, .. } if machine == "c1-etcd-m0"),
+            matches!(&step, Step::Machines(MachineStep::DeleteMachine { machine, purpose: Removal::Remediation { .. }, .. }) if machine == "c1-etcd-m0"),
             "{step:?}"
         );
     }
@@ -281,7 +443,7 @@ mod tests {
     }
 
     /// Three Ready members under a KCP that uses them, judged at day 1000.
-    fn with_client_certificate(expiry: i64, renewed: Option<i64>, rollout_after: Option<i64>) -> Observed {
+    fn with_client_certificate(expiry: i64, renewed: Option<i64>, rollout_after: Option<i64>) -> Observation {
         let mut o = running(3);
         let urls = voting_endpoints(&o);
         let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
@@ -311,16 +473,19 @@ mod tests {
         let o = with_client_certificate(now + 30 * DAY - 1, None, None);
         assert_eq!(
             plan(&o),
-            Step::RenewApiserverClientCertificate {
-                expiry: at(now + 30 * DAY - 1)
-            }
+            Step::Certificates(CertificateStep::RenewApiserverClientCertificate {
+                cluster: "c1".into(),
+                ca: test_ca(),
+                expiry: at(now + 30 * DAY - 1),
+                resource_version: None,
+            })
         );
         // Never while etcd is not Ready.
         let mut sick = o.clone();
         members_mut(&mut sick)[1] = unhealthy(members_mut(&mut sick)[1].clone(), "down");
         assert!(!matches!(
             plan(&sick),
-            Step::RenewApiserverClientCertificate { .. }
+            Step::Certificates(CertificateStep::RenewApiserverClientCertificate { .. })
         ));
         // Nor without a control plane that uses it.
         let mut alone = o.clone();
@@ -332,12 +497,18 @@ mod tests {
         let owed = with_client_certificate(now + 365 * DAY, Some(renewed), None);
         assert_eq!(
             plan(&owed),
-            Step::RequestControlPlaneRollout { after: at(renewed) }
+            Step::Certificates(CertificateStep::RequestControlPlaneRollout {
+                kcp: "c1-cp".into(),
+                after: at(renewed)
+            })
         );
         let older = with_client_certificate(now + 365 * DAY, Some(renewed), Some(now - 50 * DAY));
         assert_eq!(
             plan(&older),
-            Step::RequestControlPlaneRollout { after: at(renewed) }
+            Step::Certificates(CertificateStep::RequestControlPlaneRollout {
+                kcp: "c1-cp".into(),
+                after: at(renewed)
+            })
         );
         // Asked (or the user asked for a later one): nothing more.
         for after in [renewed, renewed + 1] {
@@ -347,7 +518,10 @@ mod tests {
         // The owed rollout waits for Ready too.
         let mut sick = owed.clone();
         members_mut(&mut sick)[0] = unhealthy(members_mut(&mut sick)[0].clone(), "down");
-        assert!(!matches!(plan(&sick), Step::RequestControlPlaneRollout { .. }));
+        assert!(!matches!(
+            plan(&sick),
+            Step::Certificates(CertificateStep::RequestControlPlaneRollout { .. })
+        ));
     }
 
     #[test]

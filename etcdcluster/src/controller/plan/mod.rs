@@ -1,6 +1,8 @@
-//! The next step for one EtcdadmCluster as a pure function of what was observed: the etcd
-//! membership safety rules of SPEC-etcdcluster.md live here, one module per concern, so they
-//! are tested without an API. `plan` is the order in which the rules are asked.
+//! The next step for one EtcdadmCluster: one module per concern below (its decisions, its words,
+//! its steps' effects and its part of the status), the sum of their steps with each step's words
+//! and effect dispatched to the concern that owns it, and `plan`, the order in which the rules
+//! and concerns are asked (docs/architecture.md, "The order of the plan"; the rules cited are
+//! those of docs/safety.md).
 //!
 //! Every multi-step operation is derived from the world, never from memory: a Machine being
 //! deleted means "remove its member first" (whoever deleted it: scale down, rollout,
@@ -8,134 +10,325 @@
 //! unhealthy for long enough means "replace it". A controller killed between any two writes
 //! therefore resumes where it stopped and never repeats a membership change already done.
 
-mod certificates;
-mod control_plane;
-mod deletion;
-mod gates;
-mod growth;
-mod learners;
-mod observed;
-mod placement;
-mod preflight;
-mod recovery;
-mod remediation;
-mod removal;
-mod restore;
-mod rollout;
-mod step;
-#[cfg(test)]
-pub(crate) mod testing;
-mod versions;
+pub mod certificates;
+pub mod control_plane;
+pub mod lifecycle;
+pub mod machines;
+pub mod membership;
+pub mod placement;
+pub mod recovery;
+pub mod remediation;
+pub mod restore;
+pub mod rollout;
+pub mod secrets;
+pub mod versions;
 
-pub use self::certificates::{CertificateKind, CertificateView, Expiring, expiring, outdate_expiring};
-pub use self::gates::quorum;
-pub use self::growth::{MIN_JOIN_DEADLINE, MIN_JOIN_INTERVALS, join_deadline};
-pub use self::observed::{
-    CaView, ClusterView, EtcdView, InitSecret, KcpView, LastRemediation, MachineView, MemberView, Observed,
-    RemediationPolicy, RestoreView, healthy_client_urls, is_ready, machine_for_member, up_to_date_machines,
-    voting_endpoints,
-};
-pub use self::placement::{allowed_failure_domains, pick_failure_domain, pick_victim};
-pub use self::recovery::{
-    Automatic, RecoveryAction, RecoveryRecord, RecoverySource, RecoveryView, SnapshotCheck, UnderWay,
-    answer as recovery_answer,
-};
-pub use self::remediation::{
-    ENDPOINTS_AVAILABLE, MIN_HEALTHY_PERIOD, REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION,
-    RemediationRecord, UnhealthyClock, remediation_backoff, remediation_policy,
-};
-pub use self::restore::RESTORE_URL_TTL;
-pub use self::rollout::{DesiredSpec, MemberSpec, config_hash, outdated_reason};
-pub use self::step::{EventNote, Growth, Removal, Step, reason, removal_reason};
-pub use self::versions::{VERSION_FIELD, cluster_version};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use etcdadm_shared::api::EtcdadmClusterStatus;
+use etcdadm_shared::error::Error;
+
+use self::certificates::CertificateStep;
+use self::control_plane::ControlPlaneStep;
+use self::lifecycle::LifecycleStep;
+use self::machines::{MachineStep, Removal};
+use self::membership::MembershipStep;
+use self::recovery::RecoveryStep;
+use self::restore::RestoreStep;
 use self::rollout::Want;
+use self::secrets::SecretStep;
+use super::decision::reason::READY;
+use super::decision::{
+    After, Applied, ConcernStep, Decision, EventNote, Hold, HoldKind, JOIN_POLL, Outputs, REFUSED_REQUEUE,
+    WAIT_REQUEUE,
+};
+use super::observation::{Observation, is_ready};
+use super::rules::{self, reason as rule};
 
-/// The one next step.
-pub fn plan(o: &Observed) -> Step {
-    preflight::cluster(o)
-        .or_else(|| deletion::plan(o))
-        .or_else(|| preflight::ownership(o))
-        .or_else(|| preflight::spec(o))
-        .or_else(|| preflight::infrastructure(o))
-        .or_else(|| control_plane::keep_paused(o))
-        .or_else(|| preflight::ca(o))
+/// The sum of the concerns' steps, and its dispatch: each arm calls the concern's own
+/// `ConcernStep`. A concern is one line here.
+macro_rules! steps {
+    ($($(#[$doc:meta])* $variant:ident($step:ty)),* $(,)?) => {
+        /// The one next thing to do, and why.
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum Step {
+            /// Nothing to write now: a rule or a concern holds the plan back.
+            Hold(Hold),
+            $($(#[$doc])* $variant($step),)*
+            /// Every desired member is a healthy voter and KCP has what it needs.
+            Steady,
+        }
+
+        $(
+            impl From<$step> for Step {
+                fn from(step: $step) -> Self {
+                    Step::$variant(step)
+                }
+            }
+
+            impl From<Decision<$step>> for Step {
+                fn from(decision: Decision<$step>) -> Self {
+                    match decision {
+                        Decision::Hold(hold) => Step::Hold(hold),
+                        Decision::Do(step) => Step::$variant(step),
+                    }
+                }
+            }
+        )*
+
+        impl Step {
+            /// The condition reason and message for the `Ready` summary while this step is next.
+            pub fn reason(&self) -> (&'static str, String) {
+                match self {
+                    Step::Hold(hold) => (hold.reason, hold.message.clone()),
+                    $(Step::$variant(step) => step.reason(),)*
+                    Step::Steady => (READY, String::new()),
+                }
+            }
+
+            /// The Event this step leaves once applied: a pure function of the plan's input and
+            /// output. Steps that only tidy up and those that write nothing leave none.
+            pub fn event(&self, o: &Observation) -> Option<EventNote> {
+                match self {
+                    Step::Hold(_) | Step::Steady => None,
+                    $(Step::$variant(step) => step.event(o),)*
+                }
+            }
+
+            /// Whether this step writes anything (used to check the "no writes" rules).
+            pub fn writes(&self) -> bool {
+                match self {
+                    Step::Hold(_) | Step::Steady => false,
+                    $(Step::$variant(step) => step.writes(),)*
+                }
+            }
+
+            /// Perform a step that writes; the concern that owns it does.
+            pub async fn apply(&self, out: &Outputs<'_>, o: &Observation) -> Result<Applied, Error> {
+                match self {
+                    Step::Hold(_) | Step::Steady => Ok(Applied::AlreadyDone),
+                    $(Step::$variant(step) => step.apply(out, o).await,)*
+                }
+            }
+
+            /// What the reconcile does once this step is done (or, for one that writes nothing,
+            /// now).
+            pub fn after(&self, o: &Observation) -> After {
+                match self {
+                    Step::Hold(hold) => hold_after(hold, o),
+                    Step::Steady => After::Requeue(o.health_interval()),
+                    $(Step::$variant(step) => step.after(o),)*
+                }
+            }
+        }
+    };
+}
+
+steps!(
+    Lifecycle(LifecycleStep),
+    Secrets(SecretStep),
+    Machines(MachineStep),
+    Membership(MembershipStep),
+    ControlPlane(ControlPlaneStep),
+    Certificates(CertificateStep),
+    Restore(RestoreStep),
+    Recover(RecoveryStep),
+);
+
+impl From<Hold> for Step {
+    fn from(hold: Hold) -> Self {
+        Step::Hold(hold)
+    }
+}
+
+impl Step {
+    /// What holds the plan back, when this step is a hold.
+    pub fn hold(&self) -> Option<&Hold> {
+        if let Step::Hold(hold) = self {
+            Some(hold)
+        } else {
+            None
+        }
+    }
+
+    /// Whether this step is a refusal an operator should hear about (a Warning Event when it
+    /// starts).
+    pub fn is_refusal(&self) -> bool {
+        self.hold().is_some_and(Hold::is_refusal)
+    }
+}
+
+/// When to look again while held: a join is polled (its progress shows only in etcd), a wait
+/// on another actor soon, what only a human can fix now and then.
+fn hold_after(hold: &Hold, o: &Observation) -> After {
+    let interval = o.health_interval();
+    match (hold.kind, hold.reason) {
+        (HoldKind::Refuse, _) => After::Requeue(REFUSED_REQUEUE),
+        (HoldKind::Wait | HoldKind::Refusal, rule::WAITING_FOR_MEMBER_JOIN | rule::WAITING_FOR_LEARNER) => {
+            After::Requeue(interval.min(JOIN_POLL))
+        }
+        (HoldKind::Wait | HoldKind::Refusal, _) => After::Requeue(interval.min(WAIT_REQUEUE)),
+    }
+}
+
+/// Each concern's own part of the status besides its conditions (written before `step` is
+/// taken; `initialized` as this status says), and the Events of what changed in it.
+pub fn concern_status(
+    status: &mut EtcdadmClusterStatus,
+    o: &Observation,
+    step: &Step,
+    initialized: bool,
+    now: &Time,
+) -> Vec<EventNote> {
+    let recovering = if let Step::Recover(step) = step {
+        Some(step)
+    } else {
+        None
+    };
+    recovery::record_status(status, o, recovering, now);
+    status.certificates = Some(certificates::status(o, &status.members));
+    restore::record_status(status, o, initialized, now)
+        .into_iter()
+        .collect()
+}
+
+/// A rule's or a concern's answer, as a step.
+fn step<S: Into<Step>>(answer: Option<S>) -> Option<Step> {
+    answer.map(Into::into)
+}
+
+/// The one next step: the rules and concerns asked in order, the first answer taken.
+pub fn plan(o: &Observation) -> Step {
+    step(lifecycle::cluster(o))
+        .or_else(|| step(lifecycle::deletion(o)))
+        .or_else(|| step(lifecycle::ownership(o)))
+        .or_else(|| step(lifecycle::spec(o)))
+        .or_else(|| step(lifecycle::infrastructure(o)))
+        .or_else(|| step(control_plane::keep_paused(o)))
+        .or_else(|| step(secrets::ca(o)))
         // Quorum-loss recovery: replaces the lost cluster (outside rule 3, only without quorum).
-        .or_else(|| recovery::plan(o))
+        .or_else(|| step(recovery::plan(o)))
         // Restore: only while no member ever existed, or once a recovery deleted them all.
-        .or_else(|| restore::plan(o))
+        .or_else(|| step(restore::secret(o)))
+        .or_else(|| step(restore::first_member(o)))
         // Rule 3: nothing at all while quorum is lost.
-        .or_else(|| gates::quorum_lost(o))
+        .or_else(|| step(rules::quorum_lost(o)))
         // Rule 4: every Machine carries our hook; a deleted one's member goes first (rules 3, 6).
-        .or_else(|| removal::adoption(o))
-        .or_else(|| removal::deleted_machine(o))
-        .or_else(|| growth::publish_init_secret(o))
-        .unwrap_or_else(|| membership(o))
+        .or_else(|| step(machines::adoption(o)))
+        .or_else(|| step(membership::deleted_machine(o)))
+        .or_else(|| step(secrets::publish_init_secret(o)))
+        .unwrap_or_else(|| membership_changes(o))
 }
 
 /// Scale, roll and remediate: every step here starts a membership change (or hands the
 /// control plane its endpoints), so each waits for the previous one to finish.
-fn membership(o: &Observed) -> Step {
+fn membership_changes(o: &Observation) -> Step {
     let allowed = match placement::allowed_domains(o) {
         Ok(allowed) => allowed,
-        Err(refusal) => return refusal,
+        Err(refusal) => return refusal.into(),
     };
     let wanted = rollout::want(o);
     // Rule 1: one change in flight, a join given up on past its deadline; a learner join
     // finished by its promotion, or begun once the way is clear (rule 2).
-    removal::deletion_in_flight(o)
-        .or_else(|| growth::failed_join(o))
-        .or_else(|| learners::promote(o))
-        .or_else(|| learners::pre_add(o))
-        .or_else(|| gates::pending_change(o))
-        .or_else(|| removal::dead_victim(o, &allowed, &wanted))
-        .or_else(|| remediation::replace_overdue(o))
+    step(machines::deletion_in_flight(o))
+        .or_else(|| step(machines::failed_join(o)))
+        .or_else(|| step(membership::promote(o)))
+        .or_else(|| step(membership::pre_add(o)))
+        .or_else(|| step(rules::pending_change(o)))
+        .or_else(|| {
+            let Want::Remove(candidates, purpose) = &wanted else {
+                return None;
+            };
+            step(machines::dead_victim(o, &allowed, candidates, *purpose))
+        })
+        .or_else(|| step(remediation::remove_stranger(o)))
+        .or_else(|| step(remediation::replace_overdue(o)))
         // Rules 4 and 2: strangers and unhealthy members hold everything else back.
-        .or_else(|| gates::unknown_members_wait(o))
-        .or_else(|| gates::unhealthy_wait(o))
-        .or_else(|| gates::first_member_wait(o))
-        .or_else(|| growth::init_secret_urls(o))
+        .or_else(|| step(rules::unknown_members_wait(o)))
+        .or_else(|| step(rules::unhealthy_wait(o)))
+        .or_else(|| step(rules::first_member_wait(o)))
+        .or_else(|| step(secrets::init_secret_urls(o)))
         .unwrap_or_else(|| act(o, &allowed, wanted))
 }
 
 /// What the replica count and the rollout strategy want, once every gate is open.
-fn act(o: &Observed, allowed: &[String], wanted: Want<'_>) -> Step {
+fn act(o: &Observation, allowed: &[String], wanted: Want<'_>) -> Step {
     match wanted {
-        Want::Add(purpose) => growth::create_machine(o, allowed, purpose),
+        Want::Add(purpose) => machines::create_machine(o, allowed, purpose).into(),
         Want::Remove(candidates, purpose) => {
             // A remove-first rollout's removal is the first half of a replacement: not begun
             // unless the second half can be made.
             let remove_first = purpose == Removal::Rollout && !o.surge();
-            let blocked = remove_first.then(|| growth::creation_blocked(o)).flatten();
-            blocked
-                .or_else(|| removal::remove_one(o, allowed, &candidates, purpose))
+            let blocked = remove_first
+                .then(|| machines::creation_blocked(o).err())
+                .flatten();
+            step(blocked)
+                .or_else(|| step(machines::remove_one(o, allowed, &candidates, purpose)))
                 .unwrap_or_else(|| settled(o))
         }
-        Want::SwitchKcp(endpoints) => Step::WriteKcpEndpoints { endpoints },
-        Want::WaitForKcp(name) => Step::Wait {
-            reason: reason::WAITING_FOR_CONTROL_PLANE_ROLLOUT,
-            message: format!(
+        Want::SwitchKcp(kcp, endpoints) => control_plane::switch(&kcp, endpoints).into(),
+        Want::WaitForKcp(name) => Hold::wait(
+            machines::reason::WAITING_FOR_CONTROL_PLANE_ROLLOUT,
+            format!(
                 "waiting for KubeadmControlPlane {name} to finish rolling its Machines onto the etcd endpoints it was given before the next outdated member goes"
             ),
-        },
+        )
+        .into(),
         Want::Nothing => settled(o),
     }
 }
 
 /// Nothing to add or remove: hand the control plane what it needs, clean up, renew its client
 /// certificate, or say steady.
-fn settled(o: &Observed) -> Step {
-    control_plane::hand_over(o)
-        .or_else(|| growth::leftovers(o))
-        .or_else(|| certificates::client_renewal(o))
+fn settled(o: &Observation) -> Step {
+    step(control_plane::hand_over(o))
+        .or_else(|| step(machines::leftovers(o)))
+        .or_else(|| step(certificates::client_renewal(o)))
         .unwrap_or_else(|| {
             if is_ready(o) {
                 Step::Steady
             } else {
-                Step::Wait {
-                    reason: reason::WAITING_FOR_HEALTHY_MEMBERS,
-                    message: "membership does not match the Machines yet".into(),
-                }
+                Hold::wait(
+                    rule::WAITING_FOR_HEALTHY_MEMBERS,
+                    "membership does not match the Machines yet",
+                )
+                .into()
             }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::controller::testing::*;
+
+    #[test]
+    fn each_step_names_its_event_from_the_plan_alone() {
+        let o = running(2);
+        let create = plan(&o);
+        let event = create.event(&o).unwrap();
+        assert_eq!(
+            (event.warning, event.reason, event.note.as_str()),
+            (
+                false,
+                "MachineCreated",
+                "created Machine c1-etcd-fresh (Machine 3 for 3 replicas)"
+            )
+        );
+        let mut sick = running(3);
+        members_mut(&mut sick)[1] = unhealthy(members_mut(&mut sick)[1].clone(), "connection refused");
+        members_mut(&mut sick)[1].unhealthy_for = sick.remediation.unhealthy_after * 2;
+        let remediate = plan(&sick);
+        let event = remediate.event(&sick).unwrap();
+        assert!(event.warning, "{remediate:?}");
+        assert_eq!(event.reason, "MemberRemediation");
+        assert_eq!(event.note, remediate.reason().1);
+        let mut adopt = running(3);
+        adopt.machines[1].orphan = true;
+        let note = plan(&adopt).event(&adopt).unwrap().note;
+        assert!(note.starts_with("adopted Machine c1-etcd-m1"), "{note}");
+        assert_eq!(Step::Lifecycle(LifecycleStep::AddFinalizer).event(&o), None);
+        assert_eq!(Step::Steady.event(&o), None);
+    }
 }

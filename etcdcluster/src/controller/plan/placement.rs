@@ -1,9 +1,14 @@
-//! Where members go and which one leaves (SPEC-etcdcluster.md "Failure domains"): new Machines
-//! into the allowed failure domain with the fewest, victims from the most crowded one, with the
+//! Where members go and which one leaves (docs/safety.md, "Failure domains"): new Machines into
+//! the allowed failure domain with the fewest, victims from the most crowded one, with the
 //! delete-machine annotation, dead members and outdated ones first.
 
-use super::observed::{ClusterView, MachineView, Observed};
-use super::step::{Step, reason};
+use crate::controller::decision::Hold;
+use crate::controller::observation::{ClusterView, MachineView, Observation};
+
+/// Condition reasons of placement.
+pub mod reason {
+    pub const NO_FAILURE_DOMAIN: &str = "NoAllowedFailureDomain";
+}
 
 /// The failure domains members may go to: `spec.failureDomains` ∩ the Cluster's (all of the
 /// Cluster's by default). A Cluster that reports none leaves the spec's list as given. `Err`
@@ -50,7 +55,7 @@ pub fn pick_failure_domain(allowed: &[String], machines: &[MachineView]) -> Opti
 /// one, then from the failure domain with the most Machines (Machines outside the allowed
 /// domains first), oldest first.
 pub fn pick_victim<'a>(
-    o: &Observed,
+    o: &Observation,
     allowed_domains: &[String],
     candidates: &[&'a MachineView],
 ) -> Option<&'a MachineView> {
@@ -81,28 +86,27 @@ pub fn pick_victim<'a>(
 
 /// The failure domains members may go to, or the refusal naming the spec's domains when the
 /// Cluster offers none of them.
-pub(super) fn allowed_domains(o: &Observed) -> Result<Vec<String>, Step> {
+pub fn allowed_domains(o: &Observation) -> Result<Vec<String>, Hold> {
     let offered: &[String] = match &o.cluster {
         ClusterView::Found { failure_domains, .. } => failure_domains,
         ClusterView::Missing => &[],
     };
-    allowed_failure_domains(&o.spec_failure_domains, offered).map_err(|problem| Step::Refuse {
-        reason: reason::NO_FAILURE_DOMAIN,
-        message: problem,
-    })
+    allowed_failure_domains(&o.spec_failure_domains, offered)
+        .map_err(|problem| Hold::refuse(reason::NO_FAILURE_DOMAIN, problem))
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-    use super::super::testing::*;
-    use super::super::*;
+    use super::*;
+    use crate::controller::testing::reason;
+    use crate::controller::testing::*;
     #[test]
     fn zone_spread_puts_one_member_in_each_of_three_zones() {
         let zones = vec!["us-a".to_string(), "us-b".into(), "us-c".into()];
         let mut o = base();
         o.cluster = ClusterView::Found {
-            name: "c1".into(),
+            reference: cluster_ref(),
             paused: false,
             deleting: false,
             infrastructure_ready: true,
@@ -110,7 +114,7 @@ mod tests {
         };
         let mut placed = Vec::new();
         for i in 0..3 {
-            let Step::CreateMachine { failure_domain, .. } = plan(&o) else {
+            let Step::Machines(MachineStep::CreateMachine { failure_domain, .. }) = plan(&o) else {
                 panic!("expected a Machine at step {i}: {:?}", plan(&o));
             };
             let domain = failure_domain.unwrap();
@@ -165,7 +169,7 @@ mod tests {
         let mut o = base();
         o.spec_failure_domains = vec!["x".into()];
         o.cluster = ClusterView::Found {
-            name: "c1".into(),
+            reference: cluster_ref(),
             paused: false,
             deleting: false,
             infrastructure_ready: true,
@@ -209,7 +213,7 @@ mod tests {
             client_urls: healthy_client_urls(&o),
         });
         assert!(
-            matches!(plan(&o), Step::DeleteMachine { machine, purpose: Removal::ScaleDown, .. } if machine == "c1-etcd-m4")
+            matches!(plan(&o), Step::Machines(MachineStep::DeleteMachine { machine, purpose: Removal::ScaleDown, .. }) if machine == "c1-etcd-m4")
         );
     }
 }

@@ -1,10 +1,10 @@
-//! Quorum-loss recovery (SPEC-day2.md section 3): the annotation
+//! Quorum-loss recovery (docs/day2.md, "Quorum loss"): the annotation
 //! `etcdcluster.cluster.x-k8s.io/recover=<latest|member/<machine>|snapshot/<name>>` replaces a
 //! cluster that lost quorum with one restored from a snapshot. A request that fails a check is
 //! refused with a condition and a Warning Event, nothing deleted, the annotation left in place
 //! so the user sees why.
 //!
-//! Membership rule 3 (no membership change without quorum) protects a cluster that can still
+//! Membership rule 3 of docs/safety.md (no membership change without quorum) protects a cluster that can still
 //! come back; a recovery instead replaces the cluster, so the deletion of the dead cluster's
 //! Machines (hooks released without MemberRemove) is outside that rule, and is allowed only when
 //! quorum is really lost. Every step that is not the recovery's own keeps all the rules.
@@ -18,126 +18,35 @@
 //! A refused request is answered in a condition of its own beside the plan's step, never the
 //! step: it must not stop a healthy cluster's scaling, rollouts or remediation.
 
-use std::time::Duration;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
 
-use etcdadm_shared::api::cluster::RecoveryPhase;
-use etcdadm_shared::api::snapshot::SnapshotPhase;
-use etcdadm_shared::names::RECOVER_ANNOTATION;
+use etcdadm_shared::api::EtcdadmClusterStatus;
+use etcdadm_shared::api::cluster::condition::RECOVERY;
+use etcdadm_shared::api::cluster::{LastRecovery, RecoveryPhase, RecoveryStatus};
+use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
+use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
+use etcdadm_shared::error::Error;
+use etcdadm_shared::names::{self, RECOVER_ANNOTATION};
 
-use super::observed::{Observed, is_ready};
-use super::step::{Step, reason};
-use super::{control_plane, gates, restore};
+use super::{control_plane, machines, restore};
+use crate::controller::decision::{
+    After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Hold, HoldKind, Outputs, WAIT_REQUEUE,
+};
+use crate::controller::observation::{
+    Observation, RecoveryRecord, RecoverySource, RecoveryView, SnapshotCheck, is_ready,
+};
+use crate::controller::rules::{self, reason::QUORUM_LOST};
+use crate::snapshot::new_snapshot;
 
-/// Where a recovery's data comes from.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum RecoverySource {
-    /// The surviving member with the highest revision, else the newest Succeeded snapshot.
-    #[default]
-    Latest,
-    /// A snapshot of this member Machine's member (served from its own backend, without quorum).
-    Member(String),
-    /// This EtcdadmSnapshot.
-    Snapshot(String),
-}
-
-impl RecoverySource {
-    /// `latest`, `member/<machine>` or `snapshot/<name>`.
-    pub fn parse(value: &str) -> Result<Self, String> {
-        let value = value.trim();
-        let named = |prefix: &str| {
-            value
-                .strip_prefix(prefix)
-                .filter(|name| !name.is_empty() && !name.contains('/'))
-                .map(str::to_string)
-        };
-        if value == "latest" {
-            Ok(RecoverySource::Latest)
-        } else if let Some(machine) = named("member/") {
-            Ok(RecoverySource::Member(machine))
-        } else if let Some(snapshot) = named("snapshot/") {
-            Ok(RecoverySource::Snapshot(snapshot))
-        } else {
-            Err("is not a recovery source: use latest, member/<machine> or snapshot/<name>".into())
-        }
-    }
-
-    /// The source as the annotation writes it.
-    pub fn describe(&self) -> String {
-        match self {
-            RecoverySource::Latest => "latest".into(),
-            RecoverySource::Member(machine) => format!("member/{machine}"),
-            RecoverySource::Snapshot(name) => format!("snapshot/{name}"),
-        }
-    }
-}
-
-/// A snapshot a recovery would restore from (named, or the newest Succeeded one for `latest`).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SnapshotCheck {
-    pub name: String,
-    /// Why it cannot be restored from, if it cannot.
-    pub problem: Option<String>,
-    /// The etcd version it was taken from, when it says.
-    pub etcd_version: Option<String>,
-}
-
-/// The recovery in `status.recovery`, and what its snapshot is now.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct UnderWay {
-    pub record: RecoveryRecord,
-    /// The phase of its EtcdadmSnapshot; `None` while it does not exist.
-    pub snapshot_phase: Option<SnapshotPhase>,
-    /// Why it failed, when it did.
-    pub snapshot_failure: Option<String>,
-}
-
-/// What `status.recovery` records (its start time aside).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RecoveryRecord {
-    /// The annotation's value when the recovery began.
-    pub requested: String,
-    /// The source chosen.
-    pub source: RecoverySource,
-    pub phase: RecoveryPhase,
-    pub snapshot: String,
-    /// The highest revision a survivor reported when it began.
-    pub survivor_revision: Option<i64>,
-}
-
-/// A recovery request or a recovery under way, as far as the plan needs it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RecoveryView {
-    /// The annotation's value, while it is set.
-    pub requested: Option<String>,
-    /// `spec.backup.store` is set: a survivor's snapshot has somewhere to go.
-    pub store_configured: bool,
-    /// For `snapshot/<name>`, that snapshot; for `latest`, the newest Succeeded one of this
-    /// cluster, if any.
-    pub snapshot: Option<SnapshotCheck>,
-    /// `status.recovery`, when a recovery is under way.
-    pub under_way: Option<UnderWay>,
-    /// `spec.recovery.automatic`, when set.
-    pub automatic: Option<Automatic>,
-}
-
-/// An automatic recovery's clock.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Automatic {
-    /// `spec.recovery.after`.
-    pub after: Duration,
-    /// How long no voting member has served clients (`EndpointsAvailable` False).
-    pub unserved_for: Duration,
-}
-
-impl RecoveryView {
-    /// The request in force: the annotation's, else `latest` once an automatic recovery is due.
-    pub fn request(&self) -> Option<&str> {
-        self.requested.as_deref().or_else(|| {
-            self.automatic
-                .filter(|a| a.unserved_for >= a.after)
-                .map(|_| "latest")
-        })
-    }
+/// Condition reasons of a recovery.
+pub mod reason {
+    pub const RECOVERY_REFUSED: &str = "RecoveryRefused";
+    pub const RECOVERING: &str = "Recovering";
+    pub const RECOVERY_FAILED: &str = "RecoveryFailed";
 }
 
 /// What a recovery does next; status records `record` (or, for `Finish`, the last recovery)
@@ -148,17 +57,113 @@ pub enum RecoveryAction {
     SnapshotSurvivor { machine: String },
     /// Release the hooks of these Machines and delete them, without MemberRemove.
     DeleteMachines { names: Vec<String> },
-    /// The lost cluster's Machines are gone: delete its init Secret; status forgets
-    /// `initialized`, so the next Machine restores a first member.
-    Reset,
+    /// The lost cluster's Machines are gone: delete its init Secret (of Cluster `cluster`);
+    /// status forgets `initialized`, so the next Machine restores a first member.
+    Reset { cluster: Option<String> },
     /// Ready again: remove the annotation.
     Finish,
     /// The annotation was removed before any Machine was deleted: the recovery is dropped.
     Abandon,
 }
 
+/// The next action of a quorum-loss recovery, and the record status keeps of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecoveryStep {
+    pub record: Box<RecoveryRecord>,
+    pub action: RecoveryAction,
+}
+
+impl ConcernStep for RecoveryStep {
+    /// The condition reason and message for `Ready` while this step is next.
+    fn reason(&self) -> (&'static str, String) {
+        (reason::RECOVERING, note(&self.record, &self.action))
+    }
+
+    /// The Event this step leaves once applied (a Warning but for the end of a recovery).
+    fn event(&self, o: &Observation) -> Option<EventNote> {
+        let reason = match self.action {
+            RecoveryAction::SnapshotSurvivor { .. } => "RecoverySnapshot",
+            RecoveryAction::DeleteMachines { .. } => "RecoveryReplacingMachines",
+            RecoveryAction::Reset { .. } => "RecoveryRestoring",
+            RecoveryAction::Finish => "Recovered",
+            RecoveryAction::Abandon => "RecoveryAbandoned",
+        };
+        let mut note = note(&self.record, &self.action);
+        if let (RecoveryAction::Finish, Some(restore)) = (&self.action, &o.restore) {
+            let revision = restore
+                .revision
+                .map(|r| format!(" at revision {r}"))
+                .unwrap_or_default();
+            note = format!("{note}: {} members restored{revision}", o.replicas);
+        }
+        Some(EventNote {
+            warning: !matches!(self.action, RecoveryAction::Finish),
+            reason,
+            note,
+        })
+    }
+
+    /// Perform the step.
+    async fn apply(&self, out: &Outputs<'_>, o: &Observation) -> Result<Applied, Error> {
+        match &self.action {
+            RecoveryAction::SnapshotSurvivor { machine } => {
+                snapshot_survivor(out, o, &self.record.snapshot, machine).await
+            }
+            RecoveryAction::DeleteMachines { names } => {
+                machines::release_and_delete(out, &o.namespace, names).await
+            }
+            RecoveryAction::Reset { cluster } => reset(out, o, cluster.as_deref()).await,
+            RecoveryAction::Finish => finish(out, o).await,
+            RecoveryAction::Abandon => Ok(Applied::Done),
+        }
+    }
+
+    /// What comes after: a snapshot is taken and Machines deleted by others.
+    fn after(&self, o: &Observation) -> After {
+        match self.action {
+            RecoveryAction::SnapshotSurvivor { .. } | RecoveryAction::DeleteMachines { .. } => {
+                After::Requeue(o.health_interval().min(WAIT_REQUEUE))
+            }
+            RecoveryAction::Reset { .. } | RecoveryAction::Finish | RecoveryAction::Abandon => After::Again,
+        }
+    }
+}
+
+/// What a recovery step does, for its condition message and its Event.
+fn note(record: &RecoveryRecord, action: &RecoveryAction) -> String {
+    let source = record.source.describe();
+    let snapshot = &record.snapshot;
+    match action {
+        RecoveryAction::SnapshotSurvivor { machine } => format!(
+            "quorum is lost: taking EtcdadmSnapshot {snapshot} of the member of Machine {machine}{} to recover from",
+            record
+                .survivor_revision
+                .map(|r| format!(" (revision {r})"))
+                .unwrap_or_default()
+        ),
+        RecoveryAction::DeleteMachines { names } => format!(
+            "recovering from {source}: deleting the lost cluster's Machines {} without removing their \
+             members (the CA and client certificates are kept)",
+            names.join(", ")
+        ),
+        RecoveryAction::Reset { .. } => format!(
+            "recovering from {source}: the lost cluster's Machines are gone; a first member is restored \
+             from EtcdadmSnapshot {snapshot}"
+        ),
+        RecoveryAction::Finish => {
+            format!("recovered from {source} (EtcdadmSnapshot {snapshot}); the recover annotation is removed")
+        }
+        RecoveryAction::Abandon => format!(
+            "the recover annotation was removed before any Machine was deleted: the recovery from {source} \
+             is dropped (EtcdadmSnapshot {snapshot} is kept)"
+        ),
+    }
+}
+
+// Decisions.
+
 /// The recovery's next step, while one is asked for and may begin, or is under way.
-pub(super) fn plan(o: &Observed) -> Option<Step> {
+pub fn plan(o: &Observation) -> Option<Decision<RecoveryStep>> {
     let view = o.recovery.as_ref()?;
     let Some(under_way) = &view.under_way else {
         let record = check(o, view)?.ok()?;
@@ -187,39 +192,43 @@ pub(super) fn plan(o: &Observed) -> Option<Step> {
                     _ => Some(replace(o, record)),
                 },
                 Some(SnapshotPhase::Succeeded) => Some(replace(o, record)),
-                Some(SnapshotPhase::Failed) => Some(Step::Refuse {
-                    reason: reason::RECOVERY_FAILED,
-                    message: format!(
+                Some(SnapshotPhase::Failed) => Some(Decision::Hold(Hold::refuse(
+                    reason::RECOVERY_FAILED,
+                    format!(
                         "the survivor's EtcdadmSnapshot {} failed: {}; nothing was deleted. Remove the \
                          annotation {RECOVER_ANNOTATION}, then ask again (another member, or snapshot/<name>)",
                         record.snapshot,
                         under_way.snapshot_failure.as_deref().unwrap_or("no reason given")
                     ),
-                }),
-                Some(phase) => Some(Step::Wait {
-                    reason: reason::RECOVERING,
-                    message: format!(
+                ))),
+                Some(phase) => Some(Decision::Hold(Hold::wait(
+                    reason::RECOVERING,
+                    format!(
                         "recovering from {}: EtcdadmSnapshot {} is {phase:?}",
                         record.source.describe(),
                         record.snapshot
                     ),
-                }),
+                ))),
             }
         }
         RecoveryPhase::Replacing => Some(replace(o, record)),
         RecoveryPhase::Restoring => {
-            let done = is_ready(o) && restore::plan(o).is_none() && control_plane::hand_over(o).is_none();
+            let done = is_ready(o)
+                && restore::secret(o).is_none()
+                && restore::first_member(o).is_none()
+                && control_plane::hand_over(o).is_none();
             done.then(|| recover(record, RecoveryAction::Finish))
         }
     }
 }
 
 /// Delete the lost cluster's Machines; once they are gone, begin the restore.
-fn replace(o: &Observed, mut record: RecoveryRecord) -> Step {
+fn replace(o: &Observation, mut record: RecoveryRecord) -> Decision<RecoveryStep> {
     record.phase = RecoveryPhase::Replacing;
     if o.machines.is_empty() {
         record.phase = RecoveryPhase::Restoring;
-        return recover(record, RecoveryAction::Reset);
+        let cluster = o.cluster.name().map(String::from);
+        return recover(record, RecoveryAction::Reset { cluster });
     }
     let names: Vec<String> = o
         .machines
@@ -228,28 +237,28 @@ fn replace(o: &Observed, mut record: RecoveryRecord) -> Step {
         .map(|m| m.name.clone())
         .collect();
     if names.is_empty() {
-        return Step::Wait {
-            reason: reason::RECOVERING,
-            message: format!(
+        return Decision::Hold(Hold::wait(
+            reason::RECOVERING,
+            format!(
                 "recovering from {}: waiting for the lost cluster's {} Machines to be deleted",
                 record.source.describe(),
                 o.machines.len()
             ),
-        };
+        ));
     }
     recover(record, RecoveryAction::DeleteMachines { names })
 }
 
-fn recover(record: RecoveryRecord, action: RecoveryAction) -> Step {
-    Step::Recover {
+fn recover(record: RecoveryRecord, action: RecoveryAction) -> Decision<RecoveryStep> {
+    Decision::Do(RecoveryStep {
         record: Box::new(record),
         action,
-    }
+    })
 }
 
 /// Whether the request may begin: the record it begins with, or why it is refused. `None`
 /// without a request.
-fn check(o: &Observed, view: &RecoveryView) -> Option<Result<RecoveryRecord, String>> {
+fn check(o: &Observation, view: &RecoveryView) -> Option<Result<RecoveryRecord, String>> {
     let requested = view.request()?.to_string();
     let source = match RecoverySource::parse(&requested) {
         Ok(source) => source,
@@ -262,7 +271,7 @@ fn check(o: &Observed, view: &RecoveryView) -> Option<Result<RecoveryRecord, Str
             "is refused: quorum is not lost ({healthy} of {} voting members healthy, {} needed), and a \
              recovery replaces a cluster only when a majority of its members is gone for good",
             voters.len(),
-            gates::quorum(voters.len())
+            rules::quorum(voters.len())
         )));
     }
     if matches!(source, RecoverySource::Latest | RecoverySource::Member(_)) && !view.store_configured {
@@ -328,29 +337,30 @@ fn check(o: &Observed, view: &RecoveryView) -> Option<Result<RecoveryRecord, Str
 }
 
 /// Quorum is lost now (rule 3's wait), on a cluster that was initialized.
-fn quorum_lost(o: &Observed) -> bool {
-    o.initialized_now()
-        && matches!(gates::quorum_lost(o), Some(Step::Wait { reason, .. }) if reason == reason::QUORUM_LOST)
+fn quorum_lost(o: &Observation) -> bool {
+    o.initialized_now() && rules::quorum_lost(o).is_some_and(|hold| hold.reason == QUORUM_LOST)
 }
 
 /// The answer to a recovery request or the state of one under way, for the `Recovery`
 /// condition: a refusal, or a wait that says where the recovery is.
-pub fn answer(o: &Observed) -> Option<Step> {
+pub fn answer(o: &Observation) -> Option<Hold> {
     let view = o.recovery.as_ref()?;
     if let Some(under_way) = &view.under_way {
         let record = &under_way.record;
-        return Some(match plan(o) {
-            Some(step @ Step::Refuse { .. }) => step,
-            _ => Step::Wait {
-                reason: reason::RECOVERING,
-                message: format!(
-                    "recovering from {} ({:?}): EtcdadmSnapshot {}",
-                    record.source.describe(),
-                    record.phase,
-                    record.snapshot
-                ),
-            },
-        });
+        if let Some(Decision::Hold(hold)) = plan(o)
+            && hold.kind == HoldKind::Refuse
+        {
+            return Some(hold);
+        }
+        return Some(Hold::wait(
+            reason::RECOVERING,
+            format!(
+                "recovering from {} ({:?}): EtcdadmSnapshot {}",
+                record.source.describe(),
+                record.phase,
+                record.snapshot
+            ),
+        ));
     }
     // An automatic recovery is asked for only while quorum is lost; the annotation always.
     let asked = match &view.requested {
@@ -359,13 +369,13 @@ pub fn answer(o: &Observed) -> Option<Step> {
         None => return None,
     };
     Some(match check(o, view)? {
-        Ok(record) => Step::Wait {
-            reason: reason::RECOVERING,
-            message: format!("recovering from {} ({asked})", record.source.describe()),
-        },
-        Err(why) => Step::Refuse {
-            reason: reason::RECOVERY_REFUSED,
-            message: format!(
+        Ok(record) => Hold::wait(
+            reason::RECOVERING,
+            format!("recovering from {} ({asked})", record.source.describe()),
+        ),
+        Err(why) => Hold::refuse(
+            reason::RECOVERY_REFUSED,
+            format!(
                 "{asked} {why}; nothing is changed or deleted{}",
                 if view.requested.is_some() {
                     " (remove the annotation once read)"
@@ -373,24 +383,176 @@ pub fn answer(o: &Observed) -> Option<Step> {
                     ""
                 }
             ),
-        },
+        ),
     })
+}
+
+// Status.
+
+/// `status.recovery` as the step leaves it (recorded before the step is taken), and
+/// `status.lastRecovery` once the cluster is back.
+pub fn record_status(
+    status: &mut EtcdadmClusterStatus,
+    o: &Observation,
+    step: Option<&RecoveryStep>,
+    now: &Time,
+) {
+    let Some(RecoveryStep { record, action }) = step else {
+        return;
+    };
+    let started = status
+        .recovery
+        .as_ref()
+        .and_then(|r| r.started.clone())
+        .unwrap_or_else(|| now.clone());
+    let requested = o.recovery.as_ref().and_then(|r| r.request());
+    match action {
+        RecoveryAction::Abandon => status.recovery = None,
+        RecoveryAction::Finish => {
+            let revision = o.restore.as_ref().and_then(|r| r.revision);
+            let same = |last: &LastRecovery| {
+                last.snapshot == record.snapshot && last.started.as_ref() == Some(&started)
+            };
+            if !status.last_recovery.as_ref().is_some_and(same) {
+                status.last_recovery = Some(LastRecovery {
+                    requested: record.requested.clone(),
+                    source: record.source.describe(),
+                    snapshot: record.snapshot.clone(),
+                    revision,
+                    revisions_lost: record
+                        .survivor_revision
+                        .zip(revision)
+                        .map(|(survivor, restored)| (survivor - restored).max(0)),
+                    started: Some(started),
+                    time: Some(now.clone()),
+                });
+            }
+            // Kept until the annotation is gone, so a crash between the two finishes the job.
+            if requested.is_none() {
+                status.recovery = None;
+            }
+        }
+        RecoveryAction::SnapshotSurvivor { .. }
+        | RecoveryAction::DeleteMachines { .. }
+        | RecoveryAction::Reset { .. } => {
+            status.recovery = Some(RecoveryStatus {
+                requested: record.requested.clone(),
+                source: record.source.describe(),
+                phase: record.phase,
+                snapshot: record.snapshot.clone(),
+                survivor_revision: record.survivor_revision,
+                started: Some(started),
+            })
+        }
+    }
+}
+
+/// The `Recovery` condition while a request or a recovery is there, and the Warning Event of a
+/// new refusal.
+pub fn condition(
+    status: &mut EtcdadmClusterStatus,
+    o: &Observation,
+    old: &[conditions::Condition],
+    now: &Time,
+) -> Option<EventNote> {
+    let generation = o.etcd_cluster.metadata.generation;
+    let old_answer = conditions::find(old, RECOVERY).map(|c| (c.reason.clone(), c.message.clone()));
+    match answer(o) {
+        Some(Hold {
+            reason,
+            message,
+            kind: HoldKind::Refuse,
+        }) => {
+            let refusal = NewCondition::false_(RECOVERY, Severity::Warning, reason, message.clone());
+            conditions::set(&mut status.conditions, refusal, generation, now);
+            (old_answer != Some((Some(reason.to_string()), Some(message.clone()))))
+                .then(|| EventNote::warning(reason, message))
+        }
+        Some(Hold { reason, message, .. }) => {
+            let progress = NewCondition::false_(RECOVERY, Severity::Info, reason, message);
+            conditions::set(&mut status.conditions, progress, generation, now);
+            None
+        }
+        None => {
+            status.conditions.retain(|c| c.type_ != RECOVERY);
+            None
+        }
+    }
+}
+
+// Effects.
+
+/// Create the EtcdadmSnapshot `name` of Machine `machine`'s member (the snapshot controller
+/// takes it without quorum); one that exists already is kept.
+async fn snapshot_survivor(
+    out: &Outputs<'_>,
+    o: &Observation,
+    name: &str,
+    machine: &str,
+) -> Result<Applied, Error> {
+    let snapshot = new_snapshot(&o.etcd_cluster, name, Some(machine));
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match Api::<EtcdadmSnapshot>::namespaced(out.client.clone(), &o.namespace)
+        .create(&params, &snapshot)
+        .await
+    {
+        Ok(_) => Ok(Applied::Done),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(Applied::AlreadyDone),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Delete the lost cluster's `<cluster>-etcd-init`: the restored first member publishes its own.
+async fn reset(out: &Outputs<'_>, o: &Observation, cluster: Option<&str>) -> Result<Applied, Error> {
+    let Some(cluster) = cluster else {
+        return Ok(Applied::AlreadyDone);
+    };
+    let name = names::init_secret_name(cluster);
+    match Api::<Secret>::namespaced(out.client.clone(), &o.namespace)
+        .delete(&name, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => Ok(Applied::Done),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Applied::Done),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Remove the `recover` annotation (status recorded the recovery first).
+async fn finish(out: &Outputs<'_>, o: &Observation) -> Result<Applied, Error> {
+    let etcd = &o.etcd_cluster;
+    if !etcd.annotations().contains_key(names::RECOVER_ANNOTATION) {
+        return Ok(Applied::AlreadyDone);
+    }
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let patch = json!({ "metadata": { "annotations": { names::RECOVER_ANNOTATION: null } } });
+    Api::<etcdadm_shared::api::EtcdadmCluster>::namespaced(out.client.clone(), &o.namespace)
+        .patch(&etcd.name_any(), &params, &Patch::Merge(patch))
+        .await?;
+    Ok(Applied::Done)
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::controller::testing::*;
+    use crate::controller::testing::{plan, reason};
     use std::time::Duration;
 
     use etcdadm_shared::api::cluster::RecoveryPhase;
     use etcdadm_shared::api::snapshot::SnapshotPhase;
 
-    use super::super::testing::*;
-    use super::super::*;
-    use super::{RecoveryAction, RecoveryRecord, RecoverySource, RecoveryView, SnapshotCheck, UnderWay};
+    use crate::controller::plan::versions::VERSION_FIELD;
 
     /// Three members, two of them dead (the survivor m0 at revision 100): quorum lost.
-    fn lost(requested: &str) -> Observed {
+    fn lost(requested: &str) -> Observation {
         let mut o = running(3);
         for (i, m) in members_mut(&mut o).iter_mut().enumerate() {
             m.revision = Some(100 - i as i64);
@@ -418,7 +580,7 @@ mod tests {
     }
 
     /// `o` with the recovery `record` under way and its snapshot in `phase`.
-    fn under_way(mut o: Observed, record: RecoveryRecord, phase: Option<SnapshotPhase>) -> Observed {
+    fn under_way(mut o: Observation, record: RecoveryRecord, phase: Option<SnapshotPhase>) -> Observation {
         o.recovery.as_mut().unwrap().under_way = Some(UnderWay {
             record,
             snapshot_phase: phase,
@@ -440,7 +602,7 @@ mod tests {
 
     fn action(step: &Step) -> (&RecoveryRecord, &RecoveryAction) {
         match step {
-            Step::Recover { record, action } => (&**record, action),
+            Step::Recover(RecoveryStep { record, action }) => (&**record, action),
             other => panic!("expected a recovery step, got {other:?}"),
         }
     }
@@ -507,7 +669,7 @@ mod tests {
             o.spec_version = Some((VERSION_FIELD.into(), "3.4.23".into()));
             o
         };
-        let cases: Vec<(&str, Observed, &str)> = vec![
+        let cases: Vec<(&str, Observation, &str)> = vec![
             ("not a source", lost("yes please"), "is not a recovery source"),
             ("healthy", healthy, "quorum is not lost (3 of 3"),
             ("one of three dead", one_dead, "quorum is not lost (2 of 3"),
@@ -637,7 +799,7 @@ mod tests {
         assert!(
             wait_message(&step).contains("nothing was deleted") && wait_message(&step).contains("refused")
         );
-        assert_eq!(super::answer(&failed), Some(step));
+        assert_eq!(super::answer(&failed).as_ref(), step.held());
         let taken = under_way(
             o.clone(),
             record(RecoveryPhase::Snapshotting),
@@ -682,7 +844,12 @@ mod tests {
         let (next, act) = action(&step);
         assert_eq!(
             (next.phase, act),
-            (RecoveryPhase::Restoring, &RecoveryAction::Reset)
+            (
+                RecoveryPhase::Restoring,
+                &RecoveryAction::Reset {
+                    cluster: Some("c1".into())
+                }
+            )
         );
     }
 
@@ -701,27 +868,31 @@ mod tests {
             snapshot: Some("c1-etcd-fresh-recovery".into()),
             location: Some("b/k.db".into()),
             revision: Some(100),
+            download: Some(download()),
             ..Default::default()
         });
-        assert_eq!(plan(&o), Step::WriteRestoreSecret);
+        assert_eq!(plan(&o), write_restore_secret());
         o.restore.as_mut().unwrap().secret_age = Some(Duration::from_secs(1));
         assert!(matches!(
             plan(&o),
-            Step::CreateMachine {
+            Step::Machines(MachineStep::CreateMachine {
                 purpose: Growth::Restore,
                 ..
-            }
+            })
         ));
         // Back to three healthy members, the Secret deleted, the KCP given the new endpoints.
         let mut ready = running(3);
         ready.recovery = o.recovery.clone();
         ready.restore = o.restore.clone();
         ready.initialized = false;
-        assert_eq!(plan(&ready), Step::DeleteRestoreSecret);
+        assert_eq!(plan(&ready), Step::Restore(RestoreStep::DeleteRestoreSecret));
         ready.restore.as_mut().unwrap().secret_age = None;
         ready.kcp = kcp(&["https://10.9.9.9:2379"], false, true);
         ready.creation_complete = true;
-        assert!(matches!(plan(&ready), Step::WriteKcpEndpoints { .. }));
+        assert!(matches!(
+            plan(&ready),
+            Step::ControlPlane(ControlPlaneStep::WriteKcpEndpoints { .. })
+        ));
         ready.kcp = kcp(
             &[
                 "https://10.0.0.1:2379",
@@ -739,7 +910,7 @@ mod tests {
 
     #[test]
     fn an_automatic_recovery_begins_after_its_wait_and_only_without_quorum() {
-        let automatic = |unserved_secs: u64| super::Automatic {
+        let automatic = |unserved_secs: u64| Automatic {
             after: Duration::from_secs(600),
             unserved_for: Duration::from_secs(unserved_secs),
         };
@@ -766,7 +937,7 @@ mod tests {
         let mut starting = base();
         starting.recovery = o.recovery.clone();
         assert_eq!(super::answer(&starting), None);
-        assert!(!matches!(plan(&starting), Step::Recover { .. }));
+        assert!(!matches!(plan(&starting), Step::Recover(RecoveryStep { .. })));
         let mut healthy = running(3);
         healthy.recovery = o.recovery.clone();
         assert_eq!(super::answer(&healthy), None);
@@ -787,6 +958,10 @@ mod tests {
         o.recovery = lost("latest").recovery;
         o.replicas = 5;
         assert_eq!(wait_reason(&super::answer(&o).unwrap()), reason::RECOVERY_REFUSED);
-        assert!(matches!(plan(&o), Step::CreateMachine { .. }), "{:?}", plan(&o));
+        assert!(
+            matches!(plan(&o), Step::Machines(MachineStep::CreateMachine { .. })),
+            "{:?}",
+            plan(&o)
+        );
     }
 }

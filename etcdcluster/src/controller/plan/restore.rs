@@ -1,71 +1,181 @@
-//! Restore (SPEC-day2.md section 2): a cluster created with `spec.restore` gets its first
-//! member's data from the snapshot, and only while no member ever existed. Its download URL is
-//! written to a Secret before the first Machine (which names it), kept fresh until the Machine
-//! exists, and deleted once the first member is healthy and `status.restoredFrom` is recorded.
+//! Restore (docs/day2.md, "Snapshots and restore"): a cluster created with `spec.restore` (or
+//! a recovery's new cluster) gets its first member's data from the snapshot, and only while no
+//! member ever existed. The download URL is written to a Secret before the first Machine (which
+//! names it), kept fresh until the Machine exists, and deleted once the first member is healthy
+//! and `status.restoredFrom` is recorded.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch};
+use serde_json::json;
+
+use etcdadm_shared::api::EtcdadmClusterStatus;
+use etcdadm_shared::api::snapshot::RestoredFrom;
+use etcdadm_shared::contract::{bytes, controller_reference};
+use etcdadm_shared::error::Error;
+use etcdadm_shared::names;
+use etcdadm_shared::ssa;
 use etcdadm_shared::validation::major_minor;
 
-use super::growth;
-use super::observed::{Observed, RestoreView};
+use super::machines::{self, Growth, MachineStep};
 use super::placement;
-use super::step::{Growth, Step, reason};
+use crate::controller::decision::reason::RESTORING;
+use crate::controller::decision::{After, Applied, ConcernStep, Decision, EventNote, Hold, Outputs};
+use crate::controller::observation::{Observation, RestoreDownload, RestoreView};
+
+/// Condition reasons of a restore.
+pub mod reason {
+    pub const RESTORE_SOURCE_UNUSABLE: &str = "RestoreSourceUnusable";
+    pub const RESTORE_VERSION_MISMATCH: &str = "RestoreVersionMismatch";
+}
 
 /// How long the presigned download URL is valid: the first Machine has this long from the
 /// Secret's write to its download (its user data is rendered with the URL at once).
 pub const RESTORE_URL_TTL: Duration = Duration::from_secs(3600);
 
-/// The next restore step, if the restore has one.
-pub(super) fn plan(o: &Observed) -> Option<Step> {
+/// The apply site of the restore Secret.
+const RESTORE_MANAGER: &str = "etcdadm-controller/restore";
+
+/// A step of this concern.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RestoreStep {
+    /// Write the restore Secret: a fresh download URL of the snapshot.
+    WriteRestoreSecret { download: RestoreDownload },
+    /// The restored first member is healthy: its download URL is not kept.
+    DeleteRestoreSecret,
+}
+
+impl ConcernStep for RestoreStep {
+    /// The condition reason and message for `Ready` while this step is next.
+    fn reason(&self) -> (&'static str, String) {
+        match self {
+            RestoreStep::WriteRestoreSecret { .. } => (
+                RESTORING,
+                "writing the snapshot's download URL for the first member".into(),
+            ),
+            RestoreStep::DeleteRestoreSecret => (
+                RESTORING,
+                "the restored member is healthy: deleting the snapshot's download URL".into(),
+            ),
+        }
+    }
+
+    /// The Event this step leaves once applied.
+    fn event(&self, o: &Observation) -> Option<EventNote> {
+        let secret = names::restore_secret_name(&o.name);
+        Some(match self {
+            RestoreStep::WriteRestoreSecret { .. } => EventNote::normal(
+                "RestoreSecretWritten",
+                format!(
+                    "wrote Secret {secret} with a download URL of {} for the first member",
+                    o.restore.clone().unwrap_or_default().describe()
+                ),
+            ),
+            RestoreStep::DeleteRestoreSecret => EventNote::normal(
+                "RestoreSecretDeleted",
+                format!(
+                    "the restored first member is healthy: deleted Secret {secret} and the download URL in it"
+                ),
+            ),
+        })
+    }
+
+    /// Perform the step.
+    async fn apply(&self, out: &Outputs<'_>, o: &Observation) -> Result<Applied, Error> {
+        match self {
+            RestoreStep::WriteRestoreSecret { download } => write_secret(out, o, download).await,
+            RestoreStep::DeleteRestoreSecret => delete_secret(out, o).await,
+        }
+    }
+
+    /// What comes after: the next step may follow at once.
+    fn after(&self, _: &Observation) -> After {
+        match self {
+            RestoreStep::WriteRestoreSecret { .. } | RestoreStep::DeleteRestoreSecret => After::Again,
+        }
+    }
+}
+
+// Decisions.
+
+/// The restore Secret's next step, if the restore has one: deleted once the first member is
+/// healthy; otherwise, while nothing was created yet, the source checked and the URL kept fresh.
+pub fn secret(o: &Observation) -> Option<Decision<RestoreStep>> {
     let restore = o.restore.as_ref()?;
     if o.initialized_now() {
         // Status (written before every step) records `restoredFrom` first.
-        return restore.secret_age.is_some().then_some(Step::DeleteRestoreSecret);
+        return restore
+            .secret_age
+            .is_some()
+            .then_some(Decision::Do(RestoreStep::DeleteRestoreSecret));
     }
-    if restore.recorded || !o.machines.is_empty() {
-        // The first Machine is on its way: its join is waited for like any first member's.
-        return None;
-    }
+    let restore = creating(o)?;
     if let Some(problem) = &restore.problem {
-        return Some(Step::Refuse {
-            reason: reason::RESTORE_SOURCE_UNUSABLE,
-            message: format!(
+        return Some(Decision::Hold(Hold::refuse(
+            reason::RESTORE_SOURCE_UNUSABLE,
+            format!(
                 "spec.restore.snapshot: {problem}; no member Machine is created until it can be restored from"
             ),
-        });
+        )));
     }
     if let Some(refusal) = version_refusal(o, restore) {
-        return Some(refusal);
+        return Some(Decision::Hold(refusal));
     }
     if restore.secret_age.is_none_or(|age| age > RESTORE_URL_TTL / 2) {
-        return Some(Step::WriteRestoreSecret);
+        let Some(download) = restore.download.clone() else {
+            return Some(Decision::Hold(Hold::refuse(
+                reason::RESTORE_SOURCE_UNUSABLE,
+                "spec.restore.snapshot: no download of the snapshot is known; no member Machine is created",
+            )));
+        };
+        return Some(Decision::Do(RestoreStep::WriteRestoreSecret { download }));
     }
-    let allowed = match placement::allowed_domains(o) {
-        Ok(allowed) => allowed,
-        Err(refusal) => return Some(refusal),
-    };
-    Some(growth::create_machine(o, &allowed, Growth::Restore))
+    None
+}
+
+/// The first member, restored from the snapshot, once its fresh download URL is written.
+pub fn first_member(o: &Observation) -> Option<Decision<MachineStep>> {
+    if o.initialized_now() || secret(o).is_some() {
+        return None;
+    }
+    creating(o)?;
+    Some(match placement::allowed_domains(o) {
+        Ok(allowed) => machines::create_machine(o, &allowed, Growth::Restore),
+        Err(refusal) => Decision::Hold(refusal),
+    })
+}
+
+/// The restore, while its first Machine is still to be made (nothing initialized, nothing
+/// recorded, no Machine yet).
+fn creating(o: &Observation) -> Option<&RestoreView> {
+    let restore = o.restore.as_ref()?;
+    // Once the first Machine is on its way, its join is waited for like any first member's.
+    (!o.initialized_now() && !restore.recorded && o.machines.is_empty()).then_some(restore)
 }
 
 /// A snapshot restores into the etcd minor version it was taken from.
-fn version_refusal(o: &Observed, restore: &RestoreView) -> Option<Step> {
+fn version_refusal(o: &Observation, restore: &RestoreView) -> Option<Hold> {
     let mismatch = minor_mismatch(o, restore.etcd_version.as_deref())?;
-    Some(Step::Refuse {
-        reason: reason::RESTORE_VERSION_MISMATCH,
-        message: format!(
+    Some(Hold::refuse(
+        reason::RESTORE_VERSION_MISMATCH,
+        format!(
             "spec.restore.snapshot: {} {mismatch}; no member Machine is created until they match",
             restore.snapshot.as_deref().map_or_else(
                 || "the snapshot".to_string(),
                 |name| format!("EtcdadmSnapshot {name}")
             )
         ),
-    })
+    ))
 }
 
 /// Why a snapshot taken from etcd `taken` cannot be restored into the spec's version, when its
 /// minor version differs (unknown versions are not judged).
-pub(super) fn minor_mismatch(o: &Observed, taken: Option<&str>) -> Option<String> {
+pub fn minor_mismatch(o: &Observation, taken: Option<&str>) -> Option<String> {
     let (field, wanted) = o.spec_version.as_ref()?;
     let taken = taken?;
     let (Some(wanted_mm), Some(taken_mm)) = (major_minor(wanted), major_minor(taken)) else {
@@ -78,16 +188,96 @@ pub(super) fn minor_mismatch(o: &Observed, taken: Option<&str>) -> Option<String
     })
 }
 
+// Status.
+
+/// `status.restoredFrom`, once the restored first member is healthy (`initialized`): the
+/// snapshot, its location and revision, and the Event that says so. A cluster with no
+/// `spec.restore` (a recovery's restore) records its own in `status.lastRecovery`.
+pub fn record_status(
+    status: &mut EtcdadmClusterStatus,
+    o: &Observation,
+    initialized: bool,
+    now: &Time,
+) -> Option<EventNote> {
+    let restore = o.restore.as_ref()?;
+    if o.etcd_cluster.spec.restore.is_none() || !initialized || status.restored_from.is_some() {
+        return None;
+    }
+    status.restored_from = Some(RestoredFrom {
+        snapshot: restore.snapshot.clone(),
+        location: restore.location.clone(),
+        revision: restore.revision,
+        time: Some(now.clone()),
+    });
+    let revision = restore
+        .revision
+        .map(|r| format!(" at revision {r}"))
+        .unwrap_or_default();
+    Some(EventNote::normal(
+        "Restored",
+        format!(
+            "the first member is healthy on the data of {}{revision}",
+            restore.describe()
+        ),
+    ))
+}
+
+// Effects.
+
+/// Presign a GET of the snapshot and apply `<etcdadmcluster>-restore` with it (a renewal
+/// replaces the URL). The URL is never logged.
+async fn write_secret(
+    out: &Outputs<'_>,
+    o: &Observation,
+    download: &RestoreDownload,
+) -> Result<Applied, Error> {
+    let etcd = &o.etcd_cluster;
+    let url = download.store.presigned_get(&download.key, RESTORE_URL_TTL);
+    let mut data = BTreeMap::from([(names::RESTORE_URL_KEY.to_string(), bytes(url.as_str()))]);
+    if let Some(sha256) = &download.sha256 {
+        data.insert(names::RESTORE_SHA256_KEY.to_string(), bytes(sha256));
+    }
+    if let Some(ca_pem) = &download.ca_pem {
+        data.insert(names::RESTORE_CA_KEY.to_string(), bytes(ca_pem));
+    }
+    let name = names::restore_secret_name(&etcd.name_any());
+    let metadata = json!({
+        "namespace": o.namespace,
+        "labels": { names::ETCD_CLUSTER_LABEL: etcd.name_any() },
+        "annotations": { names::RESTORE_URL_WRITTEN_ANNOTATION: Timestamp::now().to_string() },
+        "ownerReferences": [controller_reference(etcd)?],
+    });
+    let body = ssa::configuration::<Secret>(&name, metadata, json!({ "type": "Opaque", "data": data }));
+    Api::<Secret>::namespaced(out.client.clone(), &o.namespace)
+        .patch(&name, &ssa::params(RESTORE_MANAGER, true), &Patch::Apply(body))
+        .await?;
+    Ok(Applied::Done)
+}
+
+async fn delete_secret(out: &Outputs<'_>, o: &Observation) -> Result<Applied, Error> {
+    let name = names::restore_secret_name(&o.name);
+    match Api::<Secret>::namespaced(out.client.clone(), &o.namespace)
+        .delete(&name, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => Ok(Applied::Done),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Applied::AlreadyDone),
+        Err(e) => Err(e.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::controller::testing::reason;
+    use crate::controller::testing::*;
     use std::time::Duration;
 
-    use super::super::testing::*;
-    use super::super::*;
     use super::RESTORE_URL_TTL;
+    use crate::controller::plan::versions::VERSION_FIELD;
 
-    fn restoring(secret_age: Option<Duration>) -> Observed {
+    fn restoring(secret_age: Option<Duration>) -> Observation {
         let mut o = base();
         o.restore = Some(RestoreView {
             snapshot: Some("c0-snap".into()),
@@ -97,24 +287,20 @@ mod tests {
             problem: None,
             secret_age,
             recorded: false,
+            download: Some(download()),
         });
         o
     }
 
     #[test]
     fn the_download_url_is_written_before_the_first_machine_which_restores() {
-        assert_eq!(plan(&restoring(None)), Step::WriteRestoreSecret);
+        assert_eq!(plan(&restoring(None)), write_restore_secret());
         // A Secret older than half the URL's life is written anew before the Machine needs it.
-        assert_eq!(plan(&restoring(Some(RESTORE_URL_TTL))), Step::WriteRestoreSecret);
+        assert_eq!(plan(&restoring(Some(RESTORE_URL_TTL))), write_restore_secret());
         let step = plan(&restoring(Some(Duration::from_secs(5))));
         assert_eq!(
             step,
-            Step::CreateMachine {
-                name: "c1-etcd-fresh".into(),
-                resume: false,
-                failure_domain: None,
-                purpose: Growth::Restore,
-            }
+            created_machine("c1-etcd-fresh", false, None, Growth::Restore)
         );
         let o = restoring(Some(Duration::from_secs(5)));
         let event = step.event(&o).unwrap();
@@ -154,7 +340,10 @@ mod tests {
         }
         let mut same_minor = restoring(Some(Duration::from_secs(5)));
         same_minor.spec_version = Some((VERSION_FIELD.into(), "3.5.17".into()));
-        assert!(matches!(plan(&same_minor), Step::CreateMachine { .. }));
+        assert!(matches!(
+            plan(&same_minor),
+            Step::Machines(MachineStep::CreateMachine { .. })
+        ));
     }
 
     #[test]
@@ -172,7 +361,7 @@ mod tests {
         // Initialized: the Secret goes (status records restoredFrom first), nothing is restored.
         let mut o = running(3);
         o.restore = restoring(Some(Duration::from_secs(5))).restore;
-        assert_eq!(plan(&o), Step::DeleteRestoreSecret);
+        assert_eq!(plan(&o), Step::Restore(RestoreStep::DeleteRestoreSecret));
         o.restore.as_mut().unwrap().secret_age = None;
         assert_eq!(plan(&o), Step::Steady);
         // Every Machine deleted after the cluster ran: no restore, whatever the spec says.

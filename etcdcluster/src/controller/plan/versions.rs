@@ -1,19 +1,24 @@
-//! etcd versions (SPEC-day2.md section 5): a cluster moves one minor version at a time and never
-//! back, so new members of a version two minors ahead of, or a minor behind, what the members run
-//! are refused here too, for specs that reached the controller without admission; and the
-//! cluster version etcd itself would report.
+//! etcd versions (docs/day2.md, "etcd versions"): a cluster moves one minor version at a time
+//! and never back, so new members of a version two minors ahead of, or a minor behind, what the
+//! members run are refused here too, for specs that reached the controller without admission;
+//! and the cluster version etcd itself would report.
 
 use etcdadm_shared::validation::{is_etcd_version, major_minor, quoted, version_change_problem};
 
-use super::observed::{EtcdView, MemberView, Observed};
-use super::step::{Step, reason};
+use crate::controller::decision::Hold;
+use crate::controller::observation::{EtcdView, MemberView, Observation};
+
+/// Condition reasons of version changes.
+pub mod reason {
+    pub const UNSUPPORTED_VERSION_CHANGE: &str = "UnsupportedVersionChange";
+}
 
 /// Where a cloud-config spec names the version new members run.
 pub const VERSION_FIELD: &str = "spec.etcdadmConfigSpec.cloudInitConfig.version";
 
 /// Why no member of the spec's version may be added (or an old one replaced by one) now: the
 /// version does not parse, or it is a minor skip or a downgrade from what a member runs.
-pub(super) fn refusal(o: &Observed) -> Option<Step> {
+pub fn refusal(o: &Observation) -> Option<Hold> {
     let (field, wanted) = o.spec_version.as_ref()?;
     let wanted = wanted.as_str();
     let problem = if is_etcd_version(wanted) {
@@ -25,10 +30,10 @@ pub(super) fn refusal(o: &Observed) -> Option<Step> {
     } else {
         format!("{} is not an etcd version like 3.5.9", quoted(wanted))
     };
-    Some(Step::Refuse {
-        reason: reason::UNSUPPORTED_VERSION_CHANGE,
-        message: format!("{field}: {problem}; no member Machine is created from this spec until it is fixed"),
-    })
+    Some(Hold::refuse(
+        reason::UNSUPPORTED_VERSION_CHANGE,
+        format!("{field}: {problem}; no member Machine is created from this spec until it is fixed"),
+    ))
 }
 
 /// The cluster version etcd decides once every voting member answers: the lowest
@@ -51,10 +56,11 @@ pub fn cluster_version(etcd: &EtcdView) -> Option<String> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-    use super::super::testing::*;
-    use super::super::*;
+    use super::*;
+    use crate::controller::testing::reason;
+    use crate::controller::testing::*;
 
-    fn at(o: &mut Observed, running: &[&str], wanted: &str) {
+    fn at(o: &mut Observation, running: &[&str], wanted: &str) {
         o.running_versions = running.iter().map(|v| v.to_string()).collect();
         o.spec_version = Some((VERSION_FIELD.into(), wanted.into()));
     }
@@ -104,7 +110,7 @@ mod tests {
             let mut o = running(2);
             at(&mut o, &[runs], wanted);
             assert!(
-                matches!(plan(&o), Step::CreateMachine { .. }),
+                matches!(plan(&o), Step::Machines(MachineStep::CreateMachine { .. })),
                 "{runs} → {wanted}: {:?}",
                 plan(&o)
             );
@@ -112,7 +118,10 @@ mod tests {
         // Nothing known about what the members run: nothing to compare, nothing refused.
         let mut o = running(2);
         at(&mut o, &[], "3.6.0");
-        assert!(matches!(plan(&o), Step::CreateMachine { .. }));
+        assert!(matches!(
+            plan(&o),
+            Step::Machines(MachineStep::CreateMachine { .. })
+        ));
     }
 
     #[test]
@@ -151,10 +160,10 @@ mod tests {
         assert!(
             matches!(
                 plan(&surge),
-                Step::DeleteMachine {
+                Step::Machines(MachineStep::DeleteMachine {
                     purpose: Removal::Rollout,
                     ..
-                }
+                })
             ),
             "{:?}",
             plan(&surge)
@@ -162,10 +171,10 @@ mod tests {
         at(&mut o, &["3.4.22"], "3.5.9");
         assert!(matches!(
             plan(&o),
-            Step::DeleteMachine {
+            Step::Machines(MachineStep::DeleteMachine {
                 purpose: Removal::Rollout,
                 ..
-            }
+            })
         ));
         // Scaling down takes no member of the new version: it goes on.
         let mut o = running(3);
@@ -173,10 +182,10 @@ mod tests {
         at(&mut o, &["3.4.22"], "3.6.0");
         assert!(matches!(
             plan(&o),
-            Step::DeleteMachine {
+            Step::Machines(MachineStep::DeleteMachine {
                 purpose: Removal::ScaleDown,
                 ..
-            }
+            })
         ));
     }
 

@@ -30,7 +30,7 @@ fn block(text: &str) -> String {
     text.lines().map(|l| format!("      {l}\n")).collect()
 }
 
-/// User data in the shape the bootstrap provider renders (SPEC-bootstrap.md).
+/// User data in the shape the bootstrap provider renders (docs/bootstrap.md).
 fn user_data(ca_cert: &str, ca_key: &str, extra_files: &str, runcmd: &[&str]) -> String {
     let mut text = String::from("## template: jinja\n#cloud-config\nwrite_files:\n");
     text.push_str("  - path: \"/etc/etcd/pki/ca.crt\"\n    owner: \"root:root\"\n    permissions: \"0640\"\n    content: |\n");

@@ -1,7 +1,7 @@
 //! The etcdadm stand-in: upstream's CLI and effects (`init`, `join <url>`, `reset`, and
 //! `init|join phase <name>` for one phase), with real etcd run by the machine's service manager.
 //!
-//! As measured with upstream etcdadm and etcd 3.5.1 (SPEC-day2.md, learner joins): `join` reuses
+//! As measured with upstream etcdadm and etcd 3.5.1 (docs/day2.md, "Learner joins"): `join` reuses
 //! a member already listed with this machine's peer URL, such as a learner pre-added by the
 //! EtcdadmCluster controller (no MemberAdd; etcd then starts as that learner), and adds a voter
 //! otherwise; its last phase, `health`, makes a linearizable read, which a learner refuses, and

@@ -1,63 +1,58 @@
-//! All API reads of one EtcdadmCluster reconcile, turned into the plan's `Observed` (the etcd
-//! side comes from `health`), plus the objects `apply` acts on.
+//! All API reads of one EtcdadmCluster reconcile, made at once where they do not depend on one
+//! another: the Cluster and what is read through it (CA, init Secret, KubeadmControlPlane), the
+//! member Machines with their EtcdadmConfigs and infra machines, the restore source and the
+//! recovery's snapshots. `assemble` turns them, with the health check, into the observation.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Client, Resource, ResourceExt};
-use rand::Rng;
 
 use etcdadm_shared::api::capi::{Cluster, ControlPlaneEtcd, KubeadmControlPlane, Machine};
 use etcdadm_shared::api::cluster::RecoveryStatus;
-use etcdadm_shared::api::conditions;
+use etcdadm_shared::api::cluster::condition::ENDPOINTS_AVAILABLE;
+use etcdadm_shared::api::conditions::{self, READY};
 use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
-use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig, EtcdadmConfigSpec, MemberStatus};
-use etcdadm_shared::contract::ca::read_ca;
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig, EtcdadmConfigSpec};
+use etcdadm_shared::contract::ClusterRef;
+use etcdadm_shared::contract::ca::{CaView, read_ca};
 use etcdadm_shared::contract::init_secret::InitSecret;
 use etcdadm_shared::contract::secret_text;
-use etcdadm_shared::etcd::member_id_hex;
+use etcdadm_shared::error::Error;
 use etcdadm_shared::names;
-use etcdadm_shared::pki::{CertificateAuthority, cert_not_after};
-use etcdadm_shared::validation::etcd_version;
+use etcdadm_shared::pki::cert_not_after;
 
-use super::plan::{
-    Automatic, CaView, CertificateView, ClusterView, DesiredSpec, ENDPOINTS_AVAILABLE, EtcdView, KcpView,
-    MachineView, MemberSpec, Observed, REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION, RecoveryRecord,
-    RecoverySource, RecoveryView, RemediationRecord, UnderWay, UnhealthyClock, outdate_expiring,
-    outdated_reason, remediation_policy,
-};
+use super::clock::{REMEDIATION_FOR_ANNOTATION, RemediationRecord};
 use super::restore_source::{self, RestoreObservation};
-use crate::error::Error;
-use crate::snapshot::plan::READY;
+use super::views::{
+    ClientSecret, ClusterView, KcpView, MachineView, RecoveryRecord, RecoverySource, RecoveryView, UnderWay,
+};
 
 /// Group and kind of our own API, for owner references and `managedExternalEtcdRef`.
 pub const ETCD_CLUSTER_GROUP: &str = "etcdcluster.cluster.x-k8s.io";
 pub const ETCD_CLUSTER_KIND: &str = "EtcdadmCluster";
 const KCP_KIND: &str = "KubeadmControlPlane";
 const KCP_GROUP: &str = "controlplane.cluster.x-k8s.io";
-/// Length of the random suffix of member object names.
-const NAME_SUFFIX_LEN: usize = 5;
 
-/// What was read, for the plan and for `apply`.
+/// What was read of one EtcdadmCluster and everything around it: kept between reconciles (see
+/// `memo`) and assembled, with each round's health check, into the observation.
 #[derive(Clone)]
-pub struct Observation {
+pub struct Reads {
     /// The EtcdadmCluster as just read.
     pub etcd_cluster: EtcdadmCluster,
     pub namespace: String,
-    pub cluster: Option<Cluster>,
-    pub ca: Option<Arc<CertificateAuthority>>,
-    pub ca_view: CaView,
+    pub cluster: ClusterView,
+    pub ca: CaView,
     /// Member Machines, oldest first.
     pub machines: Vec<MachineRecord>,
     pub leftovers: Vec<String>,
     pub init_secret: Option<InitSecret>,
-    pub kcp: Option<KubeadmControlPlane>,
-    pub kcp_view: KcpView,
+    pub kcp: KcpView,
+    /// The KubeadmControlPlane's `spec.version`, when it has one.
+    pub kcp_version: Option<String>,
     /// `<cluster>-apiserver-etcd-client`, when it is read (a KubeadmControlPlane with external
     /// etcd).
     pub apiserver_client: Option<ClientSecret>,
@@ -75,15 +70,12 @@ pub struct Observation {
     pub recovery: Option<RecoveryView>,
 }
 
-/// What the plan and the renewal need of `<cluster>-apiserver-etcd-client`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ClientSecret {
-    /// `notAfter` of its certificate, when it parses.
-    pub expiry: Option<Timestamp>,
-    /// When the controller last re-issued it ([`names::APISERVER_CLIENT_RENEWED_ANNOTATION`]).
-    pub renewed: Option<Timestamp>,
-    /// The version read: a renewal writes over exactly this one.
-    pub resource_version: Option<String>,
+impl Reads {
+    /// The EtcdadmCluster or its Cluster is being deleted.
+    pub fn deleting(&self) -> bool {
+        self.etcd_cluster.meta().deletion_timestamp.is_some()
+            || matches!(self.cluster, ClusterView::Found { deleting: true, .. })
+    }
 }
 
 impl ClientSecret {
@@ -103,18 +95,12 @@ impl ClientSecret {
 }
 
 /// Everything read about one member Machine: the Machine, its EtcdadmConfig and its infra
-/// machine.
+/// machine. What the plan sees is `read`, completed against the spec, the stored status and the
+/// clock when the observation is assembled.
 #[derive(Clone, Debug, Default)]
 pub struct MachineRecord {
-    pub name: String,
-    pub failure_domain: Option<String>,
-    /// Address used for the member's URLs (`Machine::etcd_address`).
-    pub address: Option<String>,
-    pub deleting: bool,
-    pub has_hook: bool,
-    /// Labelled for us but controlled by nobody.
-    pub orphan: bool,
-    pub delete_requested: bool,
+    /// The view's fields read from the Machine and its EtcdadmConfig.
+    pub read: MachineView,
     pub created: Option<Timestamp>,
     /// Its EtcdadmConfig's spec.
     pub config: Option<EtcdadmConfigSpec>,
@@ -122,248 +108,12 @@ pub struct MachineRecord {
     pub cloned_from: Option<(String, String)>,
     /// Its `remediation-for` record, when it replaced a remediated Machine.
     pub remediation_for: Option<RemediationRecord>,
-    /// Its EtcdadmConfig asks for a learner join.
-    pub learner_join: bool,
-}
-
-impl MachineRecord {
-    /// The Machine as the plan sees it: against the spec, the stored status and the clock.
-    fn view(
-        &self,
-        desired: &DesiredSpec<'_>,
-        stored: &[MemberStatus],
-        clock: &UnhealthyClock,
-    ) -> MachineView {
-        let entry = stored
-            .iter()
-            .find(|s| s.name == self.name && s.machine_ref.is_some());
-        let member = MemberSpec {
-            config: self.config.as_ref(),
-            cloned_from: self.cloned_from.clone(),
-            created: self.created.map(|t| t.as_second()),
-        };
-        MachineView {
-            name: self.name.clone(),
-            failure_domain: self.failure_domain.clone(),
-            address: self.address.clone(),
-            deleting: self.deleting,
-            has_hook: self.has_hook,
-            orphan: self.orphan,
-            delete_requested: self.delete_requested,
-            outdated: outdated_reason(&member, desired),
-            was_member: entry.is_some_and(|s| s.member_id.is_some() && !s.is_learner),
-            unhealthy_for: clock.unhealthy_for(entry),
-            age: self.created.map(|t| clock.since(t)).unwrap_or_default(),
-            replaces: self.remediation_for.as_ref().map(|r| r.view(clock.now())),
-            learner_join: self.learner_join,
-        }
-    }
-}
-
-impl Observation {
-    /// The EtcdadmCluster or its Cluster is being deleted.
-    pub fn deleting(&self) -> bool {
-        deleting(&self.etcd_cluster, self.cluster.as_ref())
-    }
-
-    /// `<namespace>/<cluster>`, the key of per-cluster caches.
-    pub fn cache_key(&self) -> String {
-        format!("{}/{}", self.namespace, self.etcd_cluster.name_any())
-    }
-
-    pub fn cluster_name(&self) -> Option<String> {
-        self.cluster.as_ref().map(|c| c.name_any())
-    }
-
-    /// The template new members are cloned from: name and `Kind.group`.
-    fn desired_template(&self) -> (String, String) {
-        let template = &self.etcd_cluster.spec.infrastructure_template;
-        let kind = template.kind.clone().unwrap_or_default();
-        let group = self
-            .infra_machine
-            .as_ref()
-            .map(|r| r.group.clone())
-            .unwrap_or_default();
-        let group_kind = if group.is_empty() {
-            kind
-        } else {
-            format!("{kind}.{group}")
-        };
-        (template.name.clone().unwrap_or_default(), group_kind)
-    }
-
-    /// `Machine.spec.version` for new members: `machineTemplate.version`, else the KCP's.
-    pub fn machine_version(&self) -> Option<String> {
-        self.etcd_cluster
-            .spec
-            .machine_version()
-            .map(String::from)
-            .or_else(|| self.kcp.as_ref().and_then(|k| k.spec.version.clone()))
-    }
-
-    /// `status.members` as stored.
-    pub fn stored_members(&self) -> &[MemberStatus] {
-        self.etcd_cluster
-            .status
-            .as_ref()
-            .map(|s| s.members.as_slice())
-            .unwrap_or_default()
-    }
-
-    /// The remediation clock at `now`, from the stored conditions.
-    pub fn clock(&self, now: Timestamp) -> UnhealthyClock {
-        let conditions = self
-            .etcd_cluster
-            .status
-            .as_ref()
-            .map(|s| s.conditions.as_slice())
-            .unwrap_or_default();
-        UnhealthyClock::new(conditions, now)
-    }
-
-    /// Every member Machine as the plan sees it, in one pass over what was read.
-    pub fn machine_views(&self, clock: &UnhealthyClock) -> Vec<MachineView> {
-        let spec = &self.etcd_cluster.spec;
-        let desired = DesiredSpec {
-            config: &spec.etcdadm_config_spec,
-            template: self.desired_template(),
-            rollout_after: spec.rollout_after.as_ref().map(|t| t.0.as_second()),
-            now: clock.now().as_second(),
-        };
-        self.machines
-            .iter()
-            .map(|m| m.view(&desired, self.stored_members(), clock))
-            .collect()
-    }
-
-    /// The plan's input at `now`, the etcd side from the health check.
-    pub fn observed(&self, etcd: EtcdView, now: Timestamp) -> Observed {
-        let clock = self.clock(now);
-        let mut machines = self.machine_views(&clock);
-        let e = &self.etcd_cluster;
-        let certificates = CertificateView {
-            now,
-            renew_before: e.spec.certificates_renew_before(),
-            ca_expiry: self
-                .ca
-                .as_ref()
-                .and_then(|ca| Timestamp::try_from(ca.not_after()).ok()),
-            apiserver_client_expiry: self.apiserver_client.as_ref().and_then(|c| c.expiry),
-            apiserver_client_renewed: self.apiserver_client.as_ref().and_then(|c| c.renewed),
-        };
-        outdate_expiring(&mut machines, &etcd, &certificates);
-        let status = e.status.clone().unwrap_or_default();
-        let last_remediation = e
-            .annotations()
-            .get(REMEDIATION_ANNOTATION)
-            .and_then(|text| RemediationRecord::from_annotation(text))
-            .map(|r| r.view(clock.now()));
-        let cluster_view = match &self.cluster {
-            None => ClusterView::Missing,
-            Some(c) => ClusterView::Found {
-                name: c.name_any(),
-                paused: c.is_paused(),
-                deleting: c.meta().deletion_timestamp.is_some(),
-                infrastructure_ready: c.infrastructure_ready(),
-                failure_domains: c.failure_domain_names(),
-            },
-        };
-        let has_cluster_owner_ref = self.cluster.as_ref().is_some_and(|c| {
-            e.owner_references()
-                .iter()
-                .any(|r| Some(&r.uid) == c.uid().as_ref())
-        });
-        Observed {
-            name: e.name_any(),
-            deleting: e.meta().deletion_timestamp.is_some(),
-            has_finalizer: e
-                .finalizers()
-                .iter()
-                .any(|f| f == names::ETCDADM_CLUSTER_FINALIZER),
-            has_cluster_owner_ref,
-            paused_annotation: e.annotations().contains_key(names::PAUSED_ANNOTATION),
-            replicas: e.spec.replicas(),
-            max_surge: e.spec.max_surge(),
-            remediation: remediation_policy(e),
-            last_remediation,
-            spec_problem: self.spec_problem.clone(),
-            member_spec_problem: self.member_spec_problem.clone(),
-            missing_infra_template: self.missing_infra_template.clone(),
-            spec_failure_domains: e.spec.failure_domains.clone(),
-            spec_version: etcd_version(&e.spec.etcdadm_config_spec)
-                .map(|(field, version)| (format!("spec.etcdadmConfigSpec.{field}"), version.to_string())),
-            running_versions: running_versions(&etcd, self.stored_members()),
-            cluster: cluster_view,
-            ca: self.ca_view.clone(),
-            certificates,
-            machines,
-            leftovers: self.leftovers.clone(),
-            etcd,
-            init_secret: self.init_secret.clone(),
-            initialized: status.initialized,
-            creation_complete: status.creation_complete,
-            kcp: self.kcp_view.clone(),
-            control_plane_machines: self.control_plane_machines,
-            restore: self.restore.as_ref().map(|r| {
-                let mut view = r.view.clone();
-                view.secret_age = r.secret_written.map(|t| clock.since(t));
-                view
-            }),
-            recovery: self.recovery.clone().map(|mut view| {
-                view.automatic = e.spec.automatic_recovery_after().map(|after| Automatic {
-                    after,
-                    unserved_for: unserved_since(e).map_or(Duration::ZERO, |t| clock.since(t)),
-                });
-                view
-            }),
-            new_member_name: member_name(&e.name_any()),
-        }
-    }
-}
-
-/// The etcd versions the started members run: as each answered now, else as last recorded.
-fn running_versions(etcd: &EtcdView, stored: &[MemberStatus]) -> Vec<String> {
-    let recorded = |id: u64| {
-        let id = member_id_hex(id);
-        stored
-            .iter()
-            .find(|s| s.member_id.as_deref() == Some(id.as_str()))
-            .and_then(|s| s.etcd_version.clone())
-    };
-    let mut versions: Vec<String> = match etcd {
-        EtcdView::Members(members) => members
-            .iter()
-            .filter(|m| m.is_started())
-            .filter_map(|m| m.etcd_version.clone().or_else(|| recorded(m.id)))
-            .collect(),
-        EtcdView::NotChecked | EtcdView::Unreachable { .. } => stored
-            .iter()
-            .filter(|s| s.member_id.is_some())
-            .filter_map(|s| s.etcd_version.clone())
-            .collect(),
-    };
-    versions.sort();
-    versions.dedup();
-    versions
-}
-
-/// `<etcdadmcluster>-<5 random lowercase alphanumerics>`: a name for a new member's objects.
-fn member_name(etcd: &str) -> String {
-    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    let mut rng = rand::thread_rng();
-    let suffix: String = (0..NAME_SUFFIX_LEN)
-        .map(|_| char::from(ALPHABET[rng.gen_range(0..ALPHABET.len())]))
-        .collect();
-    format!("{etcd}-{suffix}")
 }
 
 /// Read everything around `etcd_cluster` (as just read). The reads that do not depend on one
 /// another are made at once: a reconcile waits for the slowest of them, not for their sum.
-pub async fn observe_around(
-    client: &Client,
-    namespace: &str,
-    etcd_cluster: EtcdadmCluster,
-) -> Result<Observation, Error> {
+pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster) -> Result<Reads, Error> {
+    // The independent reads side by side, joined in one try_join: apart, they could not be.
     let machines_api: Api<Machine> = Api::namespaced(client.clone(), namespace);
 
     let (spec_problem, infra_machine) = infra_machine_kind(&etcd_cluster, namespace);
@@ -405,10 +155,9 @@ pub async fn observe_around(
         ClusterSide {
             cluster,
             ca,
-            ca_view,
             init_secret,
             kcp,
-            kcp_view,
+            kcp_version,
             apiserver_client,
             control_plane_machines,
         },
@@ -428,9 +177,43 @@ pub async fn observe_around(
         recovery
     )?;
 
+    let (records, machine_names) = machine_records(&etcd_cluster, &listed, &configs, &infra_objects);
+    let mut metas: Vec<ObjectMeta> = configs.iter().map(|c| c.metadata.clone()).collect();
+    metas.extend(infra_objects.iter().map(|o| o.metadata.clone()));
+    let leftovers = find_leftovers(metas, &machine_names);
+
+    Ok(Reads {
+        etcd_cluster: etcd_cluster.clone(),
+        namespace: namespace.to_string(),
+        cluster,
+        ca,
+        machines: records,
+        leftovers,
+        init_secret,
+        kcp,
+        kcp_version,
+        apiserver_client,
+        control_plane_machines,
+        spec_problem,
+        member_spec_problem,
+        missing_infra_template,
+        infra_machine,
+        restore,
+        recovery,
+    })
+}
+
+/// Every member Machine ours or nobody's, oldest first, with its EtcdadmConfig and infra machine;
+/// and their names.
+fn machine_records(
+    etcd_cluster: &EtcdadmCluster,
+    listed: &[Machine],
+    configs: &[EtcdadmConfig],
+    infra_objects: &[DynamicObject],
+) -> (Vec<MachineRecord>, BTreeSet<String>) {
     let mut machines: Vec<&Machine> = listed
         .iter()
-        .filter(|m| controlled_by_us_or_nobody(m.owner_references(), &etcd_cluster))
+        .filter(|m| controlled_by_us_or_nobody(m.owner_references(), etcd_cluster))
         .collect();
     machines.sort_by(|a, b| age_order(a.meta(), b.meta()));
     let machine_names: BTreeSet<String> = machines.iter().map(|m| m.name_any()).collect();
@@ -458,18 +241,21 @@ pub async fn observe_around(
                     ))
                 });
             MachineRecord {
-                name: m.name_any(),
-                failure_domain: m.spec.failure_domain.clone(),
-                address: m.etcd_address().map(String::from),
-                deleting: m.is_deleting(),
-                has_hook: m.annotations().contains_key(names::PRE_TERMINATE_HOOK_ANNOTATION),
-                orphan: !m.owner_references().iter().any(|r| r.controller == Some(true)),
-                delete_requested: m.annotations().contains_key(names::DELETE_MACHINE_ANNOTATION),
+                read: MachineView {
+                    name: m.name_any(),
+                    failure_domain: m.spec.failure_domain.clone(),
+                    address: m.etcd_address().map(String::from),
+                    deleting: m.is_deleting(),
+                    has_hook: m.annotations().contains_key(names::PRE_TERMINATE_HOOK_ANNOTATION),
+                    orphan: !m.owner_references().iter().any(|r| r.controller == Some(true)),
+                    delete_requested: m.annotations().contains_key(names::DELETE_MACHINE_ANNOTATION),
+                    learner_join: configs_by_name
+                        .get(&config_name)
+                        .is_some_and(|c| c.joins_as_learner()),
+                    ..MachineView::default()
+                },
                 created: m.meta().creation_timestamp.as_ref().map(|t| t.0),
                 config: configs_by_name.get(&config_name).map(|c| c.spec.clone()),
-                learner_join: configs_by_name
-                    .get(&config_name)
-                    .is_some_and(|c| c.joins_as_learner()),
                 cloned_from,
                 remediation_for: m
                     .annotations()
@@ -479,41 +265,17 @@ pub async fn observe_around(
         })
         .collect();
 
-    let mut metas: Vec<ObjectMeta> = configs.iter().map(|c| c.metadata.clone()).collect();
-    metas.extend(infra_objects.iter().map(|o| o.metadata.clone()));
-    let leftovers = find_leftovers(metas, &machine_names);
-
-    Ok(Observation {
-        etcd_cluster: etcd_cluster.clone(),
-        namespace: namespace.to_string(),
-        cluster,
-        ca,
-        ca_view,
-        machines: records,
-        leftovers,
-        init_secret,
-        kcp,
-        kcp_view,
-        apiserver_client,
-        control_plane_machines,
-        spec_problem,
-        member_spec_problem,
-        missing_infra_template,
-        infra_machine,
-        restore,
-        recovery,
-    })
+    (records, machine_names)
 }
 
 /// What is read through the Cluster: its CA and init Secrets, its KubeadmControlPlane and, while
 /// it is being deleted, how many control plane Machines it still has.
 struct ClusterSide {
-    cluster: Option<Cluster>,
-    ca: Option<Arc<CertificateAuthority>>,
-    ca_view: CaView,
+    cluster: ClusterView,
+    ca: CaView,
     init_secret: Option<InitSecret>,
-    kcp: Option<KubeadmControlPlane>,
-    kcp_view: KcpView,
+    kcp: KcpView,
+    kcp_version: Option<String>,
     apiserver_client: Option<ClientSecret>,
     control_plane_machines: usize,
 }
@@ -526,12 +288,11 @@ async fn read_cluster_side(
 ) -> Result<ClusterSide, Error> {
     let Some(cluster) = find_cluster(client, namespace, etcd).await? else {
         return Ok(ClusterSide {
-            cluster: None,
-            ca: None,
-            ca_view: CaView::Missing,
+            cluster: ClusterView::Missing,
+            ca: CaView::Missing,
             init_secret: None,
-            kcp: None,
-            kcp_view: KcpView::None,
+            kcp: KcpView::None,
+            kcp_version: None,
             apiserver_client: None,
             control_plane_machines: 0,
         });
@@ -557,19 +318,24 @@ async fn read_cluster_side(
     };
     let ca = async { Ok::<_, Error>(read_ca(&secrets, namespace, &name).await?) };
     let init = async { Ok::<_, Error>(secrets.get_opt(&init_name).await?) };
-    let ((ca_view, ca), init, (kcp, kcp_view, apiserver_client), control_plane_machines) = futures::try_join!(
+    let (ca, init, (kcp, kcp_version, apiserver_client), control_plane_machines) = futures::try_join!(
         ca,
         init,
         observe_kcp(client, namespace, &cluster, &name),
         control_plane_machines
     )?;
     Ok(ClusterSide {
-        cluster: Some(cluster),
-        ca: ca.map(Arc::new),
-        ca_view,
+        cluster: ClusterView::Found {
+            reference: ClusterRef::of(&cluster)?,
+            paused: cluster.is_paused(),
+            deleting: cluster.meta().deletion_timestamp.is_some(),
+            infrastructure_ready: cluster.infrastructure_ready(),
+            failure_domains: cluster.failure_domain_names(),
+        },
+        ca,
         init_secret: init.map(|s| InitSecret::from_secret(&s)),
         kcp,
-        kcp_view,
+        kcp_version,
         apiserver_client,
         control_plane_machines,
     })
@@ -725,28 +491,28 @@ fn find_leftovers(mut metas: Vec<ObjectMeta>, machines: &BTreeSet<String>) -> Ve
     names
 }
 
-/// The KubeadmControlPlane, as the plan sees it, and the API server client certificate Secret
-/// it is handed.
+/// The KubeadmControlPlane, as the plan sees it, its `spec.version`, and the API server client
+/// certificate Secret it is handed.
 async fn observe_kcp(
     client: &Client,
     namespace: &str,
     cluster: &Cluster,
     cluster_name: &str,
-) -> Result<(Option<KubeadmControlPlane>, KcpView, Option<ClientSecret>), Error> {
+) -> Result<(KcpView, Option<String>, Option<ClientSecret>), Error> {
     let Some(reference) = cluster.spec.control_plane_ref.as_ref() else {
-        return Ok((None, KcpView::None, None));
+        return Ok((KcpView::None, None, None));
     };
     let group = reference.group();
     if reference.kind != KCP_KIND || !(group.is_empty() || group == KCP_GROUP) {
-        return Ok((None, KcpView::None, None));
+        return Ok((KcpView::None, None, None));
     }
     let kcps: Api<KubeadmControlPlane> = Api::namespaced(client.clone(), namespace);
     let Some(kcp) = kcps.get_opt(&reference.name).await? else {
         return Ok((
-            None,
             KcpView::Missing {
                 name: reference.name.clone(),
             },
+            None,
             None,
         ));
     };
@@ -777,7 +543,7 @@ async fn observe_kcp(
         rollout_complete: kcp.rollout_complete(),
         rollout_after: kcp.rollout_after(),
     };
-    Ok((Some(kcp), view, client))
+    Ok((view, kcp.spec.version.clone(), client))
 }
 
 /// The `recover` annotation's request and the recovery under way, with the snapshots they need.
@@ -819,7 +585,7 @@ async fn recovery_view(
 }
 
 /// Since when no voting member has served clients (`EndpointsAvailable` False), if none does.
-fn unserved_since(etcd: &EtcdadmCluster) -> Option<Timestamp> {
+pub(super) fn unserved_since(etcd: &EtcdadmCluster) -> Option<Timestamp> {
     let status = etcd.status.as_ref()?;
     conditions::find(&status.conditions, ENDPOINTS_AVAILABLE)
         .filter(|c| c.status == conditions::ConditionStatus::False)

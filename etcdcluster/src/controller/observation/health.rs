@@ -1,5 +1,6 @@
 //! Health of every member, checked over mutual TLS with bounded concurrency, turned into the
-//! plan's `EtcdView`; plus the in-memory client certificate and per-member clients it uses.
+//! observation's `EtcdView`; plus the in-memory client certificate and per-member clients it
+//! uses (and the membership changes after it).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -11,13 +12,15 @@ use kube::ResourceExt;
 use tracing::debug;
 
 use etcdadm_shared::api::MemberStatus as StoredMember;
+use etcdadm_shared::error::Error;
 use etcdadm_shared::etcd::{EtcdError, EtcdTls, Health, Member, MemberClient, MemberStatus};
 use etcdadm_shared::names;
 use etcdadm_shared::pki::CertificateAuthority;
 
-use super::observe::Observation;
-use super::plan::{EtcdView, MachineView, MemberView, UnhealthyClock, machine_for_member};
-use crate::error::Error;
+use super::clock::UnhealthyClock;
+use super::machine_for_member;
+use super::read::Reads;
+use super::views::{EtcdView, MachineView, MemberView};
 use crate::metrics::EtcdClusterMetrics;
 
 /// Members probed at the same time, per cluster.
@@ -94,6 +97,23 @@ impl EtcdClients {
             },
         );
         Ok(tls)
+    }
+
+    /// A client of the member at `url` of the cluster `key`, with the identity this round's
+    /// health check minted or found: a membership change follows the check that planned it.
+    pub fn client(&self, key: &str, url: &str, timeout: Duration) -> Result<Arc<MemberClient>, Error> {
+        let tls = self
+            .clusters
+            .lock()
+            .map_err(|_| Error::Internal("the etcd client cache was poisoned by a panic".into()))?
+            .get(key)
+            .map(|known| known.tls.clone())
+            .ok_or_else(|| {
+                Error::Internal(format!(
+                    "no etcd client identity for {key}: a membership change was planned without a health check"
+                ))
+            })?;
+        Ok(Arc::new(MemberClient::with_config(url, tls, timeout)?))
     }
 
     /// Drop everything kept for `key` (the cluster is gone).
@@ -182,32 +202,32 @@ pub struct CheckInput<'a> {
     pub timeout: Duration,
 }
 
-/// The etcd side of `obs` at `now`: every member checked (none without a usable CA), timed and
-/// measured into `metrics`.
+/// The etcd side of `reads` at `now`: every member checked (none without a usable CA), timed
+/// and measured into `metrics`.
 pub async fn check_observed(
     clients: &EtcdClients,
     metrics: Option<&EtcdClusterMetrics>,
-    obs: &Observation,
+    reads: &Reads,
     now: Timestamp,
 ) -> Result<EtcdView, Error> {
-    let Some(ca) = &obs.ca else {
+    let Some(ca) = reads.ca.ca() else {
         return Ok(EtcdView::NotChecked);
     };
-    let key = obs.cache_key();
-    let clock = obs.clock(now);
-    let machines = obs.machine_views(&clock);
+    let key = format!("{}/{}", reads.namespace, reads.etcd_cluster.name_any());
+    let clock = reads.clock(now);
+    let machines = reads.machine_views(&clock);
     let input = CheckInput {
         key: &key,
         ca,
         machines: &machines,
-        previous: obs.stored_members(),
+        previous: reads.stored_members(),
         clock: &clock,
-        timeout: obs.etcd_cluster.spec.health_settings().timeout,
+        timeout: reads.etcd_cluster.spec.health_settings().timeout,
     };
     let started = std::time::Instant::now();
     let view = check(clients, &input).await;
     if let Some(m) = metrics {
-        let (ns, name) = (obs.namespace.as_str(), obs.etcd_cluster.name_any());
+        let (ns, name) = (reads.namespace.as_str(), reads.etcd_cluster.name_any());
         m.observe_health_check(ns, &name, started.elapsed());
         if let Ok(EtcdView::Members(members)) = &view {
             let mut alarms = vec![];
@@ -365,7 +385,7 @@ fn member_view(
                     || machine.is_some_and(|name| s.name == name))
         });
     let status = probe.and_then(|p| p.status.as_ref().ok());
-    MemberView {
+    let mut view = MemberView {
         id: member.id,
         name: member.name.clone(),
         peer_urls: member.peer_urls.clone(),
@@ -376,13 +396,15 @@ fn member_view(
         is_leader: leader == Some(member.id),
         message,
         machine: machine.map(String::from),
-        etcd_version: status.map(|s| s.version.clone()),
-        db_size: status.and_then(|s| i64::try_from(s.db_size).ok()),
         alarms: member_alarms,
         unhealthy_for: input.clock.unhealthy_for(stored),
         certificate_expiry: probe
             .and_then(|p| p.certificate_expiry)
             .and_then(|t| Timestamp::try_from(t).ok()),
-        revision: status.map(|s| s.revision).filter(|r| *r > 0),
+        ..MemberView::default()
+    };
+    if let Some(status) = status {
+        view.read_status(status);
     }
+    view
 }

@@ -1,13 +1,30 @@
-//! The gates every membership change passes (SPEC-etcdcluster.md rules 1–3): quorum, one change
-//! at a time, every member healthy before the next one. Each answers with the Wait or Refuse
-//! that holds the plan back, or nothing when the way is clear.
+//! The membership safety rules every change passes (docs/safety.md, rules 1–3): quorum, one
+//! change at a time, every member healthy before the next one. Each answers with the hold that
+//! keeps the plan back, or nothing when the way is clear; the reasons they hold with are here
+//! too, since every concern that changes membership meets them.
 
 use std::time::Duration;
 
 use etcdadm_shared::duration;
 
-use super::observed::{EtcdView, MemberView, Observed, healthy_client_urls, member_client_url};
-use super::step::{Step, reason};
+use super::decision::Hold;
+use super::observation::{EtcdView, MemberView, Observation, healthy_client_urls, member_client_url};
+
+/// Condition reasons of the membership rules.
+pub mod reason {
+    pub const QUORUM_LOST: &str = "QuorumLost";
+    pub const WAITING_FOR_MACHINE_ADDRESS: &str = "WaitingForMachineAddress";
+    pub const WAITING_FOR_FIRST_MEMBER: &str = "WaitingForFirstMember";
+    pub const WAITING_FOR_MEMBER_JOIN: &str = "WaitingForMemberJoin";
+    pub const WAITING_FOR_LEARNER: &str = "WaitingForLearnerPromotion";
+    pub const WAITING_FOR_HEALTHY_MEMBERS: &str = "WaitingForHealthyMembers";
+    pub const UNKNOWN_MEMBERS: &str = "MembersWithoutMachines";
+    pub const REMOVAL_WOULD_LOSE_QUORUM: &str = "RemovalWouldLoseQuorum";
+    pub const LAST_MEMBER: &str = "LastMember";
+    pub const CONTROL_PLANE_NEEDS_MEMBER: &str = "ControlPlaneNeedsMember";
+    pub const ROLLOUT_PAUSED: &str = "RollingUpdatePaused";
+    pub const REMEDIATION_DISABLED: &str = "RemediationDisabled";
+}
 
 /// `q(n) = n/2 + 1`: how many voters a cluster of `n` needs to commit anything.
 pub fn quorum(voters: usize) -> usize {
@@ -16,12 +33,12 @@ pub fn quorum(voters: usize) -> usize {
 
 /// Rule 3's precondition: with fewer healthy voters than a quorum nothing may change. A join in
 /// flight (added but not started, or started and catching up) is reported as such, not as lost.
-pub(super) fn quorum_lost(o: &Observed) -> Option<Step> {
+pub fn quorum_lost(o: &Observation) -> Option<Hold> {
     match &o.etcd {
-        EtcdView::Unreachable { message } if o.initialized => Some(Step::Wait {
-            reason: reason::QUORUM_LOST,
-            message: format!("no etcd member answers: {message}; nothing is changed until they do"),
-        }),
+        EtcdView::Unreachable { message } if o.initialized => Some(Hold::refusal(
+            reason::QUORUM_LOST,
+            format!("no etcd member answers: {message}; nothing is changed until they do"),
+        )),
         EtcdView::Members(_) if !o.initialized_now() => None,
         EtcdView::Members(members) => {
             let voters: Vec<&MemberView> = members.iter().filter(|m| !m.is_learner).collect();
@@ -32,26 +49,26 @@ pub(super) fn quorum_lost(o: &Observed) -> Option<Step> {
             let settled = voters.iter().filter(|m| !m.is_joining()).count();
             let joining = voters.iter().find(|m| m.is_joining());
             if let (Some(joining), true) = (joining, healthy >= quorum(settled)) {
-                return Some(Step::Wait {
-                    reason: reason::WAITING_FOR_MEMBER_JOIN,
-                    message: format!("{} is joining; waiting until it is healthy", joining.describe()),
-                });
+                return Some(Hold::wait(
+                    reason::WAITING_FOR_MEMBER_JOIN,
+                    format!("{} is joining; waiting until it is healthy", joining.describe()),
+                ));
             }
             let unhealthy: Vec<String> = voters
                 .iter()
                 .filter(|m| !m.healthy)
                 .map(|m| m.describe())
                 .collect();
-            Some(Step::Wait {
-                reason: reason::QUORUM_LOST,
-                message: format!(
+            Some(Hold::refusal(
+                reason::QUORUM_LOST,
+                format!(
                     "{healthy} of {} voting members healthy, {} needed for quorum (unhealthy: {}); \
                      nothing is changed or removed until quorum is back",
                     voters.len(),
                     quorum(voters.len()),
                     unhealthy.join(", ")
                 ),
-            })
+            ))
         }
         _ => None,
     }
@@ -59,30 +76,30 @@ pub(super) fn quorum_lost(o: &Observed) -> Option<Step> {
 
 /// Rules 3 and 6 for the member about to be removed: never the last voter, never below quorum
 /// of the remaining voters; a healthy member keeps the control plane one working endpoint.
-pub(super) fn removal_refusal(o: &Observed, member: &MemberView, what: &str) -> Option<Step> {
+pub fn removal_refusal(o: &Observation, member: &MemberView, what: &str) -> Option<Hold> {
     if member.is_learner {
         return None;
     }
     let voters = o.voters();
     if voters.len() <= 1 {
-        return Some(Step::Wait {
-            reason: reason::LAST_MEMBER,
-            message: format!(
+        return Some(Hold::refusal(
+            reason::LAST_MEMBER,
+            format!(
                 "{what} is the last etcd member, which is never removed; delete the EtcdadmCluster to delete the whole etcd cluster"
             ),
-        });
+        ));
     }
     let healthy = voters.iter().filter(|m| m.healthy).count();
     let after = healthy.saturating_sub(usize::from(member.healthy));
     if after < quorum(voters.len() - 1) {
-        return Some(Step::Wait {
-            reason: reason::REMOVAL_WOULD_LOSE_QUORUM,
-            message: format!(
+        return Some(Hold::refusal(
+            reason::REMOVAL_WOULD_LOSE_QUORUM,
+            format!(
                 "removing the {what} would leave {after} healthy of {} voters, below quorum {}; waiting until other members are healthy",
                 voters.len() - 1,
                 quorum(voters.len() - 1)
             ),
-        });
+        ));
     }
     if member.healthy
         && let Some((kcp, endpoints, _)) = o.kcp_in_use()
@@ -96,12 +113,12 @@ pub(super) fn removal_refusal(o: &Observed, member: &MemberView, what: &str) -> 
         });
         let others_working = endpoints.iter().any(|e| *e != url && healthy_urls.contains(e));
         if ours && !others_working {
-            return Some(Step::Wait {
-                reason: reason::CONTROL_PLANE_NEEDS_MEMBER,
-                message: format!(
+            return Some(Hold::refusal(
+                reason::CONTROL_PLANE_NEEDS_MEMBER,
+                format!(
                     "KubeadmControlPlane {kcp} lists {url} as its only working etcd endpoint; the {what} stays until the control plane uses another"
                 ),
-            });
+            ));
         }
     }
     None
@@ -109,13 +126,13 @@ pub(super) fn removal_refusal(o: &Observed, member: &MemberView, what: &str) -> 
 
 /// Rules 1 and 2: a membership change in flight (a Machine without address or member yet, an
 /// added member not started, a started member catching up, a learner) is waited out.
-pub(super) fn pending_change(o: &Observed) -> Option<Step> {
+pub fn pending_change(o: &Observation) -> Option<Hold> {
     for machine in o.active_machines() {
         if machine.address.is_none() {
-            return Some(Step::Wait {
-                reason: reason::WAITING_FOR_MACHINE_ADDRESS,
-                message: format!("Machine {} has no address yet", machine.name),
-            });
+            return Some(Hold::wait(
+                reason::WAITING_FOR_MACHINE_ADDRESS,
+                format!("Machine {} has no address yet", machine.name),
+            ));
         }
     }
     let members = match &o.etcd {
@@ -126,30 +143,30 @@ pub(super) fn pending_change(o: &Observed) -> Option<Step> {
                 EtcdView::Unreachable { message } => message.clone(),
                 _ => "not checked yet".into(),
             };
-            return Some(Step::Wait {
-                reason: reason::WAITING_FOR_FIRST_MEMBER,
-                message: format!("waiting for the first etcd member to answer: {message}"),
-            });
+            return Some(Hold::wait(
+                reason::WAITING_FOR_FIRST_MEMBER,
+                format!("waiting for the first etcd member to answer: {message}"),
+            ));
         }
     };
     if let Some(m) = members.iter().find(|m| !m.is_started()) {
-        return Some(Step::Wait {
-            reason: reason::WAITING_FOR_MEMBER_JOIN,
-            message: format!("{} was added but has not started yet", m.describe()),
-        });
+        return Some(Hold::wait(
+            reason::WAITING_FOR_MEMBER_JOIN,
+            format!("{} was added but has not started yet", m.describe()),
+        ));
     }
     if let Some(m) = members.iter().find(|m| m.is_learner) {
-        return Some(Step::Wait {
-            reason: reason::WAITING_FOR_LEARNER,
-            message: format!("{} is a learner; one membership change at a time", m.describe()),
-        });
+        return Some(Hold::wait(
+            reason::WAITING_FOR_LEARNER,
+            format!("{} is a learner; one membership change at a time", m.describe()),
+        ));
     }
     if let Some(m) = members.iter().find(|m| m.is_joining()) {
         let why = m.message.clone().unwrap_or_else(|| "not healthy yet".into());
-        return Some(Step::Wait {
-            reason: reason::WAITING_FOR_MEMBER_JOIN,
-            message: format!("{} joined and is catching up: {why}", m.describe()),
-        });
+        return Some(Hold::wait(
+            reason::WAITING_FOR_MEMBER_JOIN,
+            format!("{} joined and is catching up: {why}", m.describe()),
+        ));
     }
     for machine in o.active_machines().filter(|m| !m.was_member) {
         if o.member_of(&machine.name).is_none() {
@@ -158,35 +175,32 @@ pub(super) fn pending_change(o: &Observed) -> Option<Step> {
             } else {
                 ""
             };
-            return Some(Step::Wait {
-                reason: reason::WAITING_FOR_MEMBER_JOIN,
-                message: format!("Machine {} is not an etcd member yet{how}", machine.name),
-            });
+            return Some(Hold::wait(
+                reason::WAITING_FOR_MEMBER_JOIN,
+                format!("Machine {} is not an etcd member yet{how}", machine.name),
+            ));
         }
     }
     None
 }
 
 /// touched, and nothing else changes while it is there.
-pub(super) fn unknown_members_wait(o: &Observed) -> Option<Step> {
+pub fn unknown_members_wait(o: &Observation) -> Option<Hold> {
     let unknown: Vec<String> = o
         .members()
         .iter()
         .filter(|m| m.machine.is_none())
         .map(|m| m.describe())
         .collect();
-    (!unknown.is_empty()).then(|| Step::Wait {
-        reason: reason::UNKNOWN_MEMBERS,
-        message: format!(
+    (!unknown.is_empty()).then(|| Hold::refusal(reason::UNKNOWN_MEMBERS, format!(
             "etcd has members that run on none of this cluster's Machines ({}); they are never removed while healthy, and nothing else changes until they are gone",
             unknown.join(", ")
-        ),
-    })
+        )))
 }
 
 /// Rule 2 and the rollout rule: adding, switching endpoints and removing healthy members all
 /// need every member healthy. Says what happens to the unhealthy ones.
-pub(super) fn unhealthy_wait(o: &Observed) -> Option<Step> {
+pub fn unhealthy_wait(o: &Observation) -> Option<Hold> {
     let mut problems: Vec<(String, Duration)> = o
         .members()
         .iter()
@@ -235,29 +249,33 @@ pub(super) fn unhealthy_wait(o: &Observed) -> Option<Step> {
     } else {
         (reason, "")
     };
-    Some(Step::Wait {
-        reason,
-        message: format!("{prefix}{problem}; {next}"),
+    let message = format!("{prefix}{problem}; {next}");
+    Some(match reason {
+        reason::WAITING_FOR_HEALTHY_MEMBERS => Hold::wait(reason, message),
+        _ => Hold::refusal(reason, message),
     })
 }
 
 /// Before the first member passed a health check nothing joins it: its Machine is the only one
 /// until then.
-pub(super) fn first_member_wait(o: &Observed) -> Option<Step> {
+pub fn first_member_wait(o: &Observation) -> Option<Hold> {
     let first = o.machines.is_empty() && o.members().is_empty();
-    (!first && !o.initialized_now()).then(|| Step::Wait {
-        reason: reason::WAITING_FOR_FIRST_MEMBER,
-        message: "waiting for the first member to pass a health check".into(),
+    (!first && !o.initialized_now()).then(|| {
+        Hold::wait(
+            reason::WAITING_FOR_FIRST_MEMBER,
+            "waiting for the first member to pass a health check",
+        )
     })
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::controller::testing::reason;
+    use crate::controller::testing::*;
     use etcdadm_shared::names;
 
-    use super::super::testing::*;
-    use super::super::*;
     #[test]
     fn never_add_while_a_member_is_unhealthy() {
         let mut o = running(2);
@@ -304,7 +322,10 @@ mod tests {
         o.replicas = 5;
         members_mut(&mut o)[2].is_learner = true;
         assert!(
-            matches!(plan(&o), Step::PromoteLearner { member_id: 3, .. }),
+            matches!(
+                plan(&o),
+                Step::Membership(MembershipStep::PromoteLearner { member_id: 3, .. })
+            ),
             "{:?}",
             plan(&o)
         );
@@ -318,12 +339,7 @@ mod tests {
         let mut o = running(1);
         assert_eq!(
             plan(&o),
-            Step::CreateMachine {
-                name: "c1-etcd-fresh".into(),
-                resume: false,
-                failure_domain: None,
-                purpose: Growth::ScaleUp,
-            }
+            created_machine("c1-etcd-fresh", false, None, Growth::ScaleUp)
         );
         // Before the first member was ever healthy, even with a member list, no second add.
         o.initialized = false;
@@ -331,7 +347,10 @@ mod tests {
             ever_healthy: false,
             ..unhealthy(members_mut(&mut o)[0].clone(), "starting")
         };
-        assert!(!matches!(plan(&o), Step::CreateMachine { .. }));
+        assert!(!matches!(
+            plan(&o),
+            Step::Machines(MachineStep::CreateMachine { .. })
+        ));
     }
 
     #[test]
@@ -388,7 +407,9 @@ mod tests {
         let mut o = running(3);
         o.replicas = 1;
         members_mut(&mut o)[1] = unhealthy(members_mut(&mut o)[1].clone(), "down");
-        assert!(matches!(plan(&o), Step::DeleteMachine { machine, .. } if machine == "c1-etcd-m1"));
+        assert!(
+            matches!(plan(&o), Step::Machines(MachineStep::DeleteMachine { machine, .. }) if machine == "c1-etcd-m1")
+        );
         let mut o = running(3);
         o.replicas = 1;
         o.machines[2].delete_requested = true;
@@ -423,14 +444,17 @@ mod tests {
         o.replicas = 1;
         assert!(matches!(
             plan(&o),
-            Step::DeleteMachine {
+            Step::Machines(MachineStep::DeleteMachine {
                 purpose: Removal::ScaleDown,
                 ..
-            }
+            })
         ));
         let mut o = running(2);
         o.machines[1].deleting = true;
-        assert!(matches!(plan(&o), Step::RemoveMember { member_id: 2, .. }));
+        assert!(matches!(
+            plan(&o),
+            Step::Membership(MembershipStep::RemoveMember { member_id: 2, .. })
+        ));
     }
 
     #[test]
@@ -444,9 +468,10 @@ mod tests {
     mod properties {
         use std::time::Duration;
 
+        use etcdadm_shared::names;
         use proptest::prelude::*;
 
-        use super::*;
+        use crate::controller::testing::*;
 
         #[derive(Clone, Debug)]
         struct MemberSeed {
@@ -603,7 +628,7 @@ mod tests {
         }
 
         /// An initialized cluster past all housekeeping, as the seed describes it.
-        fn world(seed: &WorldSeed) -> Observed {
+        fn world(seed: &WorldSeed) -> Observation {
             let mut o = base();
             o.initialized = true;
             o.replicas = seed.replicas;
@@ -696,18 +721,18 @@ mod tests {
         fn changes_membership(step: &Step) -> bool {
             matches!(
                 step,
-                Step::CreateMachine { .. }
-                    | Step::DeleteMachine { .. }
-                    | Step::RemoveMember { .. }
-                    | Step::MoveLeader { .. }
-                    | Step::AddLearner { .. }
-                    | Step::PromoteLearner { .. }
+                Step::Machines(MachineStep::CreateMachine { .. })
+                    | Step::Machines(MachineStep::DeleteMachine { .. })
+                    | Step::Membership(MembershipStep::RemoveMember { .. })
+                    | Step::Membership(MembershipStep::MoveLeader { .. })
+                    | Step::Membership(MembershipStep::AddLearner { .. })
+                    | Step::Membership(MembershipStep::PromoteLearner { .. })
             )
         }
 
         /// Rule 3 for removing `member`: never the last voter, and a quorum of the remaining
         /// voters stays healthy.
-        fn removable(o: &Observed, member: &MemberView) -> Result<(), String> {
+        fn removable(o: &Observation, member: &MemberView) -> Result<(), String> {
             if member.is_learner {
                 return Ok(());
             }
@@ -729,7 +754,7 @@ mod tests {
 
         /// Rules 1 and 2 for an add (a Machine, or a learner for one): nothing being deleted,
         /// every member a started, healthy voter of ours (so never a second learner).
-        fn add_allowed(o: &Observed, what: &str) -> Result<(), String> {
+        fn add_allowed(o: &Observation, what: &str) -> Result<(), String> {
             if o.machines.iter().any(|m| m.deleting) {
                 return Err(format!("{what} while a Machine is being deleted"));
             }
@@ -746,7 +771,7 @@ mod tests {
             Ok(())
         }
 
-        fn check(o: &Observed, step: &Step) -> Result<(), String> {
+        fn check(o: &Observation, step: &Step) -> Result<(), String> {
             let voters = o.voters();
             let healthy = voters.iter().filter(|m| m.healthy).count();
             let quorum_lost = match &o.etcd {
@@ -758,7 +783,7 @@ mod tests {
             }
             let deleting = o.machines.iter().filter(|m| m.deleting).count();
             match step {
-                Step::RemoveMember { member_id, .. } => {
+                Step::Membership(MembershipStep::RemoveMember { member_id, .. }) => {
                     let member = o
                         .members()
                         .iter()
@@ -772,7 +797,7 @@ mod tests {
                         return Err(format!("removes a member while {} joins", other.id));
                     }
                 }
-                Step::MoveLeader { to, machine, .. } => {
+                Step::Membership(MembershipStep::MoveLeader { to, machine, .. }) => {
                     let from = o.member_of(machine).ok_or("moves leadership from no member")?;
                     let target = o
                         .members()
@@ -784,7 +809,7 @@ mod tests {
                     }
                     removable(o, from)?;
                 }
-                Step::DeleteMachine { machine, .. } => {
+                Step::Machines(MachineStep::DeleteMachine { machine, .. }) => {
                     if deleting > 0 {
                         return Err("deletes a Machine while another is being deleted".into());
                     }
@@ -792,9 +817,9 @@ mod tests {
                         removable(o, member)?;
                     }
                 }
-                Step::AddLearner {
+                Step::Membership(MembershipStep::AddLearner {
                     machine, peer_url, ..
-                } => {
+                }) => {
                     add_allowed(o, "adds a learner")?;
                     let target = o
                         .active_machines()
@@ -811,7 +836,7 @@ mod tests {
                         ));
                     }
                 }
-                Step::PromoteLearner { member_id, .. } => {
+                Step::Membership(MembershipStep::PromoteLearner { member_id, .. }) => {
                     let learner = o
                         .members()
                         .iter()
@@ -829,7 +854,7 @@ mod tests {
                         return Err(format!("promotes while member {} has not started", m.id));
                     }
                 }
-                Step::CreateMachine { .. } => {
+                Step::Machines(MachineStep::CreateMachine { .. }) => {
                     add_allowed(o, "adds")?;
                     if let Some(m) = o
                         .active_machines()
@@ -869,11 +894,11 @@ mod tests {
                         m.healthy = !m.healthy;
                     }
                 }
-                let lost = |step: &Step| matches!(step, Step::Wait { reason, .. } if *reason == reason::QUORUM_LOST);
+                let lost = |step: &Step| matches!(step, Step::Hold(hold) if hold.reason == reason::QUORUM_LOST);
                 let (a, b) = (plan(&o), plan(&flipped));
                 prop_assert_eq!(lost(&a), lost(&b), "{:?} / {:?}", a, b);
                 for (world, step) in [(&o, &a), (&flipped, &b)] {
-                    if let Step::RemoveMember { member_id, .. } = step {
+                    if let Step::Membership(MembershipStep::RemoveMember { member_id, .. }) = step {
                         let member = world.members().iter().find(|m| m.id == *member_id).unwrap();
                         if let Err(broken) = removable(world, member) {
                             prop_assert!(false, "{broken}: {step:?}");

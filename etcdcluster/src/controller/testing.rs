@@ -2,13 +2,128 @@
 //! planned steps take effect at once, for tests of whole operations.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use kube::api::{ApiResource, GroupVersionKind};
+
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterSpec};
+use etcdadm_shared::contract::ClusterRef;
 use etcdadm_shared::names;
+use etcdadm_shared::pki::CertificateAuthority;
 
-use super::*;
+pub use super::decision::Hold;
+pub use super::observation::*;
+pub use super::plan::control_plane::ControlPlaneStep;
+pub use super::plan::machines::{Growth, MachineStep, MemberTemplate, Removal};
+pub use super::plan::membership::MembershipStep;
+pub use super::plan::recovery::{RecoveryAction, RecoveryStep};
+pub use super::plan::restore::RestoreStep;
+pub use super::plan::secrets::SecretStep;
+pub use super::plan::{Step, plan};
+pub use super::rules::quorum;
 
-pub(super) fn machine(name: &str, address: Option<&str>, domain: Option<&str>) -> MachineView {
+/// Every condition reason, for tests that name them.
+pub mod reason {
+    pub use crate::controller::decision::reason::*;
+    pub use crate::controller::plan::lifecycle::reason::*;
+    pub use crate::controller::plan::machines::reason::*;
+    pub use crate::controller::plan::membership::reason::*;
+    pub use crate::controller::plan::placement::reason::*;
+    pub use crate::controller::plan::recovery::reason::*;
+    pub use crate::controller::plan::remediation::reason::*;
+    pub use crate::controller::plan::restore::reason::*;
+    pub use crate::controller::plan::secrets::reason::*;
+    pub use crate::controller::plan::versions::reason::*;
+    pub use crate::controller::rules::reason::*;
+}
+
+/// The CA of every fixture, generated once.
+pub fn test_ca() -> Ca {
+    static CA: OnceLock<Ca> = OnceLock::new();
+    CA.get_or_init(|| Ca::new(CertificateAuthority::generate("etcd-ca").unwrap()))
+        .clone()
+}
+
+/// Cluster `c1` in namespace `default`, as the contract objects name it.
+pub fn cluster_ref() -> ClusterRef {
+    ClusterRef {
+        name: "c1".into(),
+        namespace: "default".into(),
+        owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: "Cluster".into(),
+            name: "c1".into(),
+            uid: "c1-uid".into(),
+            ..Default::default()
+        },
+    }
+}
+
+/// Cluster `c1`, provisioned, over `failure_domains`.
+pub fn cluster_found(failure_domains: Vec<String>) -> ClusterView {
+    ClusterView::Found {
+        reference: cluster_ref(),
+        paused: false,
+        deleting: false,
+        infrastructure_ready: true,
+        failure_domains,
+    }
+}
+
+/// The infrastructure machine kind of the fixtures.
+pub fn infra_kind() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "infrastructure.cluster.x-k8s.io",
+        "v1beta1",
+        "SimMachine",
+    ))
+}
+
+/// What the fixtures' new members are made of.
+pub fn member_template() -> MemberTemplate {
+    MemberTemplate {
+        cluster: "c1".into(),
+        infra: infra_kind(),
+        version: None,
+        remediation_for: None,
+    }
+}
+
+/// The download of the fixtures' snapshot (`backups/c0/s.db` in a store on localhost).
+pub fn download() -> RestoreDownload {
+    let store: etcdadm_shared::api::snapshot::S3Store = serde_json::from_value(serde_json::json!({
+        "endpoint": "https://127.0.0.1:9000", "bucket": "backups", "forcePathStyle": true,
+        "credentialsSecretRef": {"name": "s3"},
+    }))
+    .unwrap();
+    let credentials = etcdadm_shared::store::StoreCredentials::new("id", "secret");
+    RestoreDownload {
+        store: etcdadm_shared::store::StoreClient::new(&store, credentials, None).unwrap(),
+        key: "c0/s.db".into(),
+        sha256: None,
+        ca_pem: None,
+    }
+}
+
+/// The step writing the fixtures' download URL.
+pub fn write_restore_secret() -> Step {
+    Step::Restore(RestoreStep::WriteRestoreSecret { download: download() })
+}
+
+/// The step creating Machine `name` as `purpose` in `failure_domain` (`resume`: finishing an
+/// interrupted creation), made of the fixtures' template.
+pub fn created_machine(name: &str, resume: bool, failure_domain: Option<&str>, purpose: Growth) -> Step {
+    Step::Machines(MachineStep::CreateMachine {
+        name: name.into(),
+        resume,
+        failure_domain: failure_domain.map(String::from),
+        purpose,
+        template: member_template(),
+    })
+}
+
+pub fn machine(name: &str, address: Option<&str>, domain: Option<&str>) -> MachineView {
     MachineView {
         name: name.into(),
         failure_domain: domain.map(String::from),
@@ -19,7 +134,7 @@ pub(super) fn machine(name: &str, address: Option<&str>, domain: Option<&str>) -
 }
 
 /// A started, healthy voter on Machine `name` at `address`.
-pub(super) fn member(id: u64, name: &str, address: &str) -> MemberView {
+pub fn member(id: u64, name: &str, address: &str) -> MemberView {
     MemberView {
         id,
         name: name.into(),
@@ -35,13 +150,13 @@ pub(super) fn member(id: u64, name: &str, address: &str) -> MemberView {
     }
 }
 
-pub(super) fn unhealthy(mut m: MemberView, why: &str) -> MemberView {
+pub fn unhealthy(mut m: MemberView, why: &str) -> MemberView {
     m.healthy = false;
     m.message = Some(why.into());
     m
 }
 
-pub(super) fn kcp(endpoints: &[&str], paused: bool, secrets: bool) -> KcpView {
+pub fn kcp(endpoints: &[&str], paused: bool, secrets: bool) -> KcpView {
     KcpView::Found {
         name: "c1-cp".into(),
         local_etcd: false,
@@ -55,8 +170,12 @@ pub(super) fn kcp(endpoints: &[&str], paused: bool, secrets: bool) -> KcpView {
 }
 
 /// A 3-replica cluster past all housekeeping, nothing created yet.
-pub(crate) fn base() -> Observed {
-    Observed {
+pub fn base() -> Observation {
+    let mut etcd_cluster = EtcdadmCluster::new("c1-etcd", EtcdadmClusterSpec::default());
+    etcd_cluster.metadata.namespace = Some("default".into());
+    Observation {
+        etcd_cluster,
+        namespace: "default".into(),
         name: "c1-etcd".into(),
         deleting: false,
         has_finalizer: true,
@@ -69,17 +188,13 @@ pub(crate) fn base() -> Observed {
         spec_problem: None,
         member_spec_problem: None,
         missing_infra_template: None,
+        infra_machine: Some(infra_kind()),
+        machine_version: None,
         spec_failure_domains: vec![],
         spec_version: None,
         running_versions: vec![],
-        cluster: ClusterView::Found {
-            name: "c1".into(),
-            paused: false,
-            deleting: false,
-            infrastructure_ready: true,
-            failure_domains: vec![],
-        },
-        ca: CaView::Valid,
+        cluster: cluster_found(vec![]),
+        ca: CaView::Valid(test_ca()),
         certificates: CertificateView::default(),
         machines: vec![],
         leftovers: vec![],
@@ -96,7 +211,7 @@ pub(crate) fn base() -> Observed {
 }
 
 /// `n` healthy members on `n` Machines, initialized, init Secret published.
-pub(super) fn running(n: usize) -> Observed {
+pub fn running(n: usize) -> Observation {
     let mut o = base();
     for i in 0..n {
         let name = format!("c1-etcd-m{i}");
@@ -122,21 +237,52 @@ pub(super) fn running(n: usize) -> Observed {
     o
 }
 
-pub(super) fn wait_reason(step: &Step) -> &'static str {
-    match step {
-        Step::Wait { reason, .. } | Step::Refuse { reason, .. } => reason,
-        other => panic!("expected a wait, got {other:?}"),
+/// A step, or a hold alone: what holds the plan back.
+pub trait Held: std::fmt::Debug {
+    fn held(&self) -> Option<&Hold>;
+}
+
+impl Held for Step {
+    fn held(&self) -> Option<&Hold> {
+        match self {
+            Step::Hold(hold) => Some(hold),
+            _ => None,
+        }
     }
 }
 
-pub(super) fn wait_message(step: &Step) -> String {
-    match step {
-        Step::Wait { message, .. } | Step::Refuse { message, .. } => message.clone(),
-        other => panic!("expected a wait, got {other:?}"),
+impl Held for Hold {
+    fn held(&self) -> Option<&Hold> {
+        Some(self)
     }
 }
 
-pub(super) fn members_mut(o: &mut Observed) -> &mut Vec<MemberView> {
+/// A hold writes nothing, like the step that holds the plan back.
+pub trait Writes {
+    fn writes(&self) -> bool;
+}
+
+impl Writes for Hold {
+    fn writes(&self) -> bool {
+        false
+    }
+}
+
+pub fn wait_reason(step: &impl Held) -> &'static str {
+    match step.held() {
+        Some(hold) => hold.reason,
+        None => panic!("expected a wait, got {step:?}"),
+    }
+}
+
+pub fn wait_message(step: &impl Held) -> String {
+    match step.held() {
+        Some(hold) => hold.message.clone(),
+        None => panic!("expected a wait, got {step:?}"),
+    }
+}
+
+pub fn members_mut(o: &mut Observation) -> &mut Vec<MemberView> {
     match &mut o.etcd {
         EtcdView::Members(m) => m,
         _ => panic!("no members"),
@@ -145,7 +291,7 @@ pub(super) fn members_mut(o: &mut Observed) -> &mut Vec<MemberView> {
 
 /// `running(3)` scaling to 5, with a fourth Machine `c1-etcd-m3` at 10.0.0.4, `age` old,
 /// whose join is in the state `member` gives (`None`: never added).
-pub(super) fn joining(age: Duration, member: Option<MemberView>) -> Observed {
+pub fn joining(age: Duration, member: Option<MemberView>) -> Observation {
     let mut o = running(3);
     o.replicas = 5;
     let mut m = machine("c1-etcd-m3", Some("10.0.0.4"), None);
@@ -158,7 +304,7 @@ pub(super) fn joining(age: Duration, member: Option<MemberView>) -> Observed {
 }
 
 /// Added by `MemberAdd` through etcdadm, process never started.
-pub(super) fn added_not_started() -> MemberView {
+pub fn added_not_started() -> MemberView {
     MemberView {
         id: 4,
         peer_urls: vec![names::peer_url("10.0.0.4")],
@@ -167,23 +313,23 @@ pub(super) fn added_not_started() -> MemberView {
     }
 }
 
-pub(super) fn started_never_healthy() -> MemberView {
+pub fn started_never_healthy() -> MemberView {
     let mut m = unhealthy(member(4, "c1-etcd-m3", "10.0.0.4"), "not yet synced");
     m.ever_healthy = false;
     m
 }
 
-pub(super) const DEADLINE: Duration = etcdadm_shared::api::cluster::DEFAULT_UNHEALTHY_AFTER;
-pub(super) const JUST_BEFORE: Duration = DEADLINE;
-pub(super) const JUST_AFTER: Duration = DEADLINE.saturating_add(Duration::from_secs(1));
+pub const DEADLINE: Duration = etcdadm_shared::api::cluster::DEFAULT_UNHEALTHY_AFTER;
+pub const JUST_BEFORE: Duration = DEADLINE;
+pub const JUST_AFTER: Duration = DEADLINE.saturating_add(Duration::from_secs(1));
 
-pub(super) fn failed_join_of(step: &Step) -> Option<&str> {
+pub fn failed_join_of(step: &Step) -> Option<&str> {
     match step {
-        Step::DeleteMachine {
+        Step::Machines(MachineStep::DeleteMachine {
             machine,
             purpose: Removal::FailedJoin,
             ..
-        } => Some(machine),
+        }) => Some(machine),
         _ => None,
     }
 }
@@ -191,20 +337,20 @@ pub(super) fn failed_join_of(step: &Step) -> Option<&str> {
 /// A toy world for whole-operation plan tests: every step takes effect at once, joins are
 /// instant and healthy, CAPI lets a Machine go as soon as its hook is released, and the
 /// control plane finishes a rollout when waited for.
-pub(super) struct World {
-    pub(super) o: Observed,
+pub struct World {
+    pub o: Observation,
     next: usize,
-    pub(super) kcp_writes: Vec<Vec<String>>,
-    pub(super) max_members: usize,
-    pub(super) max_machines: usize,
-    pub(super) removed: Vec<String>,
+    pub kcp_writes: Vec<Vec<String>>,
+    pub max_members: usize,
+    pub max_machines: usize,
+    pub removed: Vec<String>,
     /// New Machines join as learners: pre-added, started at once, then promoted.
-    pub(super) learner_joins: bool,
-    pub(super) max_learners: usize,
+    pub learner_joins: bool,
+    pub max_learners: usize,
 }
 
 impl World {
-    pub(super) fn new(o: Observed) -> World {
+    pub fn new(o: Observation) -> World {
         let members = o.members().len();
         let machines = o.machines.len();
         World {
@@ -219,9 +365,9 @@ impl World {
         }
     }
 
-    pub(super) fn apply(&mut self, step: &Step) {
+    pub fn apply(&mut self, step: &Step) {
         match step {
-            Step::CreateMachine { failure_domain, .. } => {
+            Step::Machines(MachineStep::CreateMachine { failure_domain, .. }) => {
                 self.next += 1;
                 let name = format!("c1-etcd-n{}", self.next);
                 let address = format!("10.0.1.{}", self.next);
@@ -234,9 +380,9 @@ impl World {
                     members_mut(&mut self.o).push(m);
                 }
             }
-            Step::AddLearner {
+            Step::Membership(MembershipStep::AddLearner {
                 machine, peer_url, ..
-            } => {
+            }) => {
                 let address = self.o.machines.iter().find(|m| &m.name == machine).unwrap();
                 let address = address.address.clone().unwrap();
                 assert_eq!(*peer_url, names::peer_url(&address));
@@ -245,7 +391,7 @@ impl World {
                 m.is_learner = true;
                 members_mut(&mut self.o).push(m);
             }
-            Step::PromoteLearner { member_id, .. } => {
+            Step::Membership(MembershipStep::PromoteLearner { member_id, .. }) => {
                 let m = members_mut(&mut self.o)
                     .iter_mut()
                     .find(|m| m.id == *member_id)
@@ -253,25 +399,27 @@ impl World {
                 assert!(m.is_learner, "promoted a voter");
                 m.is_learner = false;
             }
-            Step::DeleteMachine { machine, .. } => {
+            Step::Machines(MachineStep::DeleteMachine { machine, .. }) => {
                 let m = self.o.machines.iter_mut().find(|m| &m.name == machine).unwrap();
                 assert!(!m.deleting, "deleted twice: {machine}");
                 m.deleting = true;
             }
-            Step::MoveLeader { to, .. } => {
+            Step::Membership(MembershipStep::MoveLeader { to, .. }) => {
                 for m in members_mut(&mut self.o) {
                     m.is_leader = m.id == *to;
                 }
             }
-            Step::RemoveMember { member_id, .. } => {
+            Step::Membership(MembershipStep::RemoveMember { member_id, .. }) => {
                 let members = members_mut(&mut self.o);
                 let gone = members.iter().find(|m| m.id == *member_id).unwrap();
                 assert!(!gone.is_leader, "removed the leader without moving it");
                 self.removed.push(gone.name.clone());
                 members.retain(|m| m.id != *member_id);
             }
-            Step::ReleaseHook { machine } => self.o.machines.retain(|m| &m.name != machine),
-            Step::WriteKcpEndpoints { endpoints } => {
+            Step::Membership(MembershipStep::ReleaseHook { machine }) => {
+                self.o.machines.retain(|m| &m.name != machine)
+            }
+            Step::ControlPlane(ControlPlaneStep::WriteKcpEndpoints { endpoints, .. }) => {
                 self.kcp_writes.push(endpoints.clone());
                 if let KcpView::Found {
                     endpoints: current,
@@ -283,12 +431,12 @@ impl World {
                     *rollout_complete = false;
                 }
             }
-            Step::Wait { reason, .. } if *reason == reason::WAITING_FOR_CONTROL_PLANE_ROLLOUT => {
+            Step::Hold(hold) if hold.reason == reason::WAITING_FOR_CONTROL_PLANE_ROLLOUT => {
                 if let KcpView::Found { rollout_complete, .. } = &mut self.o.kcp {
                     *rollout_complete = true;
                 }
             }
-            Step::UpdateInitSecretUrls { client_urls } => {
+            Step::Secrets(SecretStep::UpdateInitSecretUrls { client_urls, .. }) => {
                 self.o.init_secret = Some(InitSecret {
                     address: Some("10.0.0.1".into()),
                     client_urls: client_urls.clone(),
@@ -303,7 +451,7 @@ impl World {
     }
 
     /// Plan and apply until steady; returns the steps taken.
-    pub(super) fn run(&mut self) -> Vec<Step> {
+    pub fn run(&mut self) -> Vec<Step> {
         let mut steps = vec![];
         for _ in 0..200 {
             let step = plan(&self.o);
@@ -316,27 +464,21 @@ impl World {
         panic!("no steady state after 200 steps: {steps:#?}");
     }
 
-    pub(super) fn member_names(&self) -> Vec<String> {
+    pub fn member_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.o.members().iter().map(|m| m.name.clone()).collect();
         names.sort();
         names
     }
 }
 
-pub(super) fn zones() -> Vec<String> {
+pub fn zones() -> Vec<String> {
     vec!["a".to_string(), "b".into(), "c".into()]
 }
 
 /// `n` healthy members spread over zones a, b, c, optionally with a KCP that uses them.
-pub(super) fn zoned(n: usize, with_kcp: bool) -> Observed {
+pub fn zoned(n: usize, with_kcp: bool) -> Observation {
     let mut o = running(n);
-    o.cluster = ClusterView::Found {
-        name: "c1".into(),
-        paused: false,
-        deleting: false,
-        infrastructure_ready: true,
-        failure_domains: zones(),
-    };
+    o.cluster = cluster_found(zones());
     for (i, m) in o.machines.iter_mut().enumerate() {
         m.failure_domain = Some(zones()[i % 3].clone());
     }
@@ -349,17 +491,17 @@ pub(super) fn zoned(n: usize, with_kcp: bool) -> Observed {
     o
 }
 
-pub(super) fn outdate_all(o: &mut Observed) {
+pub fn outdate_all(o: &mut Observation) {
     for m in &mut o.machines {
         m.outdated = Some("etcdadmConfigSpec changed (cloudInitConfig.version)".into());
     }
 }
 
-pub(super) fn new_members_only(w: &World) -> bool {
+pub fn new_members_only(w: &World) -> bool {
     w.member_names().iter().all(|n| n.starts_with("c1-etcd-n"))
 }
 
-pub(super) fn zone_counts(o: &Observed) -> Vec<usize> {
+pub fn zone_counts(o: &Observation) -> Vec<usize> {
     zones()
         .iter()
         .map(|z| {

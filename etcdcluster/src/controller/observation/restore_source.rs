@@ -11,29 +11,20 @@ use kube::{Client, ResourceExt};
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::cluster::RecoveryPhase;
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, RestoreSource, S3Store, SnapshotPhase};
+use etcdadm_shared::error::Error;
 use etcdadm_shared::names;
 use etcdadm_shared::store::StoreClient;
 
-use super::plan::{RestoreView, SnapshotCheck};
-use crate::error::Error;
-use crate::snapshot::observe::{snapshots_of, store_access};
+use super::views::{RestoreDownload, RestoreView, SnapshotCheck};
+use crate::snapshot::{snapshots_of, store_access};
 
-/// What presigning the download needs.
-#[derive(Clone, Debug)]
-pub struct RestoreDownload {
-    pub store: StoreClient,
-    pub key: String,
-    pub sha256: Option<String>,
-    pub ca_pem: Option<String>,
-}
-
-/// `spec.restore` as read: the plan's view (its Secret's age filled in at plan time), when the
-/// restore Secret's URL was written, and the download when the source is usable.
+/// `spec.restore` as read: the plan's view (with the download when the source is usable; its
+/// Secret's age is filled in when the observation is assembled), and when the restore Secret's
+/// URL was written.
 #[derive(Clone, Debug)]
 pub struct RestoreObservation {
     pub view: RestoreView,
     pub secret_written: Option<Timestamp>,
-    pub download: Option<RestoreDownload>,
 }
 
 /// Whether the EtcdadmSnapshot `name` can be restored from, and the etcd version it holds.
@@ -119,14 +110,13 @@ pub async fn observe(
         recorded,
         ..Default::default()
     };
-    let mut download = None;
     if !view.recorded {
         match resolve(client, namespace, &source, &mut view).await? {
             Ok(source) => {
                 view.location = Some(format!("{}/{}", source.store.bucket, source.key));
                 match reach(client, namespace, &source.store).await? {
                     Ok((store, ca_pem)) => {
-                        download = Some(RestoreDownload {
+                        view.download = Some(RestoreDownload {
                             store,
                             key: source.key,
                             sha256: source.sha256,
@@ -139,11 +129,7 @@ pub async fn observe(
             Err(problem) => view.problem = Some(problem),
         }
     }
-    Ok(Some(RestoreObservation {
-        view,
-        secret_written,
-        download,
-    }))
+    Ok(Some(RestoreObservation { view, secret_written }))
 }
 
 /// The object `source` names, filling in what an EtcdadmSnapshot records; or why it is not

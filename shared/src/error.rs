@@ -1,11 +1,11 @@
-//! The one error type of the EtcdadmCluster controller; `category` names Event reasons and
-//! metric labels, in the vocabulary both binaries share.
+//! The one error type of the controllers, both binaries: what ended a reconcile, and the
+//! category (`category()`) that names its Event reason and metric label.
 
-use etcdadm_shared::category::ErrorCategory;
-use etcdadm_shared::contract::ContractError;
-use etcdadm_shared::etcd::EtcdError;
-use etcdadm_shared::pki::PkiError;
-use etcdadm_shared::store::StoreError;
+use crate::category::ErrorCategory;
+use crate::contract::ContractError;
+use crate::etcd::EtcdError;
+use crate::pki::PkiError;
+use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -38,9 +38,9 @@ impl Error {
             Error::Contract(e) => e.category(),
             Error::Etcd(e) => e.category(),
             Error::Json(_) => ErrorCategory::Encoding,
+            Error::Store(e) => e.category(),
             Error::NotFound(_) => ErrorCategory::NotFound,
             Error::Internal(_) => ErrorCategory::Internal,
-            Error::Store(e) => e.category(),
         }
     }
 }

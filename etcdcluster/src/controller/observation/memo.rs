@@ -1,4 +1,4 @@
-//! Observations reused between reconciles, so a steady cluster's periodic health round costs no
+//! Reads reused between reconciles, so a steady cluster's periodic health round costs no
 //! API read while the watch cache holds the EtcdadmCluster version kept, and one read (the
 //! EtcdadmCluster) otherwise, instead of seven. A watch event on a Machine, Cluster or KCP of the
 //! cluster, a change to the EtcdadmCluster's spec or metadata, a write of our own, or age ends a
@@ -14,8 +14,9 @@ use kube::api::{Api, ObjectMeta};
 
 use etcdadm_shared::api::EtcdadmCluster;
 
-use super::observe::{Observation, observe_around};
-use crate::error::Error;
+use etcdadm_shared::error::Error;
+
+use super::read::{Reads, read};
 
 /// The shortest time an observation is reused for: with [`lifetime`], the bound on noticing a
 /// change to what is not watched (EtcdadmConfigs, infrastructure machines, Secret contents),
@@ -48,7 +49,7 @@ struct Inner {
 }
 
 struct Kept {
-    observation: Observation,
+    reads: Reads,
     /// When its [`lifetime`] ends.
     until: Instant,
 }
@@ -66,7 +67,7 @@ impl Observations {
         name: &str,
         cached: &EtcdadmCluster,
         afresh: bool,
-    ) -> Result<Option<(Observation, bool)>, Error> {
+    ) -> Result<Option<(Reads, bool)>, Error> {
         let key = format!("{namespace}/{name}");
         let now = Instant::now();
         if !afresh && let Some(kept) = self.unchanged(&key, cached, now) {
@@ -82,7 +83,7 @@ impl Observations {
             return Ok(Some((kept, false)));
         }
         let epoch = self.epoch(&key);
-        let obs = observe_around(client, namespace, etcd).await?;
+        let obs = read(client, namespace, etcd).await?;
         self.keep(&key, epoch, &obs, now);
         Ok(Some((obs, true)))
     }
@@ -105,7 +106,7 @@ impl Observations {
 
     /// Keep `observation`, begun at `epoch`, unless `key` was invalidated since or the cluster is
     /// being deleted (deletion reads what it waits on every time).
-    pub fn keep(&self, key: &str, epoch: u64, observation: &Observation, now: Instant) {
+    pub fn keep(&self, key: &str, epoch: u64, observation: &Reads, now: Instant) {
         // Deletion, a missing template (its kind is not watched) and a recovery (it waits on its
         // EtcdadmSnapshot, whose changes end no reuse) are looked at afresh.
         let recovering = observation
@@ -121,7 +122,7 @@ impl Observations {
             inner.kept.insert(
                 key.to_string(),
                 Kept {
-                    observation: observation.clone(),
+                    reads: observation.clone(),
                     until: now + lifetime(key),
                 },
             );
@@ -130,27 +131,27 @@ impl Observations {
 
     /// The kept observation of `key`, if its [`lifetime`] has not ended and carries the
     /// resourceVersion of `cached`.
-    pub fn unchanged(&self, key: &str, cached: &EtcdadmCluster, now: Instant) -> Option<Observation> {
+    pub fn unchanged(&self, key: &str, cached: &EtcdadmCluster, now: Instant) -> Option<Reads> {
         let inner = self.inner.lock().ok()?;
         let kept = inner.kept.get(key)?;
         let young = now < kept.until;
-        let version = &kept.observation.etcd_cluster.metadata.resource_version;
+        let version = &kept.reads.etcd_cluster.metadata.resource_version;
         (young && version.is_some() && *version == cached.metadata.resource_version)
-            .then(|| kept.observation.clone())
+            .then(|| kept.reads.clone())
     }
 
     /// The kept observation of `key`, if its [`lifetime`] has not ended and was made of
     /// the same EtcdadmCluster spec and metadata as `etcd` (just read); it then carries `etcd`,
     /// and is kept so.
-    pub fn reuse(&self, key: &str, etcd: &EtcdadmCluster, now: Instant) -> Option<Observation> {
+    pub fn reuse(&self, key: &str, etcd: &EtcdadmCluster, now: Instant) -> Option<Reads> {
         let mut inner = self.inner.lock().ok()?;
         let kept = inner.kept.get_mut(key)?;
         let young = now < kept.until;
-        if !young || !same_object(&kept.observation.etcd_cluster.metadata, &etcd.metadata) {
+        if !young || !same_object(&kept.reads.etcd_cluster.metadata, &etcd.metadata) {
             return None;
         }
-        kept.observation.etcd_cluster = etcd.clone();
-        Some(kept.observation.clone())
+        kept.reads.etcd_cluster = etcd.clone();
+        Some(kept.reads.clone())
     }
 
     /// `etcd` is what a status write of our own returned: a kept observation of the same spec
@@ -158,9 +159,9 @@ impl Observations {
     pub fn carry(&self, key: &str, etcd: &EtcdadmCluster) {
         if let Ok(mut inner) = self.inner.lock()
             && let Some(kept) = inner.kept.get_mut(key)
-            && same_object(&kept.observation.etcd_cluster.metadata, &etcd.metadata)
+            && same_object(&kept.reads.etcd_cluster.metadata, &etcd.metadata)
         {
-            kept.observation.etcd_cluster = etcd.clone();
+            kept.reads.etcd_cluster = etcd.clone();
         }
     }
 
@@ -189,7 +190,7 @@ fn same_object(a: &ObjectMeta, b: &ObjectMeta) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
-    use crate::controller::plan::{CaView, KcpView};
+    use crate::controller::observation::views::{CaView, ClusterView, KcpView};
 
     const KEY: &str = "ns/etcd";
 
@@ -203,18 +204,17 @@ mod tests {
         .unwrap()
     }
 
-    fn observation(etcd: EtcdadmCluster) -> Observation {
-        Observation {
+    fn observation(etcd: EtcdadmCluster) -> Reads {
+        Reads {
             etcd_cluster: etcd,
             namespace: "ns".into(),
-            cluster: None,
-            ca: None,
-            ca_view: CaView::Missing,
+            cluster: ClusterView::Missing,
+            ca: CaView::Missing,
             machines: vec![],
             leftovers: vec!["left-behind".into()],
             init_secret: None,
-            kcp: None,
-            kcp_view: KcpView::None,
+            kcp: KcpView::None,
+            kcp_version: None,
             apiserver_client: None,
             control_plane_machines: 0,
             spec_problem: None,
@@ -351,7 +351,7 @@ mod tests {
         let memo = Observations::default();
         let now = Instant::now();
         let mut recovering = observation(etcd(1, false));
-        recovering.recovery = Some(crate::controller::plan::RecoveryView {
+        recovering.recovery = Some(crate::controller::observation::views::RecoveryView {
             requested: Some("latest".into()),
             ..Default::default()
         });

@@ -1,0 +1,119 @@
+//! Performing the planned step, end to end: the status it leaves first, then the step itself
+//! (its concern performs it), then its Event, a log line and metrics, and what the reconcile
+//! does next. Every write is safe to repeat and to interrupt: a crash between any two writes
+//! leaves objects the next observation recognises and resumes from. Objects are created only if
+//! absent; changes are server-side applied, each site as a field manager of its own, forced only
+//! for fields this controller alone decides; a merge patch is kept only where an apply cannot
+//! remove what an earlier writer added.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::{Api, Patch};
+use kube::runtime::controller::Action;
+use serde_json::json;
+use tracing::{debug, info};
+
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
+use etcdadm_shared::error::Error;
+use etcdadm_shared::manager::reconcile::Next;
+use etcdadm_shared::ssa;
+
+use super::decision::{Applied, EventNote, JOIN_POLL, MEMBERSHIP_RETRY, Outputs};
+use super::observation::Observation;
+use super::plan::Step;
+use super::status;
+
+/// The apply site of the status: its fields are this controller's alone.
+const STATUS_MANAGER: &str = "etcdadm-controller/status";
+
+/// Write the status `o` and `step` make, then perform `step` and report it. Status comes
+/// first, so what the step's consequences rely on (e.g. `status.initialized` for a joining
+/// Machine's bootstrap) is stored before they happen.
+pub async fn apply(out: &Outputs<'_>, o: &mut Observation, step: Step) -> Result<Next, Error> {
+    if let Some(updated) = write_status(out, o, &step).await? {
+        // The finalizer's removal is guarded by the resourceVersion this write produced.
+        o.etcd_cluster = updated;
+    }
+    let o = &*o;
+    if !step.writes() {
+        if let Step::Hold(hold) = &step
+            && hold.is_refusal()
+        {
+            debug!(reason = hold.reason, message = %hold.message, "refusing to act");
+        }
+        return Ok(Next::Done(
+            step.after(o).action().unwrap_or_else(Action::await_change),
+        ));
+    }
+    match step.apply(out, o).await? {
+        Applied::Done => report(out, o, &step).await,
+        Applied::AlreadyDone => debug!(step = step.reason().0, "nothing to do: done already"),
+        Applied::Deferred(e) => {
+            info!(error = %e, "etcd refused a membership change for now; retrying");
+            let note = format!("etcd refused the membership change for now, retrying: {e}");
+            out.publish(
+                &o.etcd_cluster,
+                EventNote::normal("MembershipChangeDeferred", note),
+            )
+            .await;
+            return Ok(Next::Done(Action::requeue(MEMBERSHIP_RETRY)));
+        }
+        Applied::NotYet => {
+            debug!(
+                step = step.reason().0,
+                "etcd is not ready for it yet; asking again shortly"
+            );
+            return Ok(Next::Done(Action::requeue(JOIN_POLL)));
+        }
+    }
+    Ok(match step.after(o).action() {
+        Some(action) => Next::Done(action),
+        None => Next::Again,
+    })
+}
+
+/// The Event the plan names for `step`, with a log line saying the same.
+async fn report(out: &Outputs<'_>, o: &Observation, step: &Step) {
+    match step.event(o) {
+        Some(note) => {
+            info!(reason = note.reason, "{}", note.note);
+            out.publish(&o.etcd_cluster, note).await;
+        }
+        None => debug!(step = step.reason().0, "applied"),
+    }
+}
+
+/// Write status if it changed, and publish the Events of its transitions. Returns the object as
+/// written, if it was.
+async fn write_status(
+    out: &Outputs<'_>,
+    o: &Observation,
+    step: &Step,
+) -> Result<Option<EtcdadmCluster>, Error> {
+    let etcd = &o.etcd_cluster;
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let (status, transitions) = status::next_status(etcd, o, step, &now);
+    out.metrics(etcd, |m, ns, name| {
+        m.observe_status(ns, name, etcd.spec.replicas(), &status)
+    });
+    let old: EtcdadmClusterStatus = etcd.status.clone().unwrap_or_default();
+    let mut written = None;
+    if status != old {
+        // The whole status, every time: its fields are this controller's alone.
+        let body =
+            ssa::configuration::<EtcdadmCluster>(&etcd.name_any(), json!({}), json!({ "status": status }));
+        written = Some(
+            Api::<EtcdadmCluster>::namespaced(out.client.clone(), &o.namespace)
+                .patch_status(
+                    &etcd.name_any(),
+                    &ssa::params(STATUS_MANAGER, true),
+                    &Patch::Apply(body),
+                )
+                .await?,
+        );
+    }
+    for t in transitions {
+        out.publish(etcd, t).await;
+    }
+    Ok(written)
+}

@@ -1,0 +1,199 @@
+//! The vocabulary every concern speaks: a rule that holds the plan back (`Hold`), a concern's
+//! answer (`Decision`), where a step's effects go (`Outputs`), what applying it came to
+//! (`Applied`), and what the reconcile does after it (`After`).
+
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+
+use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::etcd::EtcdError;
+pub use etcdadm_shared::manager::events::EventNote;
+use etcdadm_shared::manager::events::Recorder;
+pub use etcdadm_shared::manager::reconcile::{REFUSED_REQUEUE, WAIT_REQUEUE};
+use kube::Client;
+
+use etcdadm_shared::error::Error;
+
+use super::observation::Observation;
+use super::observation::health::EtcdClients;
+use crate::metrics::EtcdClusterMetrics;
+
+/// Field manager of this controller's creations and merge patches; each server-side apply site
+/// has one of its own (`etcdadm-controller/<scope>`).
+pub const FIELD_MANAGER: &str = "etcdadm-controller";
+/// Requeue while a member joins: its start and its catching up show in etcd, not in any object
+/// a watch would report (a learner's node writes nothing until it is promoted), so polling is
+/// the only way to take the next step of a join promptly; it lasts only as long as the join.
+/// Promotion in particular must follow quickly (docs/day2.md, "Learner joins": etcdadm's health
+/// read gives up about 2.7 s after a learner starts).
+pub const JOIN_POLL: Duration = Duration::from_millis(500);
+/// Retry of a membership change etcd refused for a passing reason (its strict reconfiguration
+/// check wants a new member connected for 5 s before another change).
+pub const MEMBERSHIP_RETRY: Duration = Duration::from_secs(1);
+
+/// Condition reasons more than one concern gives.
+pub mod reason {
+    pub const READY: &str = "Ready";
+    pub const PROVISIONING: &str = "Provisioning";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const SCALING_UP: &str = "ScalingUp";
+    pub const SCALING_DOWN: &str = "ScalingDown";
+    pub const ROLLING_UPDATE: &str = "RollingUpdate";
+    pub const REMEDIATING: &str = "Remediating";
+    pub const RESTORING: &str = "RestoringFromSnapshot";
+}
+
+/// How much a hold asks of the operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldKind {
+    /// Waiting for something that comes by itself (severity Info).
+    Wait,
+    /// Waiting because the safety rules do not allow what is asked now: severity Warning, and a
+    /// Warning Event when it begins.
+    Refusal,
+    /// Only a human can fix it (severity Error, a Warning Event when it begins); looked at again
+    /// only now and then.
+    Refuse,
+}
+
+/// A rule holding the plan back: nothing is written; `reason` and `message` say what is awaited
+/// or refused.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hold {
+    pub reason: &'static str,
+    pub message: String,
+    pub kind: HoldKind,
+}
+
+impl Hold {
+    pub fn wait(reason: &'static str, message: impl Into<String>) -> Self {
+        Hold {
+            reason,
+            message: message.into(),
+            kind: HoldKind::Wait,
+        }
+    }
+
+    pub fn refusal(reason: &'static str, message: impl Into<String>) -> Self {
+        Hold {
+            reason,
+            message: message.into(),
+            kind: HoldKind::Refusal,
+        }
+    }
+
+    pub fn refuse(reason: &'static str, message: impl Into<String>) -> Self {
+        Hold {
+            reason,
+            message: message.into(),
+            kind: HoldKind::Refuse,
+        }
+    }
+
+    /// A refusal an operator should hear about (a Warning Event when it starts).
+    pub fn is_refusal(&self) -> bool {
+        self.kind != HoldKind::Wait
+    }
+}
+
+/// What a concern decides: hold the plan back, or take one of its steps.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision<S> {
+    Hold(Hold),
+    Do(S),
+}
+
+impl<S> From<Hold> for Decision<S> {
+    fn from(hold: Hold) -> Self {
+        Decision::Hold(hold)
+    }
+}
+
+/// Where a step's effects go: the API server, Events, etcd, metrics.
+pub struct Outputs<'a> {
+    pub client: &'a Client,
+    pub recorder: &'a Recorder,
+    pub etcd_clients: &'a EtcdClients,
+    /// Per-cluster metrics, when run by the manager (tests go without).
+    pub metrics: Option<&'a EtcdClusterMetrics>,
+}
+
+impl Outputs<'_> {
+    /// Record into the cluster's metrics, when there are any.
+    pub fn metrics(&self, etcd: &EtcdadmCluster, record: impl FnOnce(&EtcdClusterMetrics, &str, &str)) {
+        if let Some(metrics) = self.metrics {
+            record(metrics, &etcd.namespace().unwrap_or_default(), &etcd.name_any());
+        }
+    }
+
+    /// Publish `note` about `etcd`.
+    pub async fn publish(&self, etcd: &EtcdadmCluster, note: EventNote) {
+        self.recorder.note(etcd, "Reconcile", note).await;
+    }
+}
+
+/// What every concern's step says and does; `plan::Step` dispatches to it.
+pub(crate) trait ConcernStep {
+    /// The condition reason and message for `Ready` while this step is next.
+    fn reason(&self) -> (&'static str, String);
+    /// The Event this step leaves once applied, if it leaves one: a pure function of the
+    /// observation and the step.
+    fn event(&self, o: &Observation) -> Option<EventNote>;
+    /// Whether it writes anything (only a pause does not).
+    fn writes(&self) -> bool {
+        true
+    }
+    /// Perform it.
+    async fn apply(&self, out: &Outputs<'_>, o: &Observation) -> Result<Applied, Error>;
+    /// What the reconcile does once it took effect.
+    fn after(&self, o: &Observation) -> After;
+}
+
+/// How applying a step went.
+pub enum Applied {
+    /// It took effect: its Event is published.
+    Done,
+    /// What it creates existed already (an earlier attempt or a racer made it): no Event.
+    AlreadyDone,
+    /// etcd refused the membership change for a passing reason: retried shortly.
+    Deferred(EtcdError),
+    /// etcd is not ready for it yet (a learner catching up): asked again after [`JOIN_POLL`],
+    /// without an Event.
+    NotYet,
+}
+
+impl From<bool> for Applied {
+    /// `created` as returned by a create-if-absent.
+    fn from(created: bool) -> Self {
+        if created {
+            Applied::Done
+        } else {
+            Applied::AlreadyDone
+        }
+    }
+}
+
+/// What the reconcile does once a step took effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum After {
+    /// Observe again at once: the next step may follow.
+    Again,
+    /// Look again after this long: what comes next shows in etcd or in another actor's objects,
+    /// not in an object this controller watches.
+    Requeue(Duration),
+    /// Nothing more until something changes.
+    AwaitChange,
+}
+
+impl After {
+    /// The requeue `self` asks for; `None` to observe again at once.
+    pub fn action(self) -> Option<Action> {
+        match self {
+            After::Again => None,
+            After::Requeue(wait) => Some(Action::requeue(wait)),
+            After::AwaitChange => Some(Action::await_change()),
+        }
+    }
+}

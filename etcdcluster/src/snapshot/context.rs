@@ -1,0 +1,62 @@
+//! What every reconcile of the snapshot controllers shares: the API client, the Event recorder,
+//! the shutdown signal a snapshot being taken is aborted on, and the waits they use.
+
+use std::time::Duration;
+
+use kube::api::PatchParams;
+use kube::{Client, Resource};
+
+use etcdadm_shared::manager::ShutdownSignal;
+use etcdadm_shared::manager::events::{EventNote, Recorder};
+
+/// Field manager of this controller's writes.
+pub const FIELD_MANAGER: &str = "etcdadm-controller/snapshots";
+/// Default time the snapshot stream may stall before the attempt fails.
+pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a snapshot of a cluster that does not exist waits for it (both may be applied at
+/// once) before it fails.
+pub const MISSING_CLUSTER_GRACE: Duration = Duration::from_secs(30);
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    /// Resolves when the controller must stop: a snapshot being taken is aborted.
+    pub shutdown: Option<ShutdownSignal>,
+    /// How long the member's snapshot stream may stall.
+    pub stream_idle_timeout: Duration,
+    /// How long a snapshot of a cluster that does not exist waits for it.
+    pub missing_cluster_grace: Duration,
+}
+
+impl Context {
+    pub fn new(client: Client) -> Self {
+        Context {
+            recorder: Recorder::for_controller(client.clone(), "etcdadm-controller"),
+            client,
+            shutdown: None,
+            stream_idle_timeout: STREAM_IDLE_TIMEOUT,
+            missing_cluster_grace: MISSING_CLUSTER_GRACE,
+        }
+    }
+
+    /// Publish an Event about `object`; a failure to publish is logged, never fatal.
+    pub async fn event<K>(&self, object: &K, warning: bool, reason: &'static str, note: String)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let note = if warning {
+            EventNote::warning(reason, note)
+        } else {
+            EventNote::normal(reason, note)
+        };
+        self.recorder.note(object, "Snapshot", note).await;
+    }
+}
+
+pub fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
