@@ -82,6 +82,7 @@ pub struct EtcdClusterMetrics {
     learners: Family<ClusterLabels, Gauge>,
     leader_changes: Family<ClusterLabels, Counter>,
     db_size: Family<MemberLabels, Gauge<f64, AtomicU64>>,
+    quota: Family<MemberLabels, Gauge<f64, AtomicU64>>,
     since_healthy: Family<MemberLabels, Gauge<f64, AtomicU64>>,
     alarms: Family<AlarmLabels, Gauge>,
     health_latency: Family<ClusterLabels, Histogram, fn() -> Histogram>,
@@ -106,6 +107,7 @@ impl EtcdClusterMetrics {
             learners: Family::default(),
             leader_changes: Family::default(),
             db_size: Family::default(),
+            quota: Family::default(),
             since_healthy: Family::default(),
             alarms: Family::default(),
             health_latency: Family::new_with_constructor(latency_histogram),
@@ -143,6 +145,11 @@ impl EtcdClusterMetrics {
             "etcdadm_member_db_size_bytes",
             "Backend database size reported by each member",
             this.db_size.clone(),
+        );
+        metrics.register(
+            "etcdadm_member_quota_backend_bytes",
+            "Backend quota each member runs with (etcd raises NOSPACE when the database reaches it)",
+            this.quota.clone(),
         );
         metrics.register(
             "etcdadm_member_seconds_since_healthy",
@@ -250,13 +257,16 @@ impl EtcdClusterMetrics {
     }
 
     /// A member's DB size from its Status call.
-    pub fn observe_db_size(&self, namespace: &str, name: &str, member: &str, bytes: u64) {
+    /// A member's database size and the backend quota it runs with (their ratio is how full it
+    /// is: at 1 etcd raises NOSPACE).
+    pub fn observe_db_size(&self, namespace: &str, name: &str, member: &str, bytes: u64, quota: u64) {
         let labels = MemberLabels {
             namespace: namespace.into(),
             name: name.into(),
             member: member.into(),
         };
         self.db_size.get_or_create(&labels).set(bytes as f64);
+        self.quota.get_or_create(&labels).set(quota as f64);
     }
 
     /// Active alarms of a cluster, by kind (every known kind is set, so a cleared alarm reads 0).
@@ -342,7 +352,7 @@ mod tests {
         status.members[0].is_leader = false;
         status.members[1].is_leader = true;
         metrics.observe_status("default", "c1", 3, &status);
-        metrics.observe_db_size("default", "c1", "a", 20480);
+        metrics.observe_db_size("default", "c1", "a", 20480, 2 << 30);
         metrics.observe_alarms("default", "c1", &["NOSPACE".into()]);
         metrics.observe_health_check("default", "c1", Duration::from_millis(12));
         metrics.membership_operation("default", "c1", "remove", "done");
@@ -355,6 +365,7 @@ mod tests {
             r#"etcdadm_cluster_learner_members{namespace="default",name="c1"} 0"#,
             r#"etcdadm_cluster_leader_changes_total{namespace="default",name="c1"} 1"#,
             r#"etcdadm_member_db_size_bytes{namespace="default",name="c1",member="a"} 20480.0"#,
+            r#"etcdadm_member_quota_backend_bytes{namespace="default",name="c1",member="a"} 2147483648.0"#,
             r#"etcdadm_member_seconds_since_healthy{namespace="default",name="c1",member="a"} 0.0"#,
             r#"etcdadm_cluster_alarms{namespace="default",name="c1",alarm="NOSPACE"} 1"#,
             r#"etcdadm_cluster_alarms{namespace="default",name="c1",alarm="CORRUPT"} 0"#,

@@ -222,6 +222,15 @@ fn etcdadm_problems(spec: &EtcdadmConfigSpec, base: &str, refuse: &mut impl FnMu
                 .into(),
         );
     }
+    if spec.quota_backend_bytes.is_some() {
+        refuse(
+            format!("{base}.quotaBackendBytes"),
+            "the bottlerocket bootstrap image passes etcd no settings besides its version and \
+             cipher suites, so the quota would be ignored: remove it (etcd's default, 2Gi, applies) \
+             or use format cloud-config"
+                .into(),
+        );
+    }
     if spec.etcdadm_builtin == Some(false) {
         refuse(
             format!("{base}.etcdadmBuiltin"),

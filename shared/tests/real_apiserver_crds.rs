@@ -200,6 +200,19 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             "one member",
             cluster(json!({"replicas": 1, "failureDomains": ["only"]})),
         ),
+        // The quota as a number or a quantity (int-or-string), alarm repair by hand.
+        (
+            "quota in bytes",
+            config_with(json!({"quotaBackendBytes": 8_589_934_592_u64})),
+        ),
+        (
+            "quota as a quantity",
+            config_with(json!({"quotaBackendBytes": "8Gi"})),
+        ),
+        (
+            "alarms repaired by hand",
+            cluster(json!({"maintenance": {"alarms": "Manual"}})),
+        ),
         // The latest time the server accepts: the controller must read it too.
         (
             "rolloutAfter at the end of year 9999",
@@ -297,6 +310,11 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             "an unknown file encoding",
             config_with(json!({"files": [{"path": "/a", "encoding": "zip"}]})),
             &["spec.files[0].encoding", "Unsupported value"],
+        ),
+        (
+            "an unknown alarm repair",
+            cluster(json!({"maintenance": {"alarms": "Sometimes"}})),
+            &["spec.maintenance.alarms", "Unsupported value"],
         ),
         (
             "a long cipher suite list",

@@ -1,7 +1,7 @@
-//! The etcdadm command lines: which flags each etcdadm build accepts, how cipher suites reach
-//! etcd when the build has no flag for them, and how a learner join waits around `etcdadm join`.
+//! The etcdadm command lines: which flags each etcdadm build accepts, how the settings etcdadm
+//! has no flag for (cipher suites, the backend quota) reach etcd through its env file, and how a learner join waits around `etcdadm join`.
 
-use etcdadm_shared::api::config::{EtcdadmConfigSpec, EtcdadmFlavor};
+use etcdadm_shared::api::config::{EtcdadmConfigSpec, EtcdadmFlavor, QUOTA_BACKEND_BYTES_RANGE};
 use etcdadm_shared::validation::{is_etcd_version, quoted};
 
 use super::EtcdadmCommand;
@@ -129,15 +129,45 @@ pub fn etcdadm_runcmd(
     if let EtcdadmCommand::InitFromSnapshot(_) = command {
         steps.push(restore::after_init());
     }
-    if let (Some(list), EtcdadmFlavor::Upstream) = (&cipher_suites, flavor) {
-        // Upstream etcdadm has no --cipher-suites flag: etcd reads the same setting from its env
-        // file, so replace the line there and restart etcd before declaring success.
-        steps.push(format!("sed -i '/^ETCD_CIPHER_SUITES=/d' {ETCD_ENV_FILE}"));
-        steps.push(format!("echo ETCD_CIPHER_SUITES={list} >> {ETCD_ENV_FILE}"));
+    let settings = env_settings(spec, cipher_suites.filter(|_| flavor == EtcdadmFlavor::Upstream))?;
+    if !settings.is_empty() {
+        // etcdadm writes the env file itself: each line is replaced there, and etcd restarted
+        // once, before success is declared.
+        for (name, value) in &settings {
+            steps.push(format!("sed -i '/^{name}=/d' {ETCD_ENV_FILE}"));
+            steps.push(format!("echo {name}={value} >> {ETCD_ENV_FILE}"));
+        }
         steps.push("systemctl restart etcd".into());
     }
     steps.push(format!("echo success > {SUCCESS_SENTINEL}"));
     Ok(steps.join(" && "))
+}
+
+/// The etcd settings etcdadm has no flag for, as lines of etcd's env file: the cipher suites
+/// for upstream etcdadm (`cipher_suites`, when given) and the backend quota. Values are plain
+/// words (suite names, digits), safe in the shell line unquoted.
+fn env_settings(
+    spec: &EtcdadmConfigSpec,
+    cipher_suites: Option<String>,
+) -> Result<Vec<(&'static str, String)>, RenderError> {
+    let mut settings = Vec::new();
+    if let Some(list) = cipher_suites {
+        settings.push(("ETCD_CIPHER_SUITES", list));
+    }
+    if let Some(quota) = &spec.quota_backend_bytes {
+        let bytes = quota
+            .bytes()
+            .ok()
+            .filter(|bytes| QUOTA_BACKEND_BYTES_RANGE.contains(bytes))
+            .ok_or_else(|| {
+                RenderError::invalid(
+                    "spec.quotaBackendBytes",
+                    format!("{quota} is not within 16Mi to 32Gi"),
+                )
+            })?;
+        settings.push(("ETCD_QUOTA_BACKEND_BYTES", bytes.to_string()));
+    }
+    Ok(settings)
 }
 
 /// Upstream etcdadm joins through exactly one URL (a list makes it time out listing members);
@@ -282,6 +312,45 @@ mod tests {
             "etcdadm join https://10.0.0.1:2379,https://10.0.0.2:2379 --init-system systemd --name etcd-1 \
              --cipher-suites TLS_A,TLS_B && echo success > /run/cluster-api/bootstrap-success.complete"
         );
+    }
+
+    #[test]
+    fn the_quota_goes_to_the_env_file_with_one_restart_for_every_setting() {
+        use etcdadm_shared::api::quantity::ByteQuantity;
+        let spec = EtcdadmConfigSpec {
+            cipher_suites: Some("TLS_A".into()),
+            quota_backend_bytes: Some(ByteQuantity::Text("8Gi".into())),
+            ..Default::default()
+        };
+        let line = init(&spec);
+        assert!(
+            line.ends_with(
+                "&& sed -i '/^ETCD_CIPHER_SUITES=/d' /etc/etcd/etcd.env \
+             && echo ETCD_CIPHER_SUITES=TLS_A >> /etc/etcd/etcd.env \
+             && sed -i '/^ETCD_QUOTA_BACKEND_BYTES=/d' /etc/etcd/etcd.env \
+             && echo ETCD_QUOTA_BACKEND_BYTES=8589934592 >> /etc/etcd/etcd.env \
+             && systemctl restart etcd && echo success > /run/cluster-api/bootstrap-success.complete"
+            ),
+            "{line}"
+        );
+        // The eks-anywhere build takes the suites as a flag; the quota still needs the env file.
+        let eks = EtcdadmConfigSpec {
+            etcdadm_flavor: Some(EtcdadmFlavor::EksAnywhere),
+            ..spec.clone()
+        };
+        let line = init(&eks);
+        assert!(line.contains("--cipher-suites TLS_A &&"), "{line}");
+        assert!(!line.contains("ETCD_CIPHER_SUITES"), "{line}");
+        assert!(
+            line.contains("echo ETCD_QUOTA_BACKEND_BYTES=8589934592 >>"),
+            "{line}"
+        );
+        let out_of_bounds = EtcdadmConfigSpec {
+            quota_backend_bytes: Some(ByteQuantity::Text("1Mi".into())),
+            ..Default::default()
+        };
+        let err = etcdadm_runcmd(&out_of_bounds, "etcd-0", &EtcdadmCommand::Init).unwrap_err();
+        assert!(err.to_string().starts_with("spec.quotaBackendBytes: "), "{err}");
     }
 
     #[test]

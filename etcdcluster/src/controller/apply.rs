@@ -72,6 +72,27 @@ pub async fn apply(out: &Outputs<'_>, o: &mut Observation, step: Step) -> Result
     })
 }
 
+/// Write the status as last written with `change` made to it: what only a step's outcome tells
+/// (a defragmentation's result) is recorded once the step is done.
+pub async fn amend_status(
+    out: &Outputs<'_>,
+    o: &Observation,
+    change: impl FnOnce(&mut EtcdadmClusterStatus),
+) -> Result<(), Error> {
+    let etcd = &o.etcd_cluster;
+    let mut status = etcd.status.clone().unwrap_or_default();
+    change(&mut status);
+    let body = ssa::configuration::<EtcdadmCluster>(&etcd.name_any(), json!({}), json!({ "status": status }));
+    Api::<EtcdadmCluster>::namespaced(out.client.clone(), &o.namespace)
+        .patch_status(
+            &etcd.name_any(),
+            &ssa::params(STATUS_MANAGER, true),
+            &Patch::Apply(body),
+        )
+        .await?;
+    Ok(())
+}
+
 /// The Event the plan names for `step`, with a log line saying the same.
 async fn report(out: &Outputs<'_>, o: &Observation, step: &Step) {
     match step.event(o) {

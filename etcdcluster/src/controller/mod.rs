@@ -41,7 +41,7 @@ use etcdadm_shared::names;
 use self::decision::Outputs;
 use self::observation::health::{self, EtcdClients};
 use self::observation::memo::Observations;
-use self::observation::{EtcdView, Observation};
+use self::observation::{Checked, Observation};
 use self::watches::{
     Guarded, etcd_clusters_in, etcd_clusters_of, etcd_clusters_using, member_of, worth_reconciling,
 };
@@ -123,7 +123,7 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
     let key = format!("{namespace}/{name}");
     let out = ctx.outputs();
     // The etcd side is checked once per reconcile: the steps taken in between do not change it.
-    let mut etcd_view: Option<EtcdView> = None;
+    let mut etcd_view: Option<Checked> = None;
     // A kept observation may be used to find that nothing needs doing, never to do something.
     let mut read_afresh = false;
     for _ in 0..MAX_STEPS {

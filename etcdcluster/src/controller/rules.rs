@@ -13,6 +13,7 @@ use super::observation::{EtcdView, MemberView, Observation, healthy_client_urls,
 /// Condition reasons of the membership rules.
 pub mod reason {
     pub const QUORUM_LOST: &str = "QuorumLost";
+    pub const MEMBERS_UNREACHABLE: &str = "MembersUnreachable";
     pub const WAITING_FOR_MACHINE_ADDRESS: &str = "WaitingForMachineAddress";
     pub const WAITING_FOR_FIRST_MEMBER: &str = "WaitingForFirstMember";
     pub const WAITING_FOR_MEMBER_JOIN: &str = "WaitingForMemberJoin";
@@ -35,9 +36,12 @@ pub fn quorum(voters: usize) -> usize {
 /// flight (added but not started, or started and catching up) is reported as such, not as lost.
 pub fn quorum_lost(o: &Observation) -> Option<Hold> {
     match &o.etcd {
+        // Silence is not a lost quorum: the controller may be cut off from members that serve.
         EtcdView::Unreachable { message } if o.initialized => Some(Hold::refusal(
-            reason::QUORUM_LOST,
-            format!("no etcd member answers: {message}; nothing is changed until they do"),
+            reason::MEMBERS_UNREACHABLE,
+            format!(
+                "no etcd member answers the controller: {message}; the members may be down or cut off                  from the management cluster; nothing is changed until one answers"
+            ),
         )),
         EtcdView::Members(_) if !o.initialized_now() => None,
         EtcdView::Members(members) => {
@@ -184,7 +188,8 @@ pub fn pending_change(o: &Observation) -> Option<Hold> {
     None
 }
 
-/// touched, and nothing else changes while it is there.
+/// Rule 4: a member on none of our Machines (a stranger) is never touched while healthy, and
+/// nothing else changes while it is there.
 pub fn unknown_members_wait(o: &Observation) -> Option<Hold> {
     let unknown: Vec<String> = o
         .members()
@@ -365,12 +370,14 @@ mod tests {
         assert_eq!(wait_reason(&step), reason::QUORUM_LOST);
         assert!(wait_message(&step).contains("1 of 3"));
         assert!(!step.writes());
-        // Nobody answering at all after initialization is the same.
+        // Nobody answering at all after initialization holds everything too, said as it is.
         let mut o = running(3);
         o.etcd = EtcdView::Unreachable {
             message: "all refused".into(),
         };
-        assert_eq!(wait_reason(&plan(&o)), reason::QUORUM_LOST);
+        let step = plan(&o);
+        assert_eq!(wait_reason(&step), reason::MEMBERS_UNREACHABLE);
+        assert!(!step.writes());
     }
 
     #[test]

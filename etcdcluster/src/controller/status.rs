@@ -23,7 +23,7 @@ use super::observation::{
 use super::plan::Step;
 use super::plan::lifecycle::{self, LifecycleStep};
 use super::plan::recovery::{self, RecoveryAction, RecoveryStep};
-use super::plan::{self, certificates, control_plane, machines, versions};
+use super::plan::{self, alarms, certificates, control_plane, machines, versions};
 use super::rules::reason::WAITING_FOR_FIRST_MEMBER;
 
 /// The new status and the transitions from the old one to it.
@@ -39,6 +39,7 @@ pub fn next_status(
     status.members = member_statuses(o, &old.members, now, &mut transitions);
     let initialized = initialized(&mut status, o, step, &mut transitions);
     transitions.extend(plan::concern_status(&mut status, o, step, initialized, now));
+    transitions.extend(alarms::transitions(&old, o));
     summary(&mut status, etcd, o);
     transitions.extend(set_conditions(&mut status, &old, o, step, now));
     transitions.extend(ready_transitions(&status, &old, step));
@@ -80,7 +81,7 @@ fn initialized(
 
 /// The fields the contract and `kubectl get` read: ready, endpoints, versions, counts.
 fn summary(status: &mut EtcdadmClusterStatus, etcd: &EtcdadmCluster, o: &Observation) {
-    let ready = is_ready(o);
+    let ready = serving(o);
     status.ready = ready;
     status.creation_complete = status.creation_complete || ready;
     if matches!(o.etcd, EtcdView::Members(_)) {
@@ -118,7 +119,7 @@ fn set_conditions(
 ) -> Vec<EventNote> {
     let mut transitions = Vec::new();
     let generation = o.etcd_cluster.metadata.generation;
-    let ready = is_ready(o);
+    let ready = serving(o);
     let active = o.machines.iter().filter(|m| !m.deleting).count();
     let (step_reason, step_message) = step.reason();
     let expiring = certificates::expiring_condition(o);
@@ -153,13 +154,18 @@ fn set_conditions(
         machines::spec_up_to_date_condition(o, (step_reason, &step_message)),
         members_condition(o),
         endpoints_condition(o),
-        control_plane::condition(o, ready),
+        control_plane::condition(o, is_ready(o)),
         ready_condition,
     ] {
         conditions::set(&mut status.conditions, condition, generation, now);
     }
     transitions.extend(recovery::condition(status, o, &old.conditions, now));
     transitions
+}
+
+/// Ready: every member a healthy voter, and no alarm keeping etcd from accepting writes.
+fn serving(o: &Observation) -> bool {
+    is_ready(o) && o.alarms.is_empty()
 }
 
 /// The Events of Ready's changes: becoming ready, no longer ready, and a refusal beginning.
@@ -342,6 +348,9 @@ fn member_entry(name: &str, member: &MemberView, prev: Option<&MemberStatus>) ->
         last_transition_time: prev.and_then(|p| p.last_transition_time.clone()),
         etcd_version: member.etcd_version.clone(),
         db_size: member.db_size,
+        db_size_in_use: member.db_size_in_use,
+        quota_backend_bytes: i64::try_from(member.quota()).ok(),
+        last_defragmentation: prev.and_then(|p| p.last_defragmentation.clone()),
         alarms: member.alarms.clone(),
         // A member that did not complete a handshake this round keeps what it last presented.
         certificate_expiry: member
@@ -723,6 +732,52 @@ mod tests {
         let resize = conditions::find(&status.conditions, RESIZE_COMPLETED).unwrap();
         assert_eq!(resize.reason.as_deref(), Some(reason::SCALING_DOWN));
         assert_eq!(resize.message.as_deref(), Some("2 Machines for 1 replicas"));
+    }
+
+    #[test]
+    fn an_alarm_makes_ready_false_with_its_reason_sizes_and_one_warning() {
+        use crate::controller::observation::{Alarm, AlarmKind};
+        let mut o = crate::controller::testing::running(3);
+        let ready_status = next_status(&with_status(Default::default()), &o, &Step::Steady, &at(1)).0;
+        assert!(ready_status.ready);
+        o.alarms = vec![Alarm {
+            member_id: 1,
+            kind: AlarmKind::NoSpace,
+        }];
+        if let EtcdView::Members(members) = &mut o.etcd {
+            for m in members.iter_mut() {
+                m.db_size = Some(2 << 30);
+                m.revision = Some(7);
+                m.history_compacted = Some(true);
+                m.defragmented_at = Some(7);
+            }
+            members[0].alarms = vec!["NOSPACE".into()];
+        }
+        let step = crate::controller::plan::plan(&o);
+        let (status, transitions) = next_status(&with_status(ready_status), &o, &step, &at(2));
+        assert!(!status.ready);
+        let ready = conditions::find(&status.conditions, READY).unwrap();
+        assert_eq!(ready.reason.as_deref(), Some(reason::DATABASE_QUOTA_EXCEEDED));
+        let message = ready.message.clone().unwrap_or_default();
+        assert!(
+            message.contains("c1-etcd-m0 2.0 GiB of 2.0 GiB, c1-etcd-m1 2.0 GiB of 2.0 GiB"),
+            "{message}"
+        );
+        assert_eq!(status.members[0].alarms, ["NOSPACE"]);
+        assert_eq!(status.members[0].quota_backend_bytes, Some(2 << 30));
+        assert_eq!(
+            conditions::find(&status.conditions, MEMBERS_HEALTHY).map(|c| c.status),
+            Some(conditions::ConditionStatus::True),
+            "members serving with an alarm are healthy"
+        );
+        let raised: Vec<&EventNote> = transitions.iter().filter(|t| t.reason == "AlarmRaised").collect();
+        assert_eq!(raised.len(), 1, "{transitions:?}");
+        assert!(
+            raised[0].warning && raised[0].note.contains("NOSPACE"),
+            "{raised:?}"
+        );
+        let (_, again) = next_status(&with_status(status), &o, &step, &at(3));
+        assert!(!again.iter().any(|t| t.reason == "AlarmRaised"), "{again:?}");
     }
 
     #[test]

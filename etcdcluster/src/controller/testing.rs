@@ -14,6 +14,7 @@ use etcdadm_shared::pki::CertificateAuthority;
 
 pub use super::decision::Hold;
 pub use super::observation::*;
+pub use super::plan::alarms::AlarmStep;
 pub use super::plan::control_plane::ControlPlaneStep;
 pub use super::plan::machines::{Growth, MachineStep, MemberTemplate, Removal};
 pub use super::plan::membership::MembershipStep;
@@ -26,6 +27,7 @@ pub use super::rules::quorum;
 /// Every condition reason, for tests that name them.
 pub mod reason {
     pub use crate::controller::decision::reason::*;
+    pub use crate::controller::plan::alarms::reason::*;
     pub use crate::controller::plan::lifecycle::reason::*;
     pub use crate::controller::plan::machines::reason::*;
     pub use crate::controller::plan::membership::reason::*;
@@ -199,6 +201,8 @@ pub fn base() -> Observation {
         machines: vec![],
         leftovers: vec![],
         etcd: EtcdView::NotChecked,
+        alarms: vec![],
+        alarm_repair: Default::default(),
         init_secret: None,
         initialized: false,
         creation_complete: false,
@@ -347,6 +351,9 @@ pub struct World {
     /// New Machines join as learners: pre-added, started at once, then promoted.
     pub learner_joins: bool,
     pub max_learners: usize,
+    /// The bytes of live data each member's database shrinks to once compacted and
+    /// defragmented.
+    pub live_data: i64,
 }
 
 impl World {
@@ -362,6 +369,7 @@ impl World {
             removed: vec![],
             learner_joins: false,
             max_learners: 0,
+            live_data: 1 << 20,
         }
     }
 
@@ -441,6 +449,28 @@ impl World {
                     address: Some("10.0.0.1".into()),
                     client_urls: client_urls.clone(),
                 });
+            }
+            Step::Alarms(AlarmStep::Compact { .. }) => {
+                for m in members_mut(&mut self.o) {
+                    m.history_compacted = Some(true);
+                }
+            }
+            Step::Alarms(AlarmStep::Defragment {
+                member_id, revision, ..
+            }) => {
+                let live = self.live_data;
+                let m = members_mut(&mut self.o)
+                    .iter_mut()
+                    .find(|m| m.id == *member_id)
+                    .unwrap();
+                assert_eq!(m.history_compacted, Some(true), "defragmented before compaction");
+                m.db_size = Some(live);
+                m.defragmented_at = Some(*revision);
+            }
+            Step::Alarms(AlarmStep::Disarm { kind, member_ids, .. }) => {
+                self.o
+                    .alarms
+                    .retain(|a| !(a.kind == *kind && member_ids.contains(&a.member_id)));
             }
             other => panic!("unexpected step {other:?}"),
         }

@@ -135,6 +135,30 @@ pub struct EtcdadmClusterSpec {
     /// Quorum-loss recovery without a human: off unless `automatic` is true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<RecoverySpec>,
+
+    /// What the controller does for etcd's own health: repairing alarms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<Maintenance>,
+}
+
+/// etcd's own health, kept by the controller.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Maintenance {
+    /// `Automatic` (default): a NOSPACE alarm is repaired (history compacted, members
+    /// defragmented one at a time, the alarm disarmed once every member is below 90% of its
+    /// quota); a CORRUPT alarm's member is replaced, then the alarm disarmed. `Manual`: alarms
+    /// are reported, and the repair is left to a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alarms: Option<AlarmRepair>,
+}
+
+/// Who repairs an etcd alarm.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum AlarmRepair {
+    #[default]
+    Automatic,
+    Manual,
 }
 
 /// Least time quorum must have been lost before an automatic recovery.
@@ -240,6 +264,14 @@ impl EtcdadmClusterSpec {
             .and_then(|s| duration::parse(s).ok())
             .unwrap_or(MIN_AUTOMATIC_RECOVERY_AFTER);
         Some(after.max(MIN_AUTOMATIC_RECOVERY_AFTER))
+    }
+
+    /// Who repairs etcd alarms, with the default applied.
+    pub fn alarm_repair(&self) -> AlarmRepair {
+        self.maintenance
+            .as_ref()
+            .and_then(|m| m.alarms)
+            .unwrap_or_default()
     }
 
     /// How long before a certificate expires it is renewed (`rolloutBefore.certificatesExpiryDays`,
@@ -506,9 +538,19 @@ pub struct MemberStatus {
     /// Database size in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub db_size: Option<i64>,
+    /// Bytes of the database in use; the rest is free space a defragmentation returns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_size_in_use: Option<i64>,
+    /// The backend quota the member runs with (from its EtcdadmConfig; etcd's default, 2Gi, when
+    /// it sets none): at this database size etcd raises NOSPACE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota_backend_bytes: Option<i64>,
     /// Active alarms (`NOSPACE`, `CORRUPT`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alarms: Vec<String>,
+    /// The member's last defragmentation by this controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_defragmentation: Option<Defragmentation>,
     /// When the member's server certificate expires, as it presented it at the last health
     /// check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -516,6 +558,21 @@ pub struct MemberStatus {
     /// Why the member is unhealthy, or what it is waiting for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+/// One defragmentation of a member's database.
+#[derive(KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Defragmentation {
+    /// When it finished.
+    pub time: Time,
+    /// The member's revision then: under NOSPACE it moves only by deletes, so a member
+    /// defragmented at its current revision has nothing more to return.
+    pub revision: i64,
+    /// Database size before, in bytes.
+    pub size_before: i64,
+    /// Database size after, in bytes (the difference is what it returned to the file system).
+    pub size_after: i64,
 }
 
 /// Reference to a member's Machine.

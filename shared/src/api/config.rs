@@ -5,6 +5,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::conditions::Condition;
+use super::quantity::ByteQuantity;
 
 /// Desired user data of one etcd machine: etcdadm options and the cloud-init around them.
 #[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -111,6 +112,12 @@ pub struct EtcdadmConfigSpec {
     /// (`--cipher-suites`, a comma list of join URLs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcdadm_flavor: Option<EtcdadmFlavor>,
+
+    /// etcd's backend quota (`--quota-backend-bytes`): the database size at which etcd raises
+    /// the NOSPACE alarm and refuses writes. Bytes or a quantity (`8Gi`), 16Mi to 32Gi. Unset:
+    /// etcd's default, 2Gi. Set through etcd's environment file, so cloud-config only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota_backend_bytes: Option<ByteQuantity>,
 }
 
 impl EtcdadmConfigSpec {
@@ -128,7 +135,23 @@ impl EtcdadmConfigSpec {
     pub fn etcdadm_builtin(&self) -> bool {
         self.etcdadm_builtin.unwrap_or(false)
     }
+
+    /// The backend quota this spec gives etcd, in bytes: `quotaBackendBytes` when set and within
+    /// bounds (admission refuses anything else), else etcd's own default.
+    pub fn quota_backend_bytes(&self) -> u64 {
+        self.quota_backend_bytes
+            .as_ref()
+            .and_then(|q| q.bytes().ok())
+            .filter(|bytes| QUOTA_BACKEND_BYTES_RANGE.contains(bytes))
+            .unwrap_or(DEFAULT_QUOTA_BACKEND_BYTES)
+    }
 }
+
+/// etcd's backend quota when none is set (etcd 3.4 and 3.5 alike).
+pub const DEFAULT_QUOTA_BACKEND_BYTES: u64 = 2 << 30;
+/// The backend quotas admission accepts: below 16 MiB etcd is full after a few thousand writes;
+/// above 32 GiB etcd warns that it may not start in time.
+pub const QUOTA_BACKEND_BYTES_RANGE: std::ops::RangeInclusive<u64> = (16 << 20)..=(32 << 30);
 
 impl EtcdadmConfig {
     /// Whether this machine joins as a learner the EtcdadmCluster controller pre-adds

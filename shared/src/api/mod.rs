@@ -4,6 +4,7 @@ pub mod capi;
 pub mod cluster;
 pub mod conditions;
 pub mod config;
+pub mod quantity;
 pub mod snapshot;
 
 pub use cluster::{EtcdadmCluster, EtcdadmClusterSpec, EtcdadmClusterStatus, MemberStatus};

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use etcd_client::{AlarmAction, AlarmType, MemberAddOptions};
+use etcd_client::{AlarmAction, AlarmOptions, AlarmType, CompactionOptions, GetOptions, MemberAddOptions};
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -17,7 +17,7 @@ use tokio_rustls::client::TlsStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tower::Service;
 
-use super::error::{EtcdError, from_client_error, from_transport};
+use super::error::{EtcdError, Refusal, from_client_error, from_transport};
 use super::health::{Health, health_from_response};
 use super::member::{Alarm, AlarmKind, Member, MemberStatus};
 use crate::pki::{CertificateAuthority, LeafRequest, PkiError};
@@ -214,6 +214,8 @@ impl MemberClient {
             leader_id: Some(response.leader()).filter(|id| *id != 0),
             version: response.version().to_string(),
             db_size: u64::try_from(response.db_size()).unwrap_or(0),
+            db_size_in_use: u64::try_from(response.raft_used_db_size()).unwrap_or(0),
+            db_size_quota: u64::try_from(response.db_size_quota()).ok().filter(|q| *q > 0),
             raft_term: response.raft_term(),
             raft_index: response.raft_index(),
             revision: header.revision(),
@@ -244,6 +246,82 @@ impl MemberClient {
                 })
             })
             .collect())
+    }
+
+    /// Compact the history up to `revision` (the cluster-wide key space: asked of any member).
+    /// `physical` waits until the compaction is applied to the backend, so the space it frees is
+    /// what the next defragmentation returns. A revision compacted already is
+    /// [`Refusal::Compacted`].
+    pub async fn compact(&self, revision: i64, physical: bool) -> Result<(), EtcdError> {
+        let options = physical.then(|| CompactionOptions::new().with_physical());
+        self.call(
+            "Compact",
+            |mut c| async move { c.compact(revision, options).await },
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Whether this member's history before `revision` is compacted away: a read at
+    /// `revision - 1` is refused as compacted (served by the member alone, without quorum).
+    pub async fn is_compacted_before(&self, revision: i64) -> Result<bool, EtcdError> {
+        if revision <= 1 {
+            return Ok(true);
+        }
+        let options = GetOptions::new()
+            .with_revision(revision - 1)
+            .with_keys_only()
+            .with_limit(1)
+            .with_serializable();
+        match self
+            .call("Range", |mut c| async move { c.get("/", Some(options)).await })
+            .await
+        {
+            Ok(_) => Ok(false),
+            Err(EtcdError::Refused {
+                refusal: Refusal::Compacted,
+                ..
+            }) => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Defragment this member's backend: it returns the free pages to the file system and
+    /// serves nothing meanwhile. The call takes as long as the database is large, so it has a
+    /// deadline of its own (see [`defragment_timeout`]).
+    pub async fn defragment(&self, timeout: Duration) -> Result<(), EtcdError> {
+        const OPERATION: &str = "Defragment";
+        let attempt = async {
+            let mut client = self.connection(OPERATION).await?.grpc.clone();
+            client
+                .defragment()
+                .await
+                .map(drop)
+                .map_err(|e| from_client_error(&self.endpoint, OPERATION, timeout, e))
+        };
+        tokio::time::timeout(timeout, attempt).await.unwrap_or_else(|_| {
+            Err(EtcdError::Timeout {
+                endpoint: self.endpoint.clone(),
+                operation: OPERATION,
+                timeout,
+            })
+        })
+    }
+
+    /// Clear alarm `kind` raised on member `member_id` (an alarm of the whole cluster's: asked of
+    /// any member).
+    pub async fn alarm_disarm(&self, member_id: u64, kind: AlarmKind) -> Result<(), EtcdError> {
+        let alarm = match kind {
+            AlarmKind::NoSpace => AlarmType::Nospace,
+            AlarmKind::Corrupt => AlarmType::Corrupt,
+        };
+        let mut options = AlarmOptions::new();
+        options.with_member(member_id);
+        self.call("Alarm", |mut c| async move {
+            c.alarm(AlarmAction::Deactivate, alarm, Some(options)).await
+        })
+        .await
+        .map(drop)
     }
 
     /// The cluster membership as this member sees it.
@@ -359,8 +437,16 @@ impl MemberClient {
     }
 }
 
-/// Where `/health` is served: on the client port, beside gRPC.
-const HEALTH_PATH: &str = "/health";
+/// Where `/health` is served, on the client port beside gRPC. Alarms are excluded from the
+/// verdict (etcd 3.4.23+ and 3.5 honour `exclude`): a member that serves with an alarm raised is
+/// up, and the alarm is read apart (`alarms`), so an alarm is never mistaken for a member down.
+const HEALTH_PATH: &str = "/health?exclude=NOSPACE&exclude=CORRUPT";
+
+/// The deadline of a defragmentation of a `db_size`-byte database: etcd rewrites the whole
+/// file, so a minute, and a second more for every 16 MiB (measured: about 20 ms for 16 MiB).
+pub fn defragment_timeout(db_size: u64) -> Duration {
+    Duration::from_secs(60 + db_size / (16 << 20))
+}
 
 /// Dials one member: TCP, then TLS with the shared client configuration, naming the host for
 /// certificate verification, and notes the expiry of the certificate the member presented.

@@ -105,6 +105,12 @@ pub enum Refusal {
     BadLeaderTransferee,
     /// etcd's own deadline for the request passed (usually no quorum to commit it).
     RequestTimedOut,
+    /// A compaction at or below a revision compacted already.
+    Compacted,
+    /// The NOSPACE alarm is raised: the cluster refuses writes until it is disarmed.
+    NoSpace,
+    /// The CORRUPT alarm is raised: the cluster refuses writes until it is disarmed.
+    Corrupt,
     Other,
 }
 
@@ -112,7 +118,7 @@ impl Refusal {
     /// Recognise a refusal from etcd's error message (etcd's gRPC errors carry fixed texts).
     pub fn from_message(message: &str) -> Refusal {
         let m = message.to_ascii_lowercase();
-        let table: [(&str, Refusal); 12] = [
+        let table: [(&str, Refusal); 15] = [
             ("not leader", Refusal::NotLeader),
             ("no leader", Refusal::NoLeader),
             ("unhealthy cluster", Refusal::UnhealthyCluster),
@@ -125,6 +131,9 @@ impl Refusal {
             ("peer urls already exists", Refusal::PeerUrlExists),
             ("bad leader transferee", Refusal::BadLeaderTransferee),
             ("request timed out", Refusal::RequestTimedOut),
+            ("required revision has been compacted", Refusal::Compacted),
+            ("database space exceeded", Refusal::NoSpace),
+            ("corrupt cluster", Refusal::Corrupt),
         ];
         table
             .iter()
@@ -144,9 +153,12 @@ impl Refusal {
             Refusal::NotForLearners => "; ask a voting member, or promote this learner first",
             Refusal::MemberNotFound => "; the member is not (or no longer) in the cluster",
             Refusal::RequestTimedOut => "; the cluster could not commit it in time, check quorum",
+            Refusal::NoSpace => "; compact, defragment and disarm the NOSPACE alarm, or raise the quota",
+            Refusal::Corrupt => "; a member's data differs from the others': replace it, then disarm CORRUPT",
             Refusal::MemberNotLearner
             | Refusal::PeerUrlExists
             | Refusal::BadLeaderTransferee
+            | Refusal::Compacted
             | Refusal::Other => "",
         }
     }

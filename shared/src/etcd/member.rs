@@ -39,7 +39,12 @@ pub struct MemberStatus {
     /// `None` while this member knows no leader (election in progress or quorum lost).
     pub leader_id: Option<u64>,
     pub version: String,
+    /// Bytes the backend database file takes.
     pub db_size: u64,
+    /// Bytes of it in use; the rest is free pages a defragmentation returns (etcd ≥ 3.4).
+    pub db_size_in_use: u64,
+    /// The backend quota, when the member says (etcd ≥ 3.6; older ones do not report it).
+    pub db_size_quota: Option<u64>,
     pub raft_term: u64,
     pub raft_index: u64,
     /// The revision of the member's own store (from the answer's header: no quorum needed).
@@ -64,7 +69,7 @@ pub struct Alarm {
 }
 
 /// The kinds of alarm etcd raises.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum AlarmKind {
     /// The backend database reached its quota.
     NoSpace,
@@ -73,6 +78,14 @@ pub enum AlarmKind {
 }
 
 impl AlarmKind {
+    /// Every kind, in etcd's order.
+    pub const ALL: [AlarmKind; 2] = [AlarmKind::NoSpace, AlarmKind::Corrupt];
+
+    /// The kind etcd calls `name`, if it is one.
+    pub fn from_name(name: &str) -> Option<AlarmKind> {
+        AlarmKind::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
+
     /// etcd's own name for the alarm.
     pub fn as_str(self) -> &'static str {
         match self {

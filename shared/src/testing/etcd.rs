@@ -121,6 +121,8 @@ pub struct EtcdMemberProcess {
     pub peer_url: String,
     pub data_dir: PathBuf,
     args: Vec<String>,
+    /// The etcd binary, when not [`etcd_binary`]'s.
+    binary: Option<PathBuf>,
     child: Option<Child>,
     dir: TempDir,
 }
@@ -168,9 +170,22 @@ impl EtcdMemberProcess {
             peer_url,
             data_dir,
             args,
+            binary: None,
             child: None,
             dir,
         }
+    }
+
+    /// The member runs with `flag` too (e.g. `--quota-backend-bytes=16777216`).
+    pub fn with_flag(mut self, flag: impl Into<String>) -> Self {
+        self.args.push(flag.into());
+        self
+    }
+
+    /// The member runs `binary` instead of the default etcd.
+    pub fn with_binary(mut self, binary: PathBuf) -> Self {
+        self.binary = Some(binary);
+        self
     }
 
     /// The server certificate the member presents (PEM).
@@ -200,7 +215,10 @@ impl EtcdMemberProcess {
     }
 
     fn spawn_with_current_args(&mut self) {
-        let etcd = etcd_binary().unwrap_or_else(|hint| panic!("{hint}"));
+        let etcd = match &self.binary {
+            Some(binary) => binary.clone(),
+            None => etcd_binary().unwrap_or_else(|hint| panic!("{hint}")),
+        };
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -354,7 +372,12 @@ impl TlsEtcdCluster {
     /// electing a leader when this returns: poll health before relying on them.
     pub fn start(ca: &CertificateAuthority, n: usize) -> TlsEtcdCluster {
         assert!(n >= 1, "a cluster needs at least one member");
-        let mut members: Vec<_> = (0..n).map(|_| EtcdMemberProcess::prepare(ca)).collect();
+        TlsEtcdCluster::start_prepared((0..n).map(|_| EtcdMemberProcess::prepare(ca)).collect())
+    }
+
+    /// Start `members` (prepared, and given flags or a binary, by the caller) as one new
+    /// cluster, as [`TlsEtcdCluster::start`] does.
+    pub fn start_prepared(mut members: Vec<EtcdMemberProcess>) -> TlsEtcdCluster {
         let initial_cluster = members
             .iter()
             .map(EtcdMemberProcess::initial_cluster_entry)

@@ -13,7 +13,7 @@ pub use version::{is_etcd_version, major_minor, version_change_problem};
 
 use std::collections::BTreeMap;
 
-use crate::api::config::{EtcdadmConfigSpec, Format};
+use crate::api::config::{EtcdadmConfigSpec, Format, QUOTA_BACKEND_BYTES_RANGE};
 use crate::bottlerocket;
 
 /// Cipher suite names Go's crypto/tls knows for TLS 1.0–1.2 (`tls.CipherSuites()` and
@@ -61,6 +61,7 @@ pub fn validate_config_spec(spec: &EtcdadmConfigSpec, base: &str) -> Vec<FieldEr
     format_fields(spec, base, &mut errors);
     cloud_init_version(spec, base, &mut errors);
     cipher_suites(spec, base, &mut errors);
+    quota_backend_bytes(spec, base, &mut errors);
     files(spec, base, &mut errors);
     users(spec, base, &mut errors);
     registry_mirror(spec, base, &mut errors);
@@ -155,6 +156,22 @@ fn cipher_suites(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldErr
                 ),
             ));
         }
+    }
+}
+
+/// A size in bytes within the bounds etcd is run with here.
+fn quota_backend_bytes(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldError>) {
+    let Some(quota) = &spec.quota_backend_bytes else {
+        return;
+    };
+    let path = format!("{base}.quotaBackendBytes");
+    match quota.bytes() {
+        Err(why) => errors.push(FieldError::new(path, why)),
+        Ok(bytes) if !QUOTA_BACKEND_BYTES_RANGE.contains(&bytes) => errors.push(FieldError::new(
+            path,
+            format!("{quota} ({bytes} bytes) is outside 16Mi to 32Gi"),
+        )),
+        Ok(_) => {}
     }
 }
 
@@ -309,6 +326,50 @@ fn registry_endpoint_problem(endpoint: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_quota_is_a_size_between_16mi_and_32gi_and_cloud_config_only() {
+        use crate::api::config::{BottlerocketConfig, DEFAULT_QUOTA_BACKEND_BYTES};
+        use crate::api::quantity::ByteQuantity;
+        let with = |quota: ByteQuantity| EtcdadmConfigSpec {
+            quota_backend_bytes: Some(quota),
+            ..Default::default()
+        };
+        for ok in [
+            ByteQuantity::Text("16Mi".into()),
+            ByteQuantity::Text("32Gi".into()),
+            ByteQuantity::Bytes(8 << 30),
+        ] {
+            let spec = with(ok.clone());
+            assert_eq!(validate_config_spec(&spec, "spec"), vec![], "{ok}");
+            assert_eq!(spec.quota_backend_bytes(), ok.bytes().unwrap_or_default());
+        }
+        for (bad, words) in [
+            (ByteQuantity::Text("15Mi".into()), "outside 16Mi to 32Gi"),
+            (ByteQuantity::Text("33Gi".into()), "outside 16Mi to 32Gi"),
+            (ByteQuantity::Bytes(0), "outside 16Mi to 32Gi"),
+            (ByteQuantity::Text("8GB".into()), "not a size in bytes"),
+        ] {
+            let spec = with(bad.clone());
+            let errors = validate_config_spec(&spec, "spec.etcdadmConfigSpec");
+            assert_eq!(errors.len(), 1, "{bad}: {errors:?}");
+            assert_eq!(errors[0].path, "spec.etcdadmConfigSpec.quotaBackendBytes");
+            assert!(errors[0].message.contains(words), "{bad}: {errors:?}");
+            assert_eq!(spec.quota_backend_bytes(), DEFAULT_QUOTA_BACKEND_BYTES);
+        }
+        let bottlerocket = EtcdadmConfigSpec {
+            format: Some(Format::Bottlerocket),
+            bottlerocket_config: Some(BottlerocketConfig::default()),
+            ..with(ByteQuantity::Text("8Gi".into()))
+        };
+        let errors = validate_config_spec(&bottlerocket, "spec");
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.path == "spec.quotaBackendBytes" && e.message.contains("cloud-config")),
+            "{errors:?}"
+        );
+    }
 
     #[test]
     fn versions() {

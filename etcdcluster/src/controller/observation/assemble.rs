@@ -17,7 +17,7 @@ use super::Observation;
 use super::clock::{REMEDIATION_ANNOTATION, RemediationRecord, UnhealthyClock, remediation_policy};
 use super::outdated::{DesiredSpec, MemberSpec, outdate_expiring, outdated_reason};
 use super::read::{MachineRecord, Reads, unserved_since};
-use super::views::{Automatic, CertificateView, ClusterView, EtcdView, MachineView};
+use super::views::{Automatic, CertificateView, Checked, ClusterView, EtcdView, MachineView};
 
 /// Length of the random suffix of member object names.
 const NAME_SUFFIX_LEN: usize = 5;
@@ -106,7 +106,8 @@ impl Reads {
 impl Observation {
     /// The observation at `now`: what `reads` holds, the etcd side from this round's health
     /// check.
-    pub fn new(reads: &Reads, etcd: EtcdView, now: Timestamp) -> Observation {
+    pub fn new(reads: &Reads, checked: Checked, now: Timestamp) -> Observation {
+        let Checked { view: etcd, alarms } = checked;
         // One struct literal, every field of the observation from what was read.
         let clock = reads.clock(now);
         let mut machines = reads.machine_views(&clock);
@@ -170,6 +171,8 @@ impl Observation {
             machines,
             leftovers: reads.leftovers.clone(),
             etcd,
+            alarms,
+            alarm_repair: e.spec.alarm_repair(),
             init_secret: reads.init_secret.clone(),
             initialized: status.initialized,
             creation_complete: status.creation_complete,

@@ -20,7 +20,7 @@ use etcdadm_shared::pki::CertificateAuthority;
 use super::clock::UnhealthyClock;
 use super::machine_for_member;
 use super::read::Reads;
-use super::views::{EtcdView, MachineView, MemberView};
+use super::views::{Alarm, AlarmKind, Checked, EtcdView, MachineView, MemberView};
 use crate::metrics::EtcdClusterMetrics;
 
 /// Members probed at the same time, per cluster.
@@ -134,6 +134,9 @@ pub struct Probe {
     pub status: Result<MemberStatus, String>,
     /// `notAfter` of the server certificate the member presented in the handshake.
     pub certificate_expiry: Option<SystemTime>,
+    /// Whether its history before its revision is compacted, asked only while it reports
+    /// NOSPACE (the repair compacts first).
+    pub history_compacted: Option<bool>,
 }
 
 impl Probe {
@@ -167,15 +170,25 @@ async fn probe(url: String, client: Result<Arc<MemberClient>, EtcdError>) -> Pro
             health: Err(e.to_string()),
             status: Err(e.to_string()),
             certificate_expiry: None,
+            history_compacted: None,
         },
         Ok(client) => {
             let (health, status) = tokio::join!(client.health(), client.status());
+            let full = status
+                .as_ref()
+                .ok()
+                .filter(|s| s.errors.iter().any(|e| e.contains(AlarmKind::NoSpace.as_str())));
+            let history_compacted = match full {
+                Some(s) => client.is_compacted_before(s.revision).await.ok(),
+                None => None,
+            };
             Probe {
                 client_url: url,
                 health: health.map_err(|e| e.to_string()),
                 status: status.map_err(|e| e.to_string()),
                 certificate_expiry: client.server_certificate_expiry(),
                 client: Some(client),
+                history_compacted,
             }
         }
     }
@@ -209,9 +222,9 @@ pub async fn check_observed(
     metrics: Option<&EtcdClusterMetrics>,
     reads: &Reads,
     now: Timestamp,
-) -> Result<EtcdView, Error> {
+) -> Result<Checked, Error> {
     let Some(ca) = reads.ca.ca() else {
-        return Ok(EtcdView::NotChecked);
+        return Ok(Checked::nothing(EtcdView::NotChecked));
     };
     let key = format!("{}/{}", reads.namespace, reads.etcd_cluster.name_any());
     let clock = reads.clock(now);
@@ -225,27 +238,30 @@ pub async fn check_observed(
         timeout: reads.etcd_cluster.spec.health_settings().timeout,
     };
     let started = std::time::Instant::now();
-    let view = check(clients, &input).await;
+    let checked = check(clients, &input).await;
     if let Some(m) = metrics {
         let (ns, name) = (reads.namespace.as_str(), reads.etcd_cluster.name_any());
         m.observe_health_check(ns, &name, started.elapsed());
-        if let Ok(EtcdView::Members(members)) = &view {
-            let mut alarms = vec![];
+        if let Ok(Checked {
+            view: EtcdView::Members(members),
+            alarms,
+        }) = &checked
+        {
             for member in members {
                 if let Some(bytes) = member.db_size.and_then(|b| u64::try_from(b).ok()) {
-                    m.observe_db_size(ns, &name, &member.name, bytes);
+                    m.observe_db_size(ns, &name, &member.name, bytes, member.quota());
                 }
-                alarms.extend(member.alarms.iter().cloned());
             }
-            m.observe_alarms(ns, &name, &alarms);
+            let kinds: Vec<String> = alarms.iter().map(|a| a.kind.as_str().to_string()).collect();
+            m.observe_alarms(ns, &name, &kinds);
         }
     }
-    view
+    checked
 }
 
 /// Check every member: `/health` and Status per member, the member list from a healthy one,
 /// alarms; members are matched to Machines by name and peer URL.
-pub async fn check(clients: &EtcdClients, input: &CheckInput<'_>) -> Result<EtcdView, Error> {
+pub async fn check(clients: &EtcdClients, input: &CheckInput<'_>) -> Result<Checked, Error> {
     let mut urls: Vec<String> = input
         .machines
         .iter()
@@ -255,7 +271,7 @@ pub async fn check(clients: &EtcdClients, input: &CheckInput<'_>) -> Result<Etcd
     urls.sort();
     urls.dedup();
     if urls.is_empty() {
-        return Ok(EtcdView::NotChecked);
+        return Ok(Checked::nothing(EtcdView::NotChecked));
     }
     let mut probes: BTreeMap<String, Probe> =
         probe_all(clients.clients(input.key, input.ca, &urls, input.timeout)?)
@@ -275,9 +291,9 @@ pub async fn check(clients: &EtcdClients, input: &CheckInput<'_>) -> Result<Etcd
                 )
             })
             .collect();
-        return Ok(EtcdView::Unreachable {
+        return Ok(Checked::nothing(EtcdView::Unreachable {
             message: summary.join("; "),
-        });
+        }));
     };
 
     // Members on no Machine are probed too, through what they advertise.
@@ -318,11 +334,14 @@ pub async fn check(clients: &EtcdClients, input: &CheckInput<'_>) -> Result<Etcd
             member_view(member, machine, probe, leader, &alarms, input)
         })
         .collect();
-    Ok(EtcdView::Members(views))
+    Ok(Checked {
+        view: EtcdView::Members(views),
+        alarms,
+    })
 }
 
 /// The member list and alarms, from a healthy member if any, else from any that answered.
-async fn member_list(probes: &BTreeMap<String, Probe>) -> Option<(Vec<Member>, Vec<(u64, String)>)> {
+async fn member_list(probes: &BTreeMap<String, Probe>) -> Option<(Vec<Member>, Vec<Alarm>)> {
     let candidates = probes
         .values()
         .filter(|p| p.healthy())
@@ -332,10 +351,7 @@ async fn member_list(probes: &BTreeMap<String, Probe>) -> Option<(Vec<Member>, V
         match client.member_list().await {
             Ok(members) => {
                 let alarms = match client.alarms().await {
-                    Ok(alarms) => alarms
-                        .iter()
-                        .map(|a| (a.member_id, a.kind.as_str().to_string()))
-                        .collect(),
+                    Ok(alarms) => alarms,
                     Err(e) => {
                         debug!(url = %p.client_url, error = %e, "reading alarms failed");
                         Vec::new()
@@ -354,22 +370,20 @@ fn member_view(
     machine: Option<&str>,
     probe: Option<&Probe>,
     leader: Option<u64>,
-    alarms: &[(u64, String)],
+    alarms: &[Alarm],
     input: &CheckInput<'_>,
 ) -> MemberView {
     let member_alarms: Vec<String> = alarms
         .iter()
-        .filter(|(id, _)| *id == member.id)
-        .map(|(_, kind)| kind.clone())
+        .filter(|a| a.member_id == member.id)
+        .map(|a| a.kind.as_str().to_string())
         .collect();
     let (healthy, message) = match probe {
         None if !member.is_started() => (false, Some("added, not started yet".to_string())),
         None => (false, Some("no client URL to check".to_string())),
+        Some(p) if serves_despite_alarms(p, alarms) => (true, None),
         Some(p) => match p.problem() {
             Some(problem) => (false, Some(problem)),
-            None if !member_alarms.is_empty() => {
-                (false, Some(format!("alarm {} raised", member_alarms.join(","))))
-            }
             None => (true, None),
         },
     };
@@ -385,6 +399,7 @@ fn member_view(
                     || machine.is_some_and(|name| s.name == name))
         });
     let status = probe.and_then(|p| p.status.as_ref().ok());
+    let machine_view = machine.and_then(|name| input.machines.iter().find(|m| m.name == name));
     let mut view = MemberView {
         id: member.id,
         name: member.name.clone(),
@@ -397,6 +412,11 @@ fn member_view(
         message,
         machine: machine.map(String::from),
         alarms: member_alarms,
+        quota_backend_bytes: machine_view.and_then(|m| m.quota_backend_bytes),
+        history_compacted: probe.and_then(|p| p.history_compacted),
+        defragmented_at: stored
+            .and_then(|s| s.last_defragmentation.as_ref())
+            .map(|d| d.revision),
         unhealthy_for: input.clock.unhealthy_for(stored),
         certificate_expiry: probe
             .and_then(|p| p.certificate_expiry)
@@ -407,4 +427,13 @@ fn member_view(
         view.read_status(status);
     }
     view
+}
+
+/// An etcd that ignores `/health?exclude=` (3.4 before 3.4.23 may) answers false while an alarm
+/// is raised anywhere in the cluster, although the member serves. A member that answered Status
+/// following a leader is serving then; the alarm is reported apart.
+fn serves_despite_alarms(probe: &Probe, alarms: &[Alarm]) -> bool {
+    let alarm_only = matches!(&probe.health, Ok(h) if !h.healthy);
+    let follows_leader = matches!(&probe.status, Ok(s) if s.leader_id.is_some());
+    !alarms.is_empty() && alarm_only && follows_leader
 }

@@ -17,6 +17,7 @@ use std::time::Duration;
 use kube::api::ApiResource;
 
 use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::api::cluster::AlarmRepair;
 use etcdadm_shared::names;
 
 pub use self::clock::{RemediationRecord, UnhealthyClock, join_deadline, remediation_policy};
@@ -69,6 +70,10 @@ pub struct Observation {
     /// oldest first.
     pub leftovers: Vec<String>,
     pub etcd: EtcdView,
+    /// Every alarm raised in the etcd cluster, by member ID (also of members no longer listed).
+    pub alarms: Vec<Alarm>,
+    /// `spec.maintenance.alarms`, defaulted: whether alarms are repaired here.
+    pub alarm_repair: AlarmRepair,
     pub init_secret: Option<InitSecret>,
     /// `status.initialized` as stored.
     pub initialized: bool,
@@ -144,6 +149,11 @@ impl Observation {
             Some(member) => member.is_started() && !member.healthy && member.ever_healthy,
             None => machine.was_member,
         }
+    }
+
+    /// Whether alarm `kind` is raised anywhere in the cluster.
+    pub fn alarm_raised(&self, kind: AlarmKind) -> bool {
+        self.alarms.iter().any(|a| a.kind == kind)
     }
 
     /// Initialized as stored, or a member passes its health check now.

@@ -31,6 +31,7 @@ pub fn relevant_fields(spec: &EtcdadmConfigSpec) -> Map<String, Value> {
         etcdadm_builtin: _,
         format: _,
         etcdadm_flavor: _,
+        quota_backend_bytes: _,
         // Containerd's, cloud-init's or trust settings only: a running member is unaffected.
         proxy: _,
         registry_mirror: _,
@@ -56,6 +57,7 @@ pub fn relevant_fields(spec: &EtcdadmConfigSpec) -> Map<String, Value> {
     put("cloudInitConfig.etcdReleaseURL", json!(cloud.etcd_release_url));
     put("cloudInitConfig.installDir", json!(cloud.install_dir));
     put("cipherSuites", json!(cipher_suites));
+    put("quotaBackendBytes", json!(spec.quota_backend_bytes()));
     put("etcdadmBuiltin", json!(spec.etcdadm_builtin()));
     put("etcdadmInstallCommands", json!(etcdadm_install_commands));
     put("etcdadmFlavor", json!(spec.flavor()));

@@ -252,6 +252,11 @@ fn machine_records(
                     learner_join: configs_by_name
                         .get(&config_name)
                         .is_some_and(|c| c.joins_as_learner()),
+                    quota_backend_bytes: configs_by_name
+                        .get(&config_name)
+                        .filter(|c| c.spec.quota_backend_bytes.is_some())
+                        .map(|c| c.spec.quota_backend_bytes()),
+                    failed: m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"),
                     ..MachineView::default()
                 },
                 created: m.meta().creation_timestamp.as_ref().map(|t| t.0),

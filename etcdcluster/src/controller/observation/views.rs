@@ -7,11 +7,13 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use etcdadm_shared::api::cluster::RecoveryPhase;
+use etcdadm_shared::api::config::DEFAULT_QUOTA_BACKEND_BYTES;
 use etcdadm_shared::api::snapshot::SnapshotPhase;
 pub use etcdadm_shared::contract::ClusterRef;
 pub use etcdadm_shared::contract::ca::{Ca, CaView};
 pub use etcdadm_shared::contract::init_secret::InitSecret;
 use etcdadm_shared::etcd::MemberStatus;
+pub use etcdadm_shared::etcd::{Alarm, AlarmKind};
 use etcdadm_shared::store::StoreClient;
 
 /// The Cluster this etcd serves, as far as the plan needs it.
@@ -68,6 +70,10 @@ pub struct MachineView {
     /// Its EtcdadmConfig asks for a learner join (`EtcdadmConfig::joins_as_learner`): unless it
     /// is the first member, its member is pre-added as a learner and promoted by us.
     pub learner_join: bool,
+    /// The backend quota its EtcdadmConfig gave etcd, when the config was read.
+    pub quota_backend_bytes: Option<u64>,
+    /// The infrastructure reports it failed (phase `Failed`).
+    pub failed: bool,
 }
 
 /// One etcd member from the member list, with what the health check found.
@@ -79,7 +85,9 @@ pub struct MemberView {
     pub peer_urls: Vec<String>,
     pub client_urls: Vec<String>,
     pub is_learner: bool,
-    /// Passed this round's health check (`/health` 200 + true, Status answered, no alarm).
+    /// Passed this round's health check: it serves (`/health` 200 + true with alarms excluded,
+    /// Status answered). A member serving with an alarm raised is healthy; the alarm is in
+    /// `alarms`.
     pub healthy: bool,
     /// Was healthy at some check, this one or an earlier one. A started member that never was
     /// is still catching up after its join.
@@ -91,7 +99,20 @@ pub struct MemberView {
     pub machine: Option<String>,
     pub etcd_version: Option<String>,
     pub db_size: Option<i64>,
+    /// Bytes of the database in use (the rest is free pages a defragmentation returns).
+    pub db_size_in_use: Option<i64>,
+    /// The backend quota it runs with: as it reports it (etcd ≥ 3.6), else as its Machine's
+    /// EtcdadmConfig set it; `None` for etcd's default.
+    pub quota_backend_bytes: Option<u64>,
+    /// Alarms raised on it (`NOSPACE`, `CORRUPT`).
     pub alarms: Vec<String>,
+    /// It answered Status this round and follows no leader: its own view shows no quorum.
+    pub no_leader: bool,
+    /// Its history before its current revision is compacted away (asked only while NOSPACE is
+    /// raised).
+    pub history_compacted: Option<bool>,
+    /// The revision it was last defragmented at, as status recorded it.
+    pub defragmented_at: Option<i64>,
     /// How long it has been unhealthy, by the remediation clock.
     pub unhealthy_for: Duration,
     /// `notAfter` of the server certificate it presented in this round's handshake.
@@ -114,7 +135,22 @@ impl MemberView {
     pub fn read_status(&mut self, status: &MemberStatus) {
         self.etcd_version = Some(status.version.clone());
         self.db_size = i64::try_from(status.db_size).ok();
+        self.db_size_in_use = i64::try_from(status.db_size_in_use).ok();
         self.revision = Some(status.revision).filter(|r| *r > 0);
+        self.no_leader = status.leader_id.is_none();
+        if status.db_size_quota.is_some() {
+            self.quota_backend_bytes = status.db_size_quota;
+        }
+    }
+
+    /// The backend quota that applies to it.
+    pub fn quota(&self) -> u64 {
+        self.quota_backend_bytes.unwrap_or(DEFAULT_QUOTA_BACKEND_BYTES)
+    }
+
+    /// Whether alarm `kind` is raised on it.
+    pub fn has_alarm(&self, kind: AlarmKind) -> bool {
+        self.alarms.iter().any(|a| a == kind.as_str())
     }
 
     pub fn describe(&self) -> String {
@@ -126,6 +162,24 @@ impl MemberView {
                 etcdadm_shared::etcd::member_id_hex(self.id),
                 self.peer_urls.join(",")
             ),
+        }
+    }
+}
+
+/// What one health check learned: the members, and every alarm raised in the cluster (also
+/// those of members no longer listed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checked {
+    pub view: EtcdView,
+    pub alarms: Vec<Alarm>,
+}
+
+impl Checked {
+    /// A check that learned no members, and so no alarms.
+    pub fn nothing(view: EtcdView) -> Checked {
+        Checked {
+            view,
+            alarms: Vec::new(),
         }
     }
 }

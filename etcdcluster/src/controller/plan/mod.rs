@@ -10,6 +10,7 @@
 //! unhealthy for long enough means "replace it". A controller killed between any two writes
 //! therefore resumes where it stopped and never repeats a membership change already done.
 
+pub mod alarms;
 pub mod certificates;
 pub mod control_plane;
 pub mod lifecycle;
@@ -28,6 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use etcdadm_shared::api::EtcdadmClusterStatus;
 use etcdadm_shared::error::Error;
 
+use self::alarms::AlarmStep;
 use self::certificates::CertificateStep;
 use self::control_plane::ControlPlaneStep;
 use self::lifecycle::LifecycleStep;
@@ -133,6 +135,7 @@ steps!(
     Certificates(CertificateStep),
     Restore(RestoreStep),
     Recover(RecoveryStep),
+    Alarms(AlarmStep),
 );
 
 impl From<Hold> for Step {
@@ -217,6 +220,8 @@ pub fn plan(o: &Observation) -> Step {
         .or_else(|| step(machines::adoption(o)))
         .or_else(|| step(membership::deleted_machine(o)))
         .or_else(|| step(secrets::publish_init_secret(o)))
+        // Alarms: a full database is compacted, defragmented and disarmed first.
+        .or_else(|| step(alarms::repair(o)))
         .unwrap_or_else(|| membership_changes(o))
 }
 
@@ -235,6 +240,7 @@ fn membership_changes(o: &Observation) -> Step {
         .or_else(|| step(membership::promote(o)))
         .or_else(|| step(membership::pre_add(o)))
         .or_else(|| step(rules::pending_change(o)))
+        .or_else(|| step(remediation::replace_corrupt(o)))
         .or_else(|| {
             let Want::Remove(candidates, purpose) = &wanted else {
                 return None;
@@ -279,14 +285,14 @@ fn act(o: &Observation, allowed: &[String], wanted: Want<'_>) -> Step {
 }
 
 /// Nothing to add or remove: hand the control plane what it needs, clean up, renew its client
-/// certificate, or say steady.
+/// certificate, say why an alarm is still raised, or say steady.
 fn settled(o: &Observation) -> Step {
     step(control_plane::hand_over(o))
         .or_else(|| step(machines::leftovers(o)))
         .or_else(|| step(certificates::client_renewal(o)))
         .unwrap_or_else(|| {
             if is_ready(o) {
-                Step::Steady
+                step(alarms::remaining(o)).unwrap_or(Step::Steady)
             } else {
                 Hold::wait(
                     rule::WAITING_FOR_HEALTHY_MEMBERS,

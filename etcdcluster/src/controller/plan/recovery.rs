@@ -37,9 +37,12 @@ use crate::controller::decision::{
     After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Hold, HoldKind, Outputs, WAIT_REQUEUE,
 };
 use crate::controller::observation::{
-    Observation, RecoveryRecord, RecoverySource, RecoveryView, SnapshotCheck, is_ready,
+    AlarmKind, EtcdView, Observation, RecoveryRecord, RecoverySource, RecoveryView, SnapshotCheck, is_ready,
 };
-use crate::controller::rules::{self, reason::QUORUM_LOST};
+use crate::controller::rules::{
+    self,
+    reason::{MEMBERS_UNREACHABLE, QUORUM_LOST},
+};
 use crate::snapshot::new_snapshot;
 
 /// Condition reasons of a recovery.
@@ -47,6 +50,7 @@ pub mod reason {
     pub const RECOVERY_REFUSED: &str = "RecoveryRefused";
     pub const RECOVERING: &str = "Recovering";
     pub const RECOVERY_FAILED: &str = "RecoveryFailed";
+    pub const RECOVERY_WAITING: &str = "WaitingForEvidenceOfQuorumLoss";
 }
 
 /// What a recovery does next; status records `record` (or, for `Finish`, the last recovery)
@@ -260,16 +264,33 @@ fn recover(record: RecoveryRecord, action: RecoveryAction) -> Decision<RecoveryS
 /// without a request.
 fn check(o: &Observation, view: &RecoveryView) -> Option<Result<RecoveryRecord, String>> {
     let requested = view.request()?.to_string();
+    // An automatic recovery needs the loss observed; silence alone is waited out (`answer`).
+    if view.requested.is_none() && !majority_lost_observed(o) {
+        return None;
+    }
     let source = match RecoverySource::parse(&requested) {
         Ok(source) => source,
         Err(why) => return Some(Err(why)),
     };
-    if !quorum_lost(o) {
+    if !loss_reported(o) {
         let voters = o.voters();
         let healthy = voters.iter().filter(|m| m.healthy).count();
+        let alarms: Vec<&str> = AlarmKind::ALL
+            .into_iter()
+            .filter(|kind| o.alarm_raised(*kind))
+            .map(AlarmKind::as_str)
+            .collect();
+        let alarmed = if alarms.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; the members serve but refuse writes because etcd raised {}, which is an alarm to repair, not a lost quorum (see the Ready condition)",
+                alarms.join(" and ")
+            )
+        };
         return Some(Err(format!(
             "is refused: quorum is not lost ({healthy} of {} voting members healthy, {} needed), and a \
-             recovery replaces a cluster only when a majority of its members is gone for good",
+             recovery replaces a cluster only when a majority of its members is gone for good{alarmed}",
             voters.len(),
             rules::quorum(voters.len())
         )));
@@ -336,9 +357,33 @@ fn check(o: &Observation, view: &RecoveryView) -> Option<Result<RecoveryRecord, 
     })
 }
 
-/// Quorum is lost now (rule 3's wait), on a cluster that was initialized.
-fn quorum_lost(o: &Observation) -> bool {
-    o.initialized_now() && rules::quorum_lost(o).is_some_and(|hold| hold.reason == QUORUM_LOST)
+/// Rule 3's wait reports quorum lost, or no member answering, on a cluster that was
+/// initialized: a person may recover then.
+fn loss_reported(o: &Observation) -> bool {
+    o.initialized_now()
+        && rules::quorum_lost(o).is_some_and(|hold| [QUORUM_LOST, MEMBERS_UNREACHABLE].contains(&hold.reason))
+}
+
+/// An automatic recovery's evidence (docs/safety.md, "Quorum loss"): the loss observed, never
+/// inferred from silence. Quorum lost with a voter that answers and follows no leader (its own
+/// view shows no quorum), or the infrastructure reporting the majority's Machines failed or
+/// gone. With no member answering and the Machines standing, the members may serve behind a
+/// partition: that is waited out.
+pub fn majority_lost_observed(o: &Observation) -> bool {
+    if !o.initialized_now() {
+        return false;
+    }
+    let replicas = usize::try_from(o.replicas).unwrap_or(0);
+    let standing = o.active_machines().filter(|m| m.was_member && !m.failed).count();
+    let machines_lost = replicas > 0 && standing < rules::quorum(replicas);
+    match &o.etcd {
+        EtcdView::Members(_) => {
+            let lost = rules::quorum_lost(o).is_some_and(|hold| hold.reason == QUORUM_LOST);
+            lost && (machines_lost || o.voters().iter().any(|m| m.no_leader))
+        }
+        EtcdView::Unreachable { .. } => machines_lost,
+        EtcdView::NotChecked => false,
+    }
 }
 
 /// The answer to a recovery request or the state of one under way, for the `Recovery`
@@ -362,10 +407,24 @@ pub fn answer(o: &Observation) -> Option<Hold> {
             ),
         ));
     }
-    // An automatic recovery is asked for only while quorum is lost; the annotation always.
+    // An automatic recovery is asked for only on evidence of a lost majority; the annotation
+    // always.
     let asked = match &view.requested {
         Some(requested) => format!("{RECOVER_ANNOTATION}={requested:?}"),
-        None if quorum_lost(o) => "spec.recovery.automatic (source latest)".to_string(),
+        None if majority_lost_observed(o) => "spec.recovery.automatic (source latest)".to_string(),
+        None if view.request().is_some() && loss_reported(o) => {
+            let seen = if matches!(o.etcd, EtcdView::Unreachable { .. }) {
+                "no etcd member answers the controller, but their Machines stand"
+            } else {
+                "the members that answer still follow a leader, and the Machines stand"
+            };
+            return Some(Hold::wait(
+                reason::RECOVERY_WAITING,
+                format!(
+                    "{seen}: the members may be serving behind a network partition, so spec.recovery.automatic waits for evidence of a lost majority (a member reporting no leader, or the infrastructure reporting the Machines failed); to recover anyway, set the annotation {RECOVER_ANNOTATION}"
+                ),
+            ));
+        }
         None => return None,
     };
     Some(match check(o, view)? {
@@ -560,6 +619,13 @@ mod tests {
         for i in [1, 2] {
             members_mut(&mut o)[i] = unhealthy(members_mut(&mut o)[i].clone(), "connection refused");
             members_mut(&mut o)[i].revision = None;
+        }
+        // The survivor answers and, alone, follows no leader; every Machine was a member.
+        members_mut(&mut o)[0] = unhealthy(members_mut(&mut o)[0].clone(), "RAFT NO LEADER");
+        members_mut(&mut o)[0].no_leader = true;
+        members_mut(&mut o)[0].is_leader = false;
+        for machine in &mut o.machines {
+            machine.was_member = true;
         }
         o.recovery = Some(RecoveryView {
             requested: Some(requested.into()),
@@ -942,6 +1008,76 @@ mod tests {
         healthy.recovery = o.recovery.clone();
         assert_eq!(super::answer(&healthy), None);
         assert_eq!(plan(&healthy), Step::Steady);
+    }
+
+    #[test]
+    fn an_automatic_recovery_needs_the_loss_observed_never_silence_or_an_alarm() {
+        let due = Some(Automatic {
+            after: Duration::from_secs(600),
+            unserved_for: Duration::from_secs(3600),
+        });
+        let automatic = |mut o: Observation| {
+            let view = o.recovery.as_mut().unwrap();
+            view.requested = None;
+            view.automatic = due;
+            o
+        };
+        let is_recovery = |step: &Step| matches!(step, Step::Recover(_));
+        // No member answers the controller (a partition), every Machine standing: nothing is
+        // deleted however long it lasts; the Recovery condition says why, and the annotation
+        // still works.
+        let mut partition = automatic(lost("latest"));
+        partition.etcd = EtcdView::Unreachable {
+            message: "https://10.0.0.1:2379: timed out".into(),
+        };
+        let step = plan(&partition);
+        assert_eq!(wait_reason(&step), reason::MEMBERS_UNREACHABLE, "{step:?}");
+        let answer = super::answer(&partition).unwrap();
+        assert_eq!(answer.reason, reason::RECOVERY_WAITING);
+        assert!(answer.message.contains("network partition"), "{}", answer.message);
+        let mut by_hand = partition.clone();
+        by_hand.recovery.as_mut().unwrap().requested = Some("snapshot/nightly".into());
+        by_hand.recovery.as_mut().unwrap().snapshot = nightly(None);
+        assert!(
+            is_recovery(&plan(&by_hand)),
+            "the annotation recovers from silence"
+        );
+        // The same silence with the majority's Machines failed is evidence.
+        let mut failed = partition.clone();
+        failed.recovery.as_mut().unwrap().snapshot = nightly(None);
+        for machine in &mut failed.machines[1..] {
+            machine.failed = true;
+        }
+        assert!(is_recovery(&plan(&failed)), "{:?}", plan(&failed));
+        // Two members cut off while the one that answers follows a leader: not observed.
+        let mut cut_off = automatic(lost("latest"));
+        members_mut(&mut cut_off)[0] = member(1, "c1-etcd-m0", "10.0.0.1");
+        members_mut(&mut cut_off)[0].healthy = false;
+        members_mut(&mut cut_off)[0].revision = Some(100);
+        assert_eq!(wait_reason(&plan(&cut_off)), reason::QUORUM_LOST);
+        assert_eq!(super::answer(&cut_off).unwrap().reason, reason::RECOVERY_WAITING);
+        // Its own view shows no quorum: observed.
+        members_mut(&mut cut_off)[0].no_leader = true;
+        assert!(is_recovery(&plan(&cut_off)));
+        // Every member serving with NOSPACE raised is no loss at all: never due, and a person's
+        // request is refused naming the alarm.
+        let mut full = automatic(lost("latest"));
+        full.etcd = running(3).etcd;
+        full.alarms = vec![Alarm {
+            member_id: 1,
+            kind: AlarmKind::NoSpace,
+        }];
+        assert!(!is_recovery(&plan(&full)));
+        assert_eq!(super::answer(&full), None);
+        full.recovery.as_mut().unwrap().requested = Some("latest".into());
+        let refusal = super::answer(&full).unwrap();
+        assert_eq!(refusal.reason, reason::RECOVERY_REFUSED);
+        assert!(
+            refusal.message.contains("quorum is not lost (3 of 3")
+                && refusal.message.contains("raised NOSPACE"),
+            "{}",
+            refusal.message
+        );
     }
 
     #[test]

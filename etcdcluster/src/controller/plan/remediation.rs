@@ -1,16 +1,18 @@
 //! Remediation (docs/safety.md, "Health and remediation"): a member dead for longer than
 //! `unhealthyAfter` is replaced, one at a time, under rule 3, with backoff after a failed
-//! replacement; a Machine whose member left etcd is replaced; an unhealthy member on no Machine
-//! of ours is removed (rule 4). The deletions themselves are the Machine concern's steps.
+//! replacement; a member etcd found corrupt is replaced at once; a Machine whose member left
+//! etcd is replaced; an unhealthy member on no Machine of ours is removed (rule 4). The deletions themselves are the Machine concern's steps.
 
 use std::time::Duration;
 
 use etcdadm_shared::duration;
 
+use etcdadm_shared::api::cluster::AlarmRepair;
+
 use super::machines::{MachineStep, Removal};
 use super::membership::MembershipStep;
 use crate::controller::decision::{Decision, Hold};
-use crate::controller::observation::{MemberView, Observation, member_client_url};
+use crate::controller::observation::{AlarmKind, MemberView, Observation, member_client_url};
 use crate::controller::rules::removal_refusal;
 
 /// Condition reasons of remediation.
@@ -117,6 +119,43 @@ pub fn replace_overdue(o: &Observation) -> Option<Decision<MachineStep>> {
             duration::format(member.unhealthy_for),
             member.message.as_deref().unwrap_or("unhealthy"),
             duration::format(after)
+        ),
+    }))
+}
+
+/// A member etcd raised CORRUPT on (its data differs from the others') is replaced like a dead
+/// one, at once, under rule 3: the named member only, never another; one on no Machine of ours
+/// is left to a person (`alarms::remaining` says so). With `spec.maintenance.alarms` Manual,
+/// nothing.
+pub fn replace_corrupt(o: &Observation) -> Option<Decision<MachineStep>> {
+    if o.alarm_repair == AlarmRepair::Manual {
+        return None;
+    }
+    let (machine, member) = o
+        .alarms
+        .iter()
+        .filter(|a| a.kind == AlarmKind::Corrupt)
+        .filter_map(|a| o.members().iter().find(|m| m.id == a.member_id))
+        .find_map(|member| {
+            let name = member.machine.as_deref()?;
+            let machine = o.active_machines().find(|m| m.name == name)?;
+            Some((machine, member))
+        })?;
+    let what = format!("member of Machine {}", machine.name);
+    if let Some(refusal) = removal_refusal(o, member, &what) {
+        return Some(Decision::Hold(Hold {
+            message: format!(
+                "etcd raised CORRUPT on the {what}, which is replaced once that is safe: {}",
+                refusal.message
+            ),
+            ..refusal
+        }));
+    }
+    Some(Decision::Do(MachineStep::DeleteMachine {
+        machine: machine.name.clone(),
+        purpose: Removal::Remediation { retries: 0 },
+        message: format!(
+            "etcd raised CORRUPT on the {what} (its data differs from the other members'): deleting the Machine (its member is removed first); a new one replaces it, then the alarm is disarmed"
         ),
     }))
 }

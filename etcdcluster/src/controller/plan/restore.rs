@@ -370,6 +370,6 @@ mod tests {
         gone.etcd = EtcdView::Unreachable {
             message: "connection refused".into(),
         };
-        assert_eq!(wait_reason(&plan(&gone)), reason::QUORUM_LOST);
+        assert_eq!(wait_reason(&plan(&gone)), reason::MEMBERS_UNREACHABLE);
     }
 }
