@@ -124,6 +124,7 @@ pub async fn etcd_tls(client: &Client, ns: &str, cluster: &str) -> Result<Option
 
 /// Members of the etcd cluster as seen through `url`, by name; `None` if unreachable.
 pub async fn member_names(url: &str, tls: &EtcdTls) -> Option<Vec<String>> {
+    etcdadm_sim_machines::network::guard(url).ok()?;
     let member = MemberClient::new(url, tls, Duration::from_secs(3)).ok()?;
     let members = member.member_list().await.ok()?;
     Some(

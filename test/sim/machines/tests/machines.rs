@@ -94,6 +94,7 @@ impl Sim {
             root: self.root(name),
             user_data,
             member_certificate_validity: validity,
+            default_route_on_second_interface: false,
         };
         self.runtime.boot(&spec).unwrap();
     }
@@ -815,6 +816,7 @@ fn external_runtime_hands_actions_to_the_command() {
         root: root.clone(),
         user_data: "#cloud-config\n".into(),
         member_certificate_validity: None,
+        default_route_on_second_interface: false,
     };
     runtime.boot(&spec).unwrap();
     assert_eq!(
