@@ -258,7 +258,9 @@ fn delete_namespace(netns: &str) {
     let _ = ip_command(&["netns", "delete", netns]);
 }
 
-fn network_lock() -> Result<std::fs::File, MachineError> {
+/// The lock every lab creation and sweep holds (released when the file is dropped): whoever
+/// builds or inspects our links and namespaces by hand holds it too.
+pub fn network_lock() -> Result<std::fs::File, MachineError> {
     let file = std::fs::File::options()
         .create(true)
         .truncate(false)
