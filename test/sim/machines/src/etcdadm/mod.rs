@@ -154,11 +154,16 @@ fn systemctl(args: &[&str]) -> Result<bool, String> {
     Ok(status.success())
 }
 
-fn write_file(path: &Path, content: &str) -> Result<(), String> {
+/// Write `content` to `path` with file mode `mode` (upstream: 0600 for the env files, which hold
+/// key paths, 0755 for the unit).
+fn write_file(path: &Path, content: &str, mode: u32) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
     }
-    std::fs::write(path, content).map_err(|e| format!("{}: {e}", path.display()))
+    std::fs::write(path, content).map_err(|e| format!("{}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn gomaxprocs() -> usize {
@@ -268,10 +273,11 @@ async fn run_phase(phase: Phase, member: &mut Member<'_>) -> Result<(), String> 
         }
         Phase::Configure => {
             let config = member_config(member)?;
-            write_file(Path::new(config::ENV_FILE), &config::render_env_file(&config))?;
+            write_file(Path::new(config::ENV_FILE), &config::render_env_file(&config), 0o600)?;
             write_file(
                 Path::new(config::UNIT_FILE),
                 &config::render_unit_file(&options.install_dir.join("etcd")),
+                0o755,
             )
         }
         Phase::Start => {
@@ -288,6 +294,7 @@ async fn run_phase(phase: Phase, member: &mut Member<'_>) -> Result<(), String> 
         Phase::Etcdctl => write_file(
             Path::new(config::ETCDCTL_ENV_FILE),
             &config::render_etcdctl_env(&options.certs_dir.display().to_string()),
+            0o600,
         ),
         Phase::Health => {
             say("[health] Checking local etcd endpoint health");
