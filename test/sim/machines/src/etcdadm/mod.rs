@@ -273,7 +273,11 @@ async fn run_phase(phase: Phase, member: &mut Member<'_>) -> Result<(), String> 
         }
         Phase::Configure => {
             let config = member_config(member)?;
-            write_file(Path::new(config::ENV_FILE), &config::render_env_file(&config), 0o600)?;
+            write_file(
+                Path::new(config::ENV_FILE),
+                &config::render_env_file(&config),
+                0o600,
+            )?;
             write_file(
                 Path::new(config::UNIT_FILE),
                 &config::render_unit_file(&options.install_dir.join("etcd")),
