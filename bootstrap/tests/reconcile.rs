@@ -444,7 +444,9 @@ async fn a_join_marked_by_the_etcdadm_cluster_controller_waits_for_its_learner()
     assert!(
         learner.contains(
             "sh /run/cluster-api/etcd-learner-join.sh wait-listed 1200 https://10.0.0.2:2379 && { etcdadm join \
-             https://10.0.0.2:2379 --init-system systemd --name m2 || "
+             https://10.0.0.2:2379 --init-system systemd --name m2 \
+             --bind-address \\\"$(cat /run/cluster-api/etcd-member-address)\\\" \
+             --server-cert-extra-sans \\\"$(cat /run/cluster-api/etcd-member-address)\\\" || "
         ),
         "{learner}"
     );

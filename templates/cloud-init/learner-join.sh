@@ -3,8 +3,11 @@
 # (docs/day2.md, "Learner joins"). The user data writes it and calls it around `etcdadm join`:
 #
 #   learner-join.sh wait-listed SECONDS JOIN_URL
-#     Waits until JOIN_URL lists this machine's peer URL. Run before `etcdadm join`, which adds
-#     a voting member itself when it does not find one.
+#     Waits until JOIN_URL lists the peer URL of one of this machine's addresses, the one the
+#     controller registered (the Machine's reported address, which need not be the default
+#     route's), and writes that address to /run/cluster-api/etcd-member-address for
+#     `etcdadm join --bind-address`. Run before `etcdadm join`, which adds a voting member itself
+#     when it does not find one.
 #   learner-join.sh wait-healthy SECONDS JOIN_URL [ETCDADM_JOIN_FLAGS...]
 #     Re-runs `etcdadm join phase health` until it passes. Run when `etcdadm join` failed: its
 #     health read fails while the member is a learner not yet promoted.
@@ -23,12 +26,12 @@ fail() {
   exit 1
 }
 
-# The address etcdadm advertises: the first global IPv4 address of the default route's
-# interface (Kubernetes' ChooseHostInterface, which etcdadm uses).
-advertised_address() {
-  dev=$(ip -4 route show default | awk '{ for (i = 1; i < NF; i++) if ($i == "dev") { print $(i + 1); exit } }')
-  [ -n "$dev" ] || return 1
-  ip -4 -o addr show dev "$dev" scope global | awk '{ split($4, cidr, "/"); print cidr[1]; exit }'
+# Where wait-listed leaves the address the learner list names.
+member_address_file=/run/cluster-api/etcd-member-address
+
+# This machine's global IPv4 addresses, one a line.
+machine_addresses() {
+  ip -4 -o addr show scope global | awk '{ split($4, cidr, "/"); print cidr[1] }'
 }
 
 # A client certificate for one day, signed by the CA the user data wrote, in $tmp (private,
@@ -54,29 +57,33 @@ wait_listed() {
   [ $# -eq 2 ] || fail "usage: wait-listed SECONDS JOIN_URL"
   seconds=$1
   url=$2
-  address=$(advertised_address) || address=""
-  [ -n "$address" ] || fail "no IPv4 address on the default route's interface: etcdadm would advertise none"
-  peer="https://$address:2380"
+  addresses=$(machine_addresses) || addresses=""
+  [ -n "$addresses" ] || fail "this machine has no global IPv4 address: etcdadm builds IPv4 URLs only"
   tmp=$(mktemp -d) || fail "cannot create a temporary directory"
   trap 'rm -rf "$tmp"' EXIT
   mint_client_certificate ||
     fail "cannot mint a client certificate from $pki/ca.crt and $pki/ca.key: $(cat "$tmp/openssl.log")"
   deadline=$(($(date +%s) + seconds))
-  say "waiting up to $seconds s for $url to list $peer, this machine's member, which the EtcdadmCluster controller adds as a learner"
+  peers=$(for address in $addresses; do printf 'https://%s:2380 ' "$address"; done)
+  say "waiting up to $seconds s for $url to list one of $peers(this machine's addresses), the member the EtcdadmCluster controller adds as a learner"
   while :; do
     if answer=$(member_list "$url"); then
-      case $answer in
-      *"\"$peer\""*)
-        say "$url lists $peer"
-        return 0
-        ;;
-      esac
-      last="the member list has no $peer"
+      for address in $addresses; do
+        case $answer in
+        *"\"https://$address:2380\""*)
+          echo "$address" >"$member_address_file" ||
+            fail "cannot write $member_address_file"
+          say "$url lists https://$address:2380: etcd binds to $address"
+          return 0
+          ;;
+        esac
+      done
+      last="the member list has none of them"
     else
       last=$answer
     fi
     if [ "$(date +%s)" -ge "$deadline" ]; then
-      fail "gave up after $seconds s: $url never listed $peer ($last). The EtcdadmCluster controller adds https://<Machine address>:2380 once the Machine reports an address; $address is the address etcdadm advertises (default route): if the Machine reports another one, they disagree. etcdadm join is not run: it would add a voting member."
+      fail "gave up after $seconds s: $url never listed any of $peers($last). The EtcdadmCluster controller adds https://<Machine address>:2380 once the Machine reports an address: if the Machine reports an address this machine does not hold, they disagree. etcdadm join is not run: it would add a voting member."
     fi
     sleep 2
   done

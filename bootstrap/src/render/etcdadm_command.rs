@@ -19,6 +19,10 @@ pub const LEARNER_JOIN_SCRIPT: &str = "/run/cluster-api/etcd-learner-join.sh";
 /// The helper: waits until the join URL lists this machine's member, then, if `etcdadm join`
 /// failed its health check as an unpromoted learner, until the health phase passes.
 pub const LEARNER_JOIN_SCRIPT_CONTENT: &str = include_str!("../../../templates/cloud-init/learner-join.sh");
+/// Where the learner helper writes the machine address the learner list names (the Machine's
+/// reported address, which the controller registered): etcdadm binds to it and names it in the
+/// server certificate, instead of the default route's address it would pick by itself.
+pub const MEMBER_ADDRESS_FILE: &str = "/run/cluster-api/etcd-member-address";
 /// How long a learner join waits for the EtcdadmCluster controller to add its member: beyond
 /// the usual seconds, room for a controller restart. A machine that gives up never becomes a
 /// member; the controller replaces it.
@@ -113,9 +117,17 @@ pub fn etcdadm_runcmd(
     }
     match learner_url {
         None => steps.push(words.join(" ")),
-        // The member must be listed before etcdadm looks for it, or etcdadm adds a voter; and
-        // etcdadm's own health check fails until the learner is promoted, so it is re-run.
+        // The member must be listed before etcdadm looks for it, or etcdadm adds a voter; it
+        // binds to the address the list names; and etcdadm's own health check fails until the
+        // learner is promoted, so it is re-run.
         Some(url) => {
+            let address = format!("\"$(cat {MEMBER_ADDRESS_FILE})\"");
+            words.extend([
+                "--bind-address".into(),
+                address.clone(),
+                "--server-cert-extra-sans".into(),
+                address,
+            ]);
             let flags = words[flags_from..].join(" ");
             steps.push(format!(
                 "sh {LEARNER_JOIN_SCRIPT} wait-listed {LEARNER_LISTED_WAIT_SECONDS} {url}"
@@ -392,8 +404,12 @@ mod tests {
             learner_join(&EtcdadmConfigSpec::default()).unwrap(),
             "sh /run/cluster-api/etcd-learner-join.sh wait-listed 1200 https://10.0.0.1:2379 \
              && { etcdadm join https://10.0.0.1:2379 --init-system systemd --name etcd-1 \
+             --bind-address \"$(cat /run/cluster-api/etcd-member-address)\" \
+             --server-cert-extra-sans \"$(cat /run/cluster-api/etcd-member-address)\" \
              || sh /run/cluster-api/etcd-learner-join.sh wait-healthy 1800 https://10.0.0.1:2379 \
-             --init-system systemd --name etcd-1; } \
+             --init-system systemd --name etcd-1 \
+             --bind-address \"$(cat /run/cluster-api/etcd-member-address)\" \
+             --server-cert-extra-sans \"$(cat /run/cluster-api/etcd-member-address)\"; } \
              && echo success > /run/cluster-api/bootstrap-success.complete"
         );
     }
@@ -410,7 +426,9 @@ mod tests {
             ..Default::default()
         };
         let line = learner_join(&spec).unwrap();
-        let flags = "--init-system systemd --name etcd-1 --version 3.5.9 --install-dir '/opt/etcd bin'";
+        let flags = "--init-system systemd --name etcd-1 --version 3.5.9 --install-dir '/opt/etcd bin' \
+             --bind-address \"$(cat /run/cluster-api/etcd-member-address)\" \
+             --server-cert-extra-sans \"$(cat /run/cluster-api/etcd-member-address)\"";
         assert!(
             line.contains(&format!(
                 "{{ etcdadm join https://10.0.0.1:2379 {flags} || sh /run/cluster-api/etcd-learner-join.sh \
@@ -467,6 +485,10 @@ mod tests {
             assert!(!LEARNER_JOIN_SCRIPT_CONTENT.contains(opener), "{opener}");
         }
         assert!(LEARNER_JOIN_SCRIPT_CONTENT.starts_with("#!/bin/sh\n"));
+        assert!(
+            LEARNER_JOIN_SCRIPT_CONTENT.contains(&format!("member_address_file={MEMBER_ADDRESS_FILE}\n")),
+            "the helper writes the address where the join reads it"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! A real S3-compatible store for tests: SeaweedFS (`weed server -s3`) on 127.0.0.1, on free
-//! ports, with its own data directory and credentials, stopped by PID when dropped.
+//! A real S3-compatible store for tests: SeaweedFS (`weed server -s3`) on 127.0.0.1 (or on an
+//! address inside a network namespace the test made), on free ports, with its own data directory
+//! and credentials, stopped by PID when dropped.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -91,6 +92,12 @@ impl SeaweedFs {
     /// signed requests. Panics with an install hint when `weed` is missing, and with its log
     /// when it does not come up.
     pub async fn start() -> SeaweedFs {
+        SeaweedFs::start_at("127.0.0.1", &[]).await
+    }
+
+    /// [`SeaweedFs::start`] serving on `ip`, run through `launcher` (a command prefix such as
+    /// `nsenter --net=/run/netns/<ns> --`, for an address inside a namespace the test made).
+    pub async fn start_at(ip: &str, launcher: &[String]) -> SeaweedFs {
         let weed = weed_binary().unwrap_or_else(|hint| panic!("{hint}"));
         let dir = TempDir::new("etcdadm-test-seaweedfs");
         let data = dir.path().join("data");
@@ -109,8 +116,8 @@ impl SeaweedFs {
         let log = std::fs::File::create(dir.path().join("weed.log")).expect("create weed log");
         let args = [
             "server".to_string(),
-            "-ip=127.0.0.1".into(),
-            "-ip.bind=127.0.0.1".into(),
+            format!("-ip={ip}"),
+            format!("-ip.bind={ip}"),
             format!("-dir={}", data.display()),
             format!("-master.port={}", p[0]),
             format!("-master.port.grpc={}", p[1]),
@@ -130,7 +137,15 @@ impl SeaweedFs {
             "-master.volumeSizeLimitMB=1024".into(),
             "-volume.max=32".into(),
         ];
-        let process = Command::new(&weed)
+        let mut command = match launcher.split_first() {
+            Some((program, leading)) => {
+                let mut command = Command::new(program);
+                command.args(leading).arg(&weed);
+                command
+            }
+            None => Command::new(&weed),
+        };
+        let process = command
             .args(&args)
             .current_dir(dir.path())
             // Its own logs (glog writes to the temporary directory) stay in its directory.
@@ -141,7 +156,7 @@ impl SeaweedFs {
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}; {SEAWEEDFS_INSTALL_HINT}", weed.display()));
         let mut server = SeaweedFs {
-            endpoint: format!("http://127.0.0.1:{}", p[6]),
+            endpoint: format!("http://{ip}:{}", p[6]),
             access_key_id,
             secret_access_key,
             process,

@@ -3,8 +3,9 @@
 //!
 //! It polls instead of watching: it is test infrastructure, and a poll loop restarts cleanly.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -61,6 +62,9 @@ pub struct CapiStandIn {
     /// Validity of the member certificates of machines booted from now on (`None`: etcdadm's
     /// 365 days); see [`crate::plane::Plane::set_member_certificate_validity`].
     pub member_certificate_validity: Arc<Mutex<Option<Duration>>>,
+    /// Whether machines booted from now on route through a second interface while reporting
+    /// the first one's address; see [`crate::plane::Plane::set_default_route_on_second_interface`].
+    pub default_route_on_second_interface: Arc<AtomicBool>,
 }
 
 impl CapiStandIn {
@@ -323,6 +327,7 @@ impl CapiStandIn {
                 .member_certificate_validity
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
+            default_route_on_second_interface: self.default_route_on_second_interface.load(Ordering::Relaxed),
         };
         if let Err(e) = self.runtime.boot(&spec) {
             warn!(machine, error = %e, "boot failed");
@@ -340,12 +345,7 @@ impl CapiStandIn {
         let [a, b, c] = self.ip_prefix;
         (2..=254u8)
             .map(|n| IpAddr::V4(Ipv4Addr::new(a, b, c, n)))
-            .find(|ip| {
-                !taken.contains(&ip.to_string())
-                    && [names::ETCD_CLIENT_PORT, names::ETCD_PEER_PORT]
-                        .iter()
-                        .all(|port| TcpListener::bind(SocketAddr::new(*ip, *port)).is_ok())
-            })
+            .find(|ip| !taken.contains(&ip.to_string()) && self.runtime.address_free(*ip))
     }
 
     /// Deletion as CAPI does it: wait for pre-terminate hooks, then power off and release.

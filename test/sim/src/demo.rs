@@ -19,7 +19,8 @@ use etcdadm_shared::pki::CertificateAuthority;
 use crate::capi::sim_machine_resource;
 use crate::error::SimError;
 use crate::manifests::{ManagedCluster, create_managed_cluster};
-use crate::plane::{DEFAULT_KCP_ROLLOUT_STEP, NAMESPACE, Plane, PlaneOptions};
+use crate::plane::{DEFAULT_KCP_ROLLOUT_STEP, Machines, NAMESPACE, Plane, PlaneOptions};
+use etcdadm_sim_machines::real_etcdadm;
 
 /// Options of `etcdadm-sim demo`.
 pub struct DemoOptions {
@@ -33,7 +34,12 @@ pub struct DemoOptions {
     pub kubeconfig: Option<PathBuf>,
     /// External machine runtime command (`--machine-runtime`).
     pub machine_runtime: Option<String>,
+    /// What the built-in machines run (`--machines`).
+    pub machines: Machines,
 }
+
+/// The lab (`10.213.<lab>.0/24`) of the demo's real-etcdadm machines.
+pub const DEMO_LAB: u8 = 1;
 
 /// Create a standalone etcd cluster (Cluster + N Machines with EtcdadmConfigs, no EtcdadmCluster).
 pub async fn create_standalone_cluster(
@@ -124,6 +130,7 @@ pub async fn etcd_tls(client: &Client, ns: &str, cluster: &str) -> Result<Option
 
 /// Members of the etcd cluster as seen through `url`, by name; `None` if unreachable.
 pub async fn member_names(url: &str, tls: &EtcdTls) -> Option<Vec<String>> {
+    etcdadm_sim_machines::network::guard(url).ok()?;
     let member = MemberClient::new(url, tls, Duration::from_secs(3)).ok()?;
     let members = member.member_list().await.ok()?;
     Some(
@@ -149,6 +156,9 @@ pub struct MemberRow {
 pub async fn member_table(urls: &[String], tls: &EtcdTls) -> Vec<MemberRow> {
     let mut rows = vec![];
     for url in urls {
+        if etcdadm_sim_machines::network::guard(url).is_err() {
+            continue;
+        }
         let Ok(member) = MemberClient::new(url, tls, Duration::from_secs(3)) else {
             continue;
         };
@@ -201,6 +211,7 @@ pub async fn run(options: DemoOptions) -> Result<(), SimError> {
         ip_prefix: [127, 0, 1],
         kubeconfig: options.kubeconfig.clone(),
         machine_runtime: options.machine_runtime.clone(),
+        machines: options.machines,
         controllers: vec!["etcdadm-bootstrap", "etcdadm-controller"],
         kcp_rollout_step: DEFAULT_KCP_ROLLOUT_STEP,
         ..Default::default()
@@ -214,9 +225,16 @@ pub async fn run(options: DemoOptions) -> Result<(), SimError> {
     );
     println!("logs and machine roots: {}", options.work_dir.display());
 
-    let config_spec = match &options.etcd_version {
-        Some(version) => json!({"cloudInitConfig": {"version": version}}),
-        None => json!({}),
+    let config_spec = match (options.machines, &options.etcd_version) {
+        (Machines::RealEtcdadm { .. }, Some(version)) if version != real_etcdadm::ETCD_VERSION => {
+            return Err(SimError::Setup(format!(
+                "real-etcdadm machines install etcd {} (the local release archive), not {version}",
+                real_etcdadm::ETCD_VERSION
+            )));
+        }
+        (Machines::RealEtcdadm { .. }, _) => real_etcdadm::config_spec().map_err(SimError::Setup)?,
+        (Machines::StandIn, Some(version)) => json!({"cloudInitConfig": {"version": version}}),
+        (Machines::StandIn, None) => json!({}),
     };
     let replicas =
         i32::try_from(options.members).map_err(|_| SimError::Setup("--members is too large".into()))?;

@@ -376,6 +376,11 @@ impl Recorder {
             let mut clients: BTreeMap<String, MemberClient> = BTreeMap::new();
             loop {
                 for url in urls() {
+                    // No traffic to a lab's subnet once its bridge is gone.
+                    if etcdadm_sim_machines::network::guard(&url).is_err() {
+                        clients.remove(&url);
+                        continue;
+                    }
                     if !clients.contains_key(&url) {
                         let Ok(client) = MemberClient::new(&url, &tls, Duration::from_secs(2)) else {
                             continue;

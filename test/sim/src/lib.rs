@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod bench_scale;
+pub mod bench_steps;
 pub mod capi;
 pub mod demo;
 pub mod error;

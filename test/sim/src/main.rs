@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use etcdadm_sim::demo::{self, DemoOptions};
+use etcdadm_sim::plane::Machines;
 
 #[derive(Parser)]
 #[command(
@@ -57,7 +58,19 @@ enum Command {
         /// `CMD boot|stop|fault <kind> --name N --ip IP --user-data FILE --root DIR`.
         #[arg(long, value_name = "CMD")]
         machine_runtime: Option<String>,
+        /// What the machines run: the etcdadm stand-in on loopback addresses, or the real
+        /// etcdadm, each machine in a network namespace on a bridge (10.213.1.0/24; needs what
+        /// `.ci/setup` puts under target/).
+        #[arg(long, value_enum, default_value_t = MachineKind::StandIn)]
+        machines: MachineKind,
     },
+}
+
+/// `--machines`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum MachineKind {
+    StandIn,
+    RealEtcdadm,
 }
 
 #[derive(Subcommand)]
@@ -90,6 +103,14 @@ enum Bench {
         #[arg(long)]
         failover: bool,
     },
+    /// create-to-Ready on the etcdadm stand-in and on the real etcdadm, one after the other,
+    /// with each join split into its steps.
+    Steps {
+        #[arg(long, default_value_t = 3)]
+        members: i32,
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
+    },
     /// RSS and CPU of both managers over one minute with N idle EtcdadmClusters.
     Idle {
         #[arg(long, default_value_t = 0)]
@@ -108,6 +129,9 @@ async fn main() -> ExitCode {
             match bench {
                 Bench::Create { sizes, runs } => {
                     etcdadm_sim::bench::run_create(&work_dir, &sizes, runs).await
+                }
+                Bench::Steps { members, runs } => {
+                    etcdadm_sim::bench_steps::run_steps(&work_dir, members, runs).await
                 }
                 Bench::Scale {
                     clusters,
@@ -148,8 +172,13 @@ async fn main() -> ExitCode {
             exit_when_ready,
             kubeconfig,
             machine_runtime,
+            machines,
         } => {
             let work_dir = std::path::absolute(&work_dir).unwrap_or(work_dir);
+            let machines = match machines {
+                MachineKind::StandIn => Machines::StandIn,
+                MachineKind::RealEtcdadm => Machines::RealEtcdadm { lab: demo::DEMO_LAB },
+            };
             demo::run(DemoOptions {
                 members,
                 work_dir,
@@ -158,6 +187,7 @@ async fn main() -> ExitCode {
                 exit_when_ready,
                 kubeconfig,
                 machine_runtime,
+                machines,
             })
             .await
         }

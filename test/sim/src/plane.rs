@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::process::{Child, Command};
 
 use etcdadm_sim_apiserver::{ApiServer, Served};
+use etcdadm_sim_machines::network::Lab;
 use etcdadm_sim_machines::{BuiltInRuntime, ExternalRuntime, MachineRuntime};
 
 use crate::capi::CapiStandIn;
@@ -21,6 +23,17 @@ use crate::kcp::{KcpRecord, KcpStandIn};
 
 /// Namespace the demo and the benches use; scenarios choose their own.
 pub const NAMESPACE: &str = "default";
+
+/// What the machines run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Machines {
+    /// The etcdadm stand-in, on loopback addresses `<ip_prefix>.N` (the fast tier).
+    #[default]
+    StandIn,
+    /// The real etcdadm, each machine in a network namespace of its own on a bridge of this
+    /// plane (`10.213.<lab>.N`, see `etcdadm_sim_machines::network`).
+    RealEtcdadm { lab: u8 },
+}
 
 /// How to bring a plane up.
 pub struct PlaneOptions {
@@ -32,6 +45,9 @@ pub struct PlaneOptions {
     pub kubeconfig: Option<PathBuf>,
     /// `--machine-runtime CMD`: machines booted by an external command.
     pub machine_runtime: Option<String>,
+    /// What built-in machines run (ignored with `machine_runtime`); with
+    /// [`Machines::RealEtcdadm`] machine addresses come from the lab, not `ip_prefix`.
+    pub machines: Machines,
     /// Controller binaries (beside this executable) to start with `run`.
     pub controllers: Vec<&'static str>,
     /// Time the KCP stand-in takes to replace one of its machines during a rollout.
@@ -55,6 +71,7 @@ impl Default for PlaneOptions {
             ip_prefix: [127, 0, 1],
             kubeconfig: None,
             machine_runtime: None,
+            machines: Machines::StandIn,
             controllers: vec!["etcdadm-bootstrap", "etcdadm-controller"],
             kcp_rollout_step: DEFAULT_KCP_ROLLOUT_STEP,
             namespace: NAMESPACE.into(),
@@ -76,9 +93,15 @@ pub struct Plane {
     pub client: Client,
     pub kubeconfig: PathBuf,
     pub runtime: Arc<dyn MachineRuntime>,
+    /// The real-etcdadm machines' network, when they have one.
+    pub lab: Option<Arc<Lab>>,
+    /// The built-in runtime (also [`Plane::runtime`]), for what only it can do (run a command
+    /// on a machine, read what its etcd runs with); `None` with an external runtime.
+    pub built_in: Option<Arc<BuiltInRuntime>>,
     pub kcp_record: Arc<Mutex<KcpRecord>>,
     pub namespace: String,
     member_certificate_validity: Arc<Mutex<Option<Duration>>>,
+    default_route_on_second_interface: Arc<AtomicBool>,
     controller_kubeconfigs: std::collections::BTreeMap<&'static str, PathBuf>,
     controller_args: Vec<String>,
     controller_env: Vec<(String, String)>,
@@ -98,7 +121,28 @@ impl Drop for Plane {
         for (_, child) in &mut self.controllers {
             let _ = child.start_kill();
         }
+        // The controllers talk to the machines' subnets: they must be gone before the bridge is.
+        for (_, child) in &self.controllers {
+            if let Some(pid) = child.id() {
+                wait_gone(pid);
+            }
+        }
         drop(self.served.take());
+    }
+}
+
+/// Wait (up to 10 s) until process `pid` is dead (a zombie holds no sockets).
+fn wait_gone(pid: u32) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        if matches!(state, None | Some('Z' | 'X')) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -148,18 +192,41 @@ impl Plane {
             ports.insert(name.to_string(), chosen);
             controllers.push((name.to_string(), child));
         }
-        let runtime: Arc<dyn MachineRuntime> = match &options.machine_runtime {
-            Some(command) => Arc::new(ExternalRuntime::new(command).map_err(|e| setup(&e))?),
-            None => Arc::new(BuiltInRuntime::new(sibling_binary("etcdadm-sim-machine")?)),
+        let mut lab = None;
+        let mut ip_prefix = options.ip_prefix;
+        let built_in = match (&options.machine_runtime, options.machines) {
+            (Some(_), _) => None,
+            (None, Machines::StandIn) => Some(Arc::new(BuiltInRuntime::new(sibling_binary(
+                "etcdadm-sim-machine",
+            )?))),
+            (None, Machines::RealEtcdadm { lab: id }) => {
+                let etcdadm = etcdadm_sim_machines::real_etcdadm::etcdadm_binary().map_err(|e| setup(&e))?;
+                let created = Arc::new(Lab::create(id).map_err(|e| setup(&e))?);
+                let [a, b] = etcdadm_sim_machines::network::PRIMARY_NET;
+                ip_prefix = [a, b, id];
+                lab = Some(created.clone());
+                Some(Arc::new(BuiltInRuntime::real_etcdadm(
+                    sibling_binary("etcdadm-sim-machine")?,
+                    etcdadm,
+                    created,
+                )))
+            }
+        };
+        let runtime: Arc<dyn MachineRuntime> = match (&options.machine_runtime, &built_in) {
+            (Some(command), _) => Arc::new(ExternalRuntime::new(command).map_err(|e| setup(&e))?),
+            (None, Some(built_in)) => built_in.clone(),
+            (None, None) => return Err(SimError::Setup("no machine runtime".into())),
         };
         let member_certificate_validity = Arc::new(Mutex::new(None));
+        let default_route_on_second_interface = Arc::new(AtomicBool::new(false));
         let capi = CapiStandIn {
             client: client.clone(),
             namespace: options.namespace.clone(),
             runtime: runtime.clone(),
             work_dir: work_dir.clone(),
-            ip_prefix: options.ip_prefix,
+            ip_prefix,
             member_certificate_validity: member_certificate_validity.clone(),
+            default_route_on_second_interface: default_route_on_second_interface.clone(),
         };
         let kcp = KcpStandIn::new(client.clone(), &options.namespace, options.kcp_rollout_step);
         let kcp_record = kcp.record.clone();
@@ -171,9 +238,12 @@ impl Plane {
             client,
             kubeconfig,
             runtime,
+            lab,
+            built_in,
             kcp_record,
             namespace: options.namespace.clone(),
             member_certificate_validity,
+            default_route_on_second_interface,
             controller_kubeconfigs: options.controller_kubeconfigs.clone(),
             controller_args: options.controller_args.clone(),
             controller_env: options.controller_env.clone(),
@@ -192,6 +262,13 @@ impl Plane {
             .member_certificate_validity
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = validity;
+    }
+
+    /// Machines booted from now on have a second interface holding their default route, while
+    /// the Machine reports the first interface's address (real-etcdadm machines only).
+    pub fn set_default_route_on_second_interface(&self, enabled: bool) {
+        self.default_route_on_second_interface
+            .store(enabled, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The `/metrics` text of controller `name` (started by [`Plane::start`]).

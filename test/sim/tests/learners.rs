@@ -21,20 +21,6 @@ use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(180);
 
-/// Every member that joined after the first was first seen as a learner and later as a voter.
-fn assert_learner_joins(history: &etcdadm_sim::history::History, joined: usize) {
-    let joins = history.joins();
-    let promoted = joins
-        .iter()
-        .filter(|(_, learner, voter)| *learner && *voter)
-        .count();
-    assert_eq!(
-        (joins.len(), promoted),
-        (joined, joined),
-        "every join must be a learner add, then its promotion: {joins:?}\n{history:#?}"
-    );
-}
-
 /// No acknowledged write lost, and none waited for as long as `max_gap`.
 fn assert_writes_flowed(report: &WorkloadReport, max_gap: Duration) {
     assert!(

@@ -67,7 +67,7 @@ fn runs() -> (u64, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkilled_controller_resumes_every_operation_first_half() {
     let (runs, seed) = runs();
-    crash_runs(7, "k1", seed, 0..runs / 2, runs).await;
+    crash_runs(12, "k1", seed, 0..runs / 2, runs).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

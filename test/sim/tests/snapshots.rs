@@ -10,15 +10,13 @@ mod lifecycle_support;
 use std::time::{Duration, Instant};
 
 use etcdadm_shared::api::EtcdadmCluster;
-use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::etcd::MemberClient;
 use etcdadm_shared::store::StoreClient;
 use etcdadm_shared::testing::{SeaweedFs, TempDir, etcd_binary};
 use etcdadm_sim::demo;
 use etcdadm_sim::plane::Plane;
 use k8s_openapi::api::core::v1::Secret;
-use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use lifecycle_support::*;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -68,68 +66,6 @@ async fn backed_up_cluster(
     .await;
     let etcd = wait_settled(&plane.client, "b1", replicas, TIMEOUT, work).await;
     (s3, bucket, plane, etcd)
-}
-
-/// The snapshot `name`, once Succeeded (a Failed one or a minute's wait fails the test).
-async fn wait_succeeded(snapshots: &Api<EtcdadmSnapshot>, name: &str, work: &TempDir) -> EtcdadmSnapshot {
-    let started = Instant::now();
-    loop {
-        let current = snapshots.get(name).await.unwrap();
-        match current.phase() {
-            SnapshotPhase::Succeeded => return current,
-            SnapshotPhase::Failed => panic!("snapshot failed: {:?}\n{}", current.status, logs(work)),
-            _ if started.elapsed() > Duration::from_secs(60) => {
-                panic!(
-                    "snapshot not taken within 60 s: {:?}\n{}",
-                    current.status,
-                    logs(work)
-                )
-            }
-            _ => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-}
-
-/// An on-demand snapshot `name` of the EtcdadmCluster `<cluster>-etcd`, once Succeeded.
-async fn take_snapshot(client: &Client, cluster: &str, name: &str, work: &TempDir) -> EtcdadmSnapshot {
-    let snapshots: Api<EtcdadmSnapshot> = Api::default_namespaced(client.clone());
-    let requested: EtcdadmSnapshot = serde_json::from_value(json!({
-        "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmSnapshot",
-        "metadata": {"name": name}, "spec": {"clusterName": format!("{cluster}-etcd")},
-    }))
-    .unwrap();
-    snapshots
-        .create(&PostParams::default(), &requested)
-        .await
-        .unwrap();
-    wait_succeeded(&snapshots, name, work).await
-}
-
-/// The etcd revision after a client wrote `count` keys `app/NNNN` through the first member
-/// `etcd` lists.
-async fn write_keys(
-    client: &Client,
-    cluster: &str,
-    etcd: &EtcdadmCluster,
-    count: usize,
-) -> (MemberClient, i64) {
-    let tls = demo::etcd_tls(client, client.default_namespace(), cluster)
-        .await
-        .unwrap()
-        .unwrap();
-    let url = etcd.status.clone().unwrap().members[0]
-        .client_url
-        .clone()
-        .unwrap();
-    let member = MemberClient::new(&url, &tls, Duration::from_secs(5)).unwrap();
-    let mut kv = member.etcd_client().await.unwrap();
-    for i in 0..count {
-        kv.put(format!("app/{i:04}"), format!("value-{i}"), None)
-            .await
-            .unwrap();
-    }
-    let written = member.local_revision().await.unwrap();
-    (member, written)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,6 +18,8 @@ pub enum MachineError {
          plus overlay mounts (util-linux), and never falls back to writing host files"
     )]
     Isolation { machine: String, reason: String },
+    #[error("machine network: {0}")]
+    Network(String),
     #[error("machine {0} is not known to this runtime: boot it first")]
     UnknownMachine(String),
     #[error("machine {0} is already running: stop it before booting it again")]
@@ -40,6 +42,7 @@ impl MachineError {
             MachineError::UserData(_) => "user-data",
             MachineError::Io { .. } => "io",
             MachineError::Isolation { .. } => "isolation",
+            MachineError::Network(_) => "network",
             MachineError::UnknownMachine(_) => "unknown-machine",
             MachineError::AlreadyRunning(_) => "already-running",
             MachineError::Spawn { .. } => "spawn",

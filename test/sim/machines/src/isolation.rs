@@ -7,9 +7,12 @@
 //! `<root>/etc/hosts` and the host's file is untouched. Directories outside that list (`/tmp`,
 //! `/usr` except `/usr/local`, `/work`, ...) are shared with the host: the machine root itself
 //! lives there, and overlay refuses an upper layer inside its own lower layer.
+//! A machine with its own network (real etcdadm) also gets a private `/tmp`, `<root>/tmp` bound
+//! over it; its runner's records (`<root>/sim`) stay reachable at [`RECORDS_VIEW`].
 //! A mount that fails is fatal: the machine never falls back to writing host files.
 
 use std::net::IpAddr;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -26,6 +29,10 @@ pub const ISOLATED_DIRS: [&str; 8] = [
     "/home",
     "/srv",
 ];
+
+/// Where a machine with a private `/tmp` sees its runner's records (`<root>/sim` on the host),
+/// which the bind of `<root>/tmp` over `/tmp` hides from their usual path.
+pub const RECORDS_VIEW: &str = "/run/sim-machine";
 
 /// One overlay to mount: `target` seen through `upper` (writes) over the host's `target`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,9 +104,15 @@ pub fn hosts_file(name: &str, ip: IpAddr) -> String {
     format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n{ip}\t{name}\n")
 }
 
-/// Mount the overlays and set the hostname. Must run inside the private mount and UTS
-/// namespaces: done on the host it would shadow the host's directories.
-pub fn enter_machine_view(root: &Path, name: &str, ip: IpAddr) -> Result<(), MachineError> {
+/// Mount the overlays (and, with `private_tmp`, bind `<root>/tmp` over `/tmp`) and set the
+/// hostname. Must run inside the private mount and UTS namespaces: done on the host it would
+/// shadow the host's directories. Returns where the runner's records (`<root>/sim`) are seen.
+pub fn enter_machine_view(
+    root: &Path,
+    name: &str,
+    ip: IpAddr,
+    private_tmp: bool,
+) -> Result<PathBuf, MachineError> {
     let fail = |reason: String| MachineError::Isolation {
         machine: name.to_string(),
         reason,
@@ -109,19 +122,8 @@ pub fn enter_machine_view(root: &Path, name: &str, ip: IpAddr) -> Result<(), Mac
         for dir in [&overlay.upper, &overlay.work] {
             std::fs::create_dir_all(dir).map_err(|e| fail(format!("creating {}: {e}", dir.display())))?;
         }
-        let output = Command::new("mount")
-            .args(["-t", "overlay", "overlay", "-o", &overlay.options()])
-            .arg(&overlay.target)
-            .output()
-            .map_err(|e| fail(format!("running `mount`: {e}")))?;
-        if !output.status.success() {
-            return Err(fail(format!(
-                "mounting an overlay on {}: {} {}",
-                overlay.target.display(),
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            )));
-        }
+        let options = overlay.options();
+        mount(&["-t", "overlay", "overlay", "-o", &options], &overlay.target).map_err(&fail)?;
     }
     // The overlays are only private if they did not propagate: the host must not see them.
     std::fs::write("/proc/sys/kernel/hostname", name)
@@ -130,7 +132,42 @@ pub fn enter_machine_view(root: &Path, name: &str, ip: IpAddr) -> Result<(), Mac
         .map_err(|e| fail(format!("writing /etc/hostname: {e}")))?;
     std::fs::write("/etc/hosts", hosts_file(name, ip))
         .map_err(|e| fail(format!("writing /etc/hosts: {e}")))?;
-    Ok(())
+    let records = root.join("sim");
+    if !private_tmp {
+        return Ok(records);
+    }
+    let view = Path::new(RECORDS_VIEW);
+    let tmp = root.join("tmp");
+    for dir in [view, tmp.as_path()] {
+        std::fs::create_dir_all(dir).map_err(|e| fail(format!("creating {}: {e}", dir.display())))?;
+    }
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777))
+        .map_err(|e| fail(format!("{}: {e}", tmp.display())))?;
+    let records = records.display().to_string();
+    mount(&["--bind", &records], view).map_err(&fail)?;
+    let tmp = tmp.display().to_string();
+    mount(&["--bind", &tmp], Path::new("/tmp")).map_err(&fail)?;
+    Ok(view.to_path_buf())
+}
+
+/// `mount <args> <target>`; the error says what failed.
+fn mount(args: &[&str], target: &Path) -> Result<(), String> {
+    let output = Command::new("mount")
+        .args(args)
+        .arg(target)
+        .output()
+        .map_err(|e| format!("running `mount`: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`mount {} {}`: {} {}",
+            args.join(" "),
+            target.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,8 @@ pub mod etcdadm;
 pub mod executor;
 pub mod isolation;
 pub mod log;
+pub mod network;
+pub mod real_etcdadm;
 pub mod runner;
 pub mod runtime;
 pub mod systemd;

@@ -6,6 +6,11 @@
 //! sees them): `status` (`booting`, `running`, `failed: <reason>`), `units/<unit>.pid` and its
 //! own log. Everything the machine itself writes lands in the overlays' upper layers, e.g.
 //! `<root>/var/log/cloud-init-output.log` or `<root>/var/log/kubeadm-bootstrap.log`.
+//!
+//! Given `--etcdadm <path>`, the machine runs that (real) etcdadm instead of the stand-ins: its
+//! PATH holds only `etcdadm` and the `systemctl` stand-in ahead of the host's tools (`hostname`
+//! and `ip` are the real ones, answering from the machine's own UTS and network namespaces, which
+//! the runtime provides), and its `/tmp` is private.
 
 use std::net::IpAddr;
 use std::os::unix::process::CommandExt;
@@ -23,6 +28,8 @@ use crate::systemd::{ManagerPaths, ServiceManager};
 
 /// The stand-ins linked into `<root>/sim/bin`, first on the machine's PATH.
 pub const STANDINS: [&str; 4] = ["etcdadm", "systemctl", "hostname", "ip"];
+/// The stand-ins a machine running the real etcdadm still needs: it has no systemd.
+pub const REAL_ETCDADM_STANDINS: [&str; 1] = ["systemctl"];
 
 /// What a runner is told about its machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,12 +38,15 @@ pub struct RunnerArgs {
     pub ip: IpAddr,
     pub root: PathBuf,
     pub user_data: PathBuf,
+    /// The real etcdadm to run instead of the stand-in (the machine then has its own network
+    /// namespace, entered by the runtime before the runner starts).
+    pub etcdadm: Option<PathBuf>,
 }
 
 impl RunnerArgs {
     /// As command-line flags.
     pub fn to_flags(&self) -> Vec<String> {
-        vec![
+        let mut flags = vec![
             "--name".into(),
             self.name.clone(),
             "--ip".into(),
@@ -45,15 +55,20 @@ impl RunnerArgs {
             self.root.display().to_string(),
             "--user-data".into(),
             self.user_data.display().to_string(),
-        ]
+        ];
+        if let Some(etcdadm) = &self.etcdadm {
+            flags.extend(["--etcdadm".into(), etcdadm.display().to_string()]);
+        }
+        flags
     }
 
-    /// Parse `--name N --ip IP --root DIR --user-data FILE`.
+    /// Parse `--name N --ip IP --root DIR --user-data FILE [--etcdadm PATH]`.
     pub fn parse(args: &[String]) -> Result<RunnerArgs, MachineError> {
         let mut name = None;
         let mut ip = None;
         let mut root = None;
         let mut user_data = None;
+        let mut etcdadm = None;
         let mut iter = args.iter();
         while let Some(flag) = iter.next() {
             let value = iter
@@ -69,6 +84,7 @@ impl RunnerArgs {
                 }
                 "--root" => root = Some(PathBuf::from(value)),
                 "--user-data" => user_data = Some(PathBuf::from(value)),
+                "--etcdadm" => etcdadm = Some(PathBuf::from(value)),
                 other => return Err(MachineError::Usage(format!("unknown flag {other}"))),
             }
         }
@@ -78,23 +94,30 @@ impl RunnerArgs {
             ip: ip.ok_or_else(|| missing("--ip"))?,
             root: root.ok_or_else(|| missing("--root"))?,
             user_data: user_data.ok_or_else(|| missing("--user-data"))?,
+            etcdadm,
         })
     }
 }
 
+/// `<root>/sim`: the runner's records, outside every overlay.
+pub fn records_dir(root: &Path) -> PathBuf {
+    root.join("sim")
+}
+
 /// `<root>/sim/status`.
 pub fn status_path(root: &Path) -> PathBuf {
-    root.join("sim/status")
+    records_dir(root).join("status")
 }
 
 /// `<root>/sim/units`: main PIDs of running units.
 pub fn pid_dir(root: &Path) -> PathBuf {
-    root.join("sim/units")
+    records_dir(root).join("units")
 }
 
-/// Record the machine's status for the runtime (atomically: write, then rename).
-pub fn write_status(root: &Path, status: &str) -> Result<(), MachineError> {
-    let path = status_path(root);
+/// Record the machine's status for the runtime (atomically: write, then rename) in the records
+/// directory `records` (`<root>/sim` as the host sees it).
+pub fn write_status(records: &Path, status: &str) -> Result<(), MachineError> {
+    let path = records.join("status");
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(MachineError::io(parent))?;
     }
@@ -123,38 +146,40 @@ pub fn boot(args: &RunnerArgs) -> MachineError {
         machine: args.name.clone(),
         reason: format!("executing `unshare`: {error}"),
     };
-    let _ = write_status(&args.root, &format!("failed: {error}"));
+    let _ = write_status(&records_dir(&args.root), &format!("failed: {error}"));
     error
 }
 
 /// Inside the namespaces: isolate, start the service manager, run the user data, then serve
 /// until killed. Returns only on failure.
 pub fn inside(args: &RunnerArgs) -> MachineError {
-    match run_inside(args) {
+    // Where the records are seen changes once the machine's /tmp hides `<root>`.
+    let mut records = records_dir(&args.root);
+    match run_inside(args, &mut records) {
         Ok(()) => loop {
             std::thread::park();
         },
         Err(e) => {
-            let _ = write_status(&args.root, &format!("failed: {e}"));
+            let _ = write_status(&records, &format!("failed: {e}"));
             e
         }
     }
 }
 
-fn run_inside(args: &RunnerArgs) -> Result<(), MachineError> {
-    write_status(&args.root, "booting")?;
+fn run_inside(args: &RunnerArgs, records: &mut PathBuf) -> Result<(), MachineError> {
+    write_status(records, "booting")?;
     let user_data = std::fs::read_to_string(&args.user_data).map_err(MachineError::io(&args.user_data))?;
-    enter_machine_view(&args.root, &args.name, args.ip)?;
-    let standin_dir = link_standins(&args.root)?;
+    *records = enter_machine_view(&args.root, &args.name, args.ip, args.etcdadm.is_some())?;
+    let tool_dir = link_tools(records, args.etcdadm.as_deref())?;
     let manager = ServiceManager::new(ManagerPaths {
         unit_dir: "/etc/systemd/system".into(),
-        pid_dir: pid_dir(&args.root),
+        pid_dir: records.join("units"),
         journal_dir: "/var/log/sim-journal".into(),
         notify_dir: "/run/sim-systemd".into(),
     });
     serve(manager, Path::new(CONTROL_SOCKET))?;
     let environment = CommandEnvironment {
-        standin_dir,
+        standin_dir: tool_dir,
         vars: vec![
             ("SIM_MACHINE_NAME".into(), args.name.clone()),
             (crate::etcdadm::MACHINE_IP_ENV.into(), args.ip.to_string()),
@@ -174,19 +199,39 @@ fn run_inside(args: &RunnerArgs) -> Result<(), MachineError> {
         let report = execute(&config, &environment, Path::new(OUTPUT_LOG))?;
         eprintln!("machine {}: runcmd exit codes {:?}", args.name, report.exit_codes);
     }
-    write_status(&args.root, "running")
+    write_status(records, "running")
 }
 
-/// Link the stand-ins (siblings of this executable) into `<root>/sim/bin`.
-fn link_standins(root: &Path) -> Result<PathBuf, MachineError> {
+/// Link the machine's tools into `<records>/bin`, first on its PATH: the stand-ins (siblings of
+/// this executable), or the real `etcdadm` and the `systemctl` stand-in.
+fn link_tools(records: &Path, etcdadm: Option<&Path>) -> Result<PathBuf, MachineError> {
     let exe = std::env::current_exe().map_err(MachineError::io("/proc/self/exe"))?;
     let source_dir = exe
         .parent()
         .ok_or_else(|| MachineError::Usage(format!("{} has no parent directory", exe.display())))?;
-    let bin = root.join("sim/bin");
+    let mut links: Vec<(&str, PathBuf)> = match etcdadm {
+        None => STANDINS
+            .iter()
+            .map(|name| (*name, source_dir.join(name)))
+            .collect(),
+        Some(_) => REAL_ETCDADM_STANDINS
+            .iter()
+            .map(|name| (*name, source_dir.join(name)))
+            .collect(),
+    };
+    if let Some(real) = etcdadm {
+        if !real.is_file() {
+            return Err(MachineError::Usage(format!(
+                "etcdadm {} is missing: {}",
+                real.display(),
+                crate::real_etcdadm::ETCDADM_INSTALL_HINT
+            )));
+        }
+        links.push(("etcdadm", real.to_path_buf()));
+    }
+    let bin = records.join("bin");
     std::fs::create_dir_all(&bin).map_err(MachineError::io(&bin))?;
-    for name in STANDINS {
-        let source = source_dir.join(name);
+    for (name, source) in links {
         if !source.is_file() {
             return Err(MachineError::Usage(format!(
                 "stand-in {} is missing: build the etcdadm-sim-machines package (all its binaries)",
@@ -211,8 +256,14 @@ mod tests {
             ip: "127.0.1.2".parse().unwrap(),
             root: "/tmp/m1".into(),
             user_data: "/tmp/m1/sim/user-data".into(),
+            etcdadm: None,
         };
         assert_eq!(RunnerArgs::parse(&args.to_flags()).unwrap(), args);
+        let real = RunnerArgs {
+            etcdadm: Some("/w/target/etcdadm/etcdadm".into()),
+            ..args
+        };
+        assert_eq!(RunnerArgs::parse(&real.to_flags()).unwrap(), real);
         assert!(RunnerArgs::parse(&["--name".into()]).is_err());
         assert!(RunnerArgs::parse(&["--name".into(), "m1".into()]).is_err());
     }

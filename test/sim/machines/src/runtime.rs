@@ -1,5 +1,7 @@
 //! How the sim's CAPI stand-in boots, stops and breaks machines: the built-in runtime spawns
-//! `etcdadm-sim-machine` processes; an external runtime hands the same actions to a command.
+//! `etcdadm-sim-machine` processes (running the etcdadm stand-in on a loopback address, or the
+//! real etcdadm in a network namespace of their own); an external runtime hands the same
+//! actions to a command.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -7,12 +9,14 @@ use std::net::IpAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::error::MachineError;
 use crate::etcdadm::certs::CERT_VALIDITY_ENV;
-use crate::runner::{RunnerArgs, pid_dir, status_path, write_status};
+use crate::isolation::RECORDS_VIEW;
+use crate::network::{FIRST_HOST, LAST_MACHINE_HOST, Lab, Namespace, PRIMARY_NET};
+use crate::runner::{RunnerArgs, pid_dir, records_dir, status_path, write_status};
 use crate::systemd::manager::{recorded_main_pid, signal};
 use crate::systemd::unit::parse_env_file;
 
@@ -31,6 +35,10 @@ pub struct MachineSpec {
     /// Validity of the certificates the machine's etcdadm issues; `None`: etcdadm's 365 days.
     /// Handed to the machine as [`CERT_VALIDITY_ENV`].
     pub member_certificate_validity: Option<Duration>,
+    /// A second interface holds the default route, while `ip` stays on the first (as some
+    /// infrastructure providers report one address and route through another). Only machines
+    /// with a network of their own can have it.
+    pub default_route_on_second_interface: bool,
 }
 
 impl MachineSpec {
@@ -90,6 +98,13 @@ pub trait MachineRuntime: Send + Sync {
     fn stop(&self, name: &str) -> Result<(), MachineError>;
     fn fault(&self, name: &str, fault: Fault) -> Result<(), MachineError>;
     fn state(&self, name: &str) -> MachineState;
+    /// Whether a machine may be given `ip` (besides no other Machine having it): by default,
+    /// etcd's ports are free on it on this host.
+    fn address_free(&self, ip: IpAddr) -> bool {
+        [2379u16, 2380]
+            .iter()
+            .all(|port| std::net::TcpListener::bind(std::net::SocketAddr::new(ip, *port)).is_ok())
+    }
 }
 
 fn bootstrap_succeeded(root: &Path) -> bool {
@@ -111,6 +126,15 @@ struct BuiltInMachine {
     /// What the machine's processes find in their environment beyond the runner's own.
     env: Vec<(&'static str, String)>,
     child: Option<Child>,
+    /// Its network namespace, when it has one.
+    netns: Option<Namespace>,
+}
+
+/// Machines with the real etcdadm: each in a namespace on `lab`'s bridge.
+#[derive(Debug)]
+struct RealEtcdadm {
+    etcdadm: PathBuf,
+    lab: Arc<Lab>,
 }
 
 /// Machines as local `etcdadm-sim-machine` processes, each leading its own process group so a
@@ -118,6 +142,7 @@ struct BuiltInMachine {
 #[derive(Debug)]
 pub struct BuiltInRuntime {
     runner: PathBuf,
+    real: Option<RealEtcdadm>,
     machines: Mutex<HashMap<String, BuiltInMachine>>,
 }
 
@@ -127,8 +152,31 @@ impl BuiltInRuntime {
     pub fn new(runner: impl Into<PathBuf>) -> BuiltInRuntime {
         BuiltInRuntime {
             runner: runner.into(),
+            real: None,
             machines: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// A runtime whose machines run the real `etcdadm` at `etcdadm`, each in a network namespace
+    /// on `lab`'s bridge (addresses `10.213.<lab>.N`).
+    pub fn real_etcdadm(
+        runner: impl Into<PathBuf>,
+        etcdadm: impl Into<PathBuf>,
+        lab: Arc<Lab>,
+    ) -> BuiltInRuntime {
+        BuiltInRuntime {
+            runner: runner.into(),
+            real: Some(RealEtcdadm {
+                etcdadm: etcdadm.into(),
+                lab,
+            }),
+            machines: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The lab of a real-etcdadm runtime.
+    pub fn lab(&self) -> Option<&Arc<Lab>> {
+        self.real.as_ref().map(|real| &real.lab)
     }
 
     /// A runtime using the `etcdadm-sim-machine` beside the current executable.
@@ -163,7 +211,7 @@ impl BuiltInRuntime {
         name: &str,
         shell_command: &str,
     ) -> Result<std::process::Output, MachineError> {
-        let (pid, root, ip, env) = {
+        let (pid, root, ip, env, networked) = {
             let machines = self.lock();
             let machine = machines
                 .get(name)
@@ -173,14 +221,33 @@ impl BuiltInRuntime {
                 .as_ref()
                 .map(Child::id)
                 .ok_or_else(|| MachineError::Usage(format!("machine {name} is off")))?;
-            (pid, machine.root.clone(), machine.ip, machine.env.clone())
+            let networked = machine.netns.is_some();
+            (
+                pid,
+                machine.root.clone(),
+                machine.ip,
+                machine.env.clone(),
+                networked,
+            )
+        };
+        let records = if networked {
+            PathBuf::from(RECORDS_VIEW)
+        } else {
+            records_dir(&root)
         };
         let environment = crate::executor::CommandEnvironment {
-            standin_dir: root.join("sim/bin"),
+            standin_dir: records.join("bin"),
             vars: vec![],
         };
+        let namespaces: &[&str] = if networked {
+            &["--mount", "--uts", "--net"]
+        } else {
+            &["--mount", "--uts"]
+        };
         Command::new("nsenter")
-            .args(["--target", &pid.to_string(), "--mount", "--uts", "--", "env"])
+            .args(["--target", &pid.to_string()])
+            .args(namespaces)
+            .args(["--", "env"])
             .arg(format!("PATH={}", environment.path()))
             .arg(format!("SIM_MACHINE_NAME={name}"))
             .arg(format!("{}={ip}", crate::etcdadm::MACHINE_IP_ENV))
@@ -195,7 +262,7 @@ impl BuiltInRuntime {
             })
     }
 
-    fn power_off(machine: &mut BuiltInMachine) {
+    fn power_off(&self, machine: &mut BuiltInMachine) {
         if let Some(mut child) = machine.child.take() {
             // The runner leads its process group; every unit and command inherited it.
             let _ = Command::new("kill")
@@ -213,6 +280,44 @@ impl BuiltInRuntime {
             }
         }
         let _ = std::fs::remove_dir_all(pid_dir(&machine.root));
+        // Whatever is left in its namespace goes with it, and so does its address.
+        if let (Some(netns), Some(real)) = (machine.netns.take(), &self.real) {
+            real.lab.remove(&netns);
+        }
+    }
+
+    /// The environment the running etcd of machine `name` was started with, from
+    /// `/proc/<pid>/environ`: the settings etcd actually runs with (its `ETCD_*` variables),
+    /// whatever files on the machine say.
+    pub fn etcd_environment(&self, name: &str) -> Result<Vec<(String, String)>, MachineError> {
+        let pid = self.etcd_pid(name)?;
+        let path = PathBuf::from(format!("/proc/{pid}/environ"));
+        let raw = std::fs::read(&path).map_err(MachineError::io(&path))?;
+        Ok(parse_environ(&raw))
+    }
+
+    /// The value of metric `metric` (no labels) that etcd on real-etcdadm machine `name` serves,
+    /// read from inside the machine through its loopback listener with etcdadm's etcdctl client
+    /// certificate, e.g. `etcd_server_quota_backend_bytes`.
+    pub fn etcd_metric(&self, name: &str, metric: &str) -> Result<f64, MachineError> {
+        const CURL: &str = "curl -sS --max-time 5 --cacert /etc/etcd/pki/ca.crt \
+             --cert /etc/etcd/pki/etcdctl-etcd-client.crt --key /etc/etcd/pki/etcdctl-etcd-client.key \
+             https://127.0.0.1:2379/metrics";
+        if self.lock().get(name).is_some_and(|m| m.netns.is_none()) {
+            return Err(MachineError::Usage(format!(
+                "machine {name} runs the etcdadm stand-in, whose etcd has no loopback listener"
+            )));
+        }
+        let output = self.run_in_machine(name, CURL)?;
+        if !output.status.success() {
+            return Err(MachineError::Tool(format!(
+                "reading etcd's metrics on {name}: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        let text = String::from_utf8_lossy(&output.stdout);
+        metric_value(&text, metric)
+            .ok_or_else(|| MachineError::Tool(format!("etcd on {name} serves no metric {metric}")))
     }
 
     fn etcd_pid(&self, name: &str) -> Result<u32, MachineError> {
@@ -283,8 +388,14 @@ impl MachineRuntime for BuiltInRuntime {
         {
             return Err(MachineError::AlreadyRunning(spec.name.clone()));
         }
+        if spec.default_route_on_second_interface && self.real.is_none() {
+            return Err(MachineError::Usage(format!(
+                "machine {}: a second interface needs a network of its own (the real-etcdadm runtime)",
+                spec.name
+            )));
+        }
         let user_data = write_user_data(spec)?;
-        write_status(&spec.root, "booting")?;
+        write_status(&records_dir(&spec.root), "booting")?;
         let log_path = spec.root.join("sim/machine.log");
         let log = File::options()
             .create(true)
@@ -296,9 +407,30 @@ impl MachineRuntime for BuiltInRuntime {
             ip: spec.ip,
             root: spec.root.clone(),
             user_data,
+            etcdadm: self.real.as_ref().map(|real| real.etcdadm.clone()),
         };
         let env: Vec<_> = spec.certificate_validity_env().into_iter().collect();
-        let child = Command::new(&self.runner)
+        let netns = match &self.real {
+            Some(real) => Some(real.lab.add_namespace(
+                &spec.name,
+                self.host_number(spec.ip)?,
+                spec.default_route_on_second_interface,
+            )?),
+            None => None,
+        };
+        // The runner enters the machine's network namespace first, when it has one.
+        let mut command = match &netns {
+            Some(ns) => {
+                let mut command = Command::new("nsenter");
+                command
+                    .arg(format!("--net={}", ns.path().display()))
+                    .arg("--")
+                    .arg(&self.runner);
+                command
+            }
+            None => Command::new(&self.runner),
+        };
+        let spawned = command
             .arg("boot")
             .args(args.to_flags())
             .env_remove(CERT_VALIDITY_ENV)
@@ -311,7 +443,16 @@ impl MachineRuntime for BuiltInRuntime {
             .map_err(|e| MachineError::Spawn {
                 program: self.runner.display().to_string(),
                 reason: e.to_string(),
-            })?;
+            });
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                if let (Some(real), Some(ns)) = (&self.real, &netns) {
+                    real.lab.remove(ns);
+                }
+                return Err(e);
+            }
+        };
         machines.insert(
             spec.name.clone(),
             BuiltInMachine {
@@ -319,6 +460,7 @@ impl MachineRuntime for BuiltInRuntime {
                 ip: spec.ip,
                 env,
                 child: Some(child),
+                netns,
             },
         );
         Ok(())
@@ -329,7 +471,7 @@ impl MachineRuntime for BuiltInRuntime {
         let machine = machines
             .get_mut(name)
             .ok_or_else(|| MachineError::UnknownMachine(name.to_string()))?;
-        BuiltInRuntime::power_off(machine);
+        self.power_off(machine);
         Ok(())
     }
 
@@ -381,6 +523,37 @@ impl MachineRuntime for BuiltInRuntime {
             _ => MachineState::Booting,
         }
     }
+
+    fn address_free(&self, ip: IpAddr) -> bool {
+        match &self.real {
+            None => [2379u16, 2380]
+                .iter()
+                .all(|port| std::net::TcpListener::bind(std::net::SocketAddr::new(ip, *port)).is_ok()),
+            Some(_) => {
+                self.host_number(ip).is_ok() && !self.lock().values().any(|m| m.ip == ip && m.child.is_some())
+            }
+        }
+    }
+}
+
+/// `KEY=VALUE` pairs of a NUL-separated `/proc/<pid>/environ`.
+pub fn parse_environ(raw: &[u8]) -> Vec<(String, String)> {
+    raw.split(|b| *b == 0)
+        .filter_map(|entry| {
+            let text = String::from_utf8_lossy(entry);
+            text.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+/// The value of an unlabelled sample `metric` in Prometheus text exposition.
+pub fn metric_value(text: &str, metric: &str) -> Option<f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (name, value) = line.split_once(' ')?;
+            (name == metric).then(|| value.trim().parse().ok()).flatten()
+        })
 }
 
 /// How many processes of process group `pgid` are alive (not zombies), from `/proc`.
@@ -408,11 +581,35 @@ pub fn live_group_members(pgid: u32) -> usize {
         .count()
 }
 
+impl BuiltInRuntime {
+    /// The last octet of a machine address in this runtime's lab (`10.213.<lab>.N`).
+    fn host_number(&self, ip: IpAddr) -> Result<u8, MachineError> {
+        let Some(real) = &self.real else {
+            return Err(MachineError::Usage("this runtime has no lab".into()));
+        };
+        let IpAddr::V4(v4) = ip else {
+            return Err(MachineError::Usage(format!("{ip}: machines have IPv4 addresses")));
+        };
+        let [a, b, lab, host] = v4.octets();
+        if [a, b] != PRIMARY_NET || lab != real.lab.id() || !(FIRST_HOST..=LAST_MACHINE_HOST).contains(&host)
+        {
+            return Err(MachineError::Usage(format!(
+                "{ip} is not a machine address of lab {} ({}.{}.{}.{FIRST_HOST}-{LAST_MACHINE_HOST})",
+                real.lab.id(),
+                PRIMARY_NET[0],
+                PRIMARY_NET[1],
+                real.lab.id()
+            )));
+        }
+        Ok(host)
+    }
+}
+
 impl Drop for BuiltInRuntime {
     fn drop(&mut self) {
-        let mut machines = self.lock();
+        let mut machines = std::mem::take(&mut *self.lock());
         for machine in machines.values_mut() {
-            BuiltInRuntime::power_off(machine);
+            self.power_off(machine);
         }
     }
 }
@@ -546,5 +743,32 @@ impl MachineRuntime for ExternalRuntime {
                 bootstrap_succeeded: bootstrap_succeeded(&m.spec.root),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_environ_and_metrics() {
+        assert_eq!(
+            parse_environ(b"ETCD_NAME=m1\0ETCD_CIPHER_SUITES=A,B\0EMPTY=\0"),
+            vec![
+                ("ETCD_NAME".to_string(), "m1".to_string()),
+                ("ETCD_CIPHER_SUITES".into(), "A,B".into()),
+                ("EMPTY".into(), String::new())
+            ]
+        );
+        let text = "# HELP etcd_server_quota_backend_bytes Current backend storage quota size in bytes.\n\
+                    # TYPE etcd_server_quota_backend_bytes gauge\n\
+                    etcd_server_quota_backend_bytes 2.147483648e+09\n\
+                    etcd_server_has_leader 1\n";
+        assert_eq!(
+            metric_value(text, "etcd_server_quota_backend_bytes"),
+            Some(2_147_483_648.0)
+        );
+        assert_eq!(metric_value(text, "etcd_server_has_leader"), Some(1.0));
+        assert_eq!(metric_value(text, "etcd_server"), None);
     }
 }

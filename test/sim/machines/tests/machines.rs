@@ -94,6 +94,7 @@ impl Sim {
             root: self.root(name),
             user_data,
             member_certificate_validity: validity,
+            default_route_on_second_interface: false,
         };
         self.runtime.boot(&spec).unwrap();
     }
@@ -539,7 +540,7 @@ fn rendered_learner_join_waits_for_its_member_then_for_its_promotion() {
     let ip2 = free_loopback_ip();
     let peer2 = format!("https://{ip2}:2380");
     sim.boot_at("m2", ip2, learner_join_user_data(&sim, "m2", &url), None);
-    wait_for_output(&sim, "m2", &format!("for {url} to list {peer2}"));
+    wait_for_output(&sim, "m2", &format!("for {url} to list one of {peer2} ("));
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
         sim.members(ip1),
@@ -550,7 +551,7 @@ fn rendered_learner_join_waits_for_its_member_then_for_its_promotion() {
     // The controller's part, done by hand: add the learner once the machine has an address,
     // promote it once etcd has it in sync.
     let learner = sim.add_learner(ip1, &peer2);
-    wait_for_output(&sim, "m2", &format!("{url} lists {peer2}"));
+    wait_for_output(&sim, "m2", &format!("{url} lists {peer2}: etcd binds to {ip2}"));
     wait_for_output(&sim, "m2", "re-running etcdadm's health phase");
     sim.promote(ip1, learner.id);
     sim.wait_bootstrapped("m2");
@@ -574,14 +575,18 @@ fn rendered_learner_join_waits_for_its_member_then_for_its_promotion() {
     // A machine whose member never comes: the wait gives up and says why, etcdadm never runs.
     let ip3 = free_loopback_ip();
     sim.boot_at("m3", ip3, learner_join_user_data(&sim, "m3", &url), None);
-    wait_for_output(&sim, "m3", &format!("for {url} to list https://{ip3}:2380"));
+    wait_for_output(
+        &sim,
+        "m3",
+        &format!("for {url} to list one of https://{ip3}:2380 ("),
+    );
     let wait = format!("sh {LEARNER_JOIN_SCRIPT} wait-listed 3 {url}");
     let output = sim.runtime.run_in_machine("m3", &wait).unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "gave up after 3 s: {url} never listed https://{ip3}:2380 (the member list has no https://{ip3}:2380)"
+            "gave up after 3 s: {url} never listed any of https://{ip3}:2380 (the member list has none of them)"
         )),
         "{stderr}"
     );
@@ -815,6 +820,7 @@ fn external_runtime_hands_actions_to_the_command() {
         root: root.clone(),
         user_data: "#cloud-config\n".into(),
         member_certificate_validity: None,
+        default_route_on_second_interface: false,
     };
     runtime.boot(&spec).unwrap();
     assert_eq!(

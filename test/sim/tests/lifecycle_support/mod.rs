@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::capi::{ControlPlaneEtcd, KubeadmControlPlane, Machine};
+use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
+use etcdadm_shared::etcd::MemberClient;
 use etcdadm_shared::names;
 use etcdadm_shared::pki::IssuedCertificate;
 use etcdadm_shared::testing::{CREDENTIALS_SECRET, SeaweedFs, TempDir, mtls_http_client};
@@ -20,11 +22,12 @@ use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
 use etcdadm_sim::plane::{Plane, PlaneOptions};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 pub mod real_apiserver;
+pub mod real_etcdadm;
 
 pub const CONTROLLER: &str = "etcdadm-controller";
 
@@ -494,6 +497,8 @@ impl Workload {
             let post = |url: String, body: Value| {
                 let http = http.clone();
                 async move {
+                    // No traffic to a lab's subnet once its bridge is gone.
+                    etcdadm_sim_machines::network::guard(&url)?;
                     let send = http.post(url).json(&body).send();
                     let response = tokio::time::timeout(OP_TIMEOUT, send)
                         .await
@@ -706,8 +711,8 @@ pub async fn events(client: &Client, cluster: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// With `SIM_LOG_DIR` set, copy the controllers' logs there (as `<scenario>-<file>`): the work
-/// directory goes with the test.
+/// With `SIM_LOG_DIR` set, copy the controllers' logs and the machines' cloud-init output there
+/// (as `<scenario>-<file>`): the work directory goes with the test.
 pub fn save_logs(work: &TempDir, scenario: &str) {
     let Some(dir) = std::env::var_os("SIM_LOG_DIR") else {
         return;
@@ -716,6 +721,16 @@ pub fn save_logs(work: &TempDir, scenario: &str) {
     let _ = std::fs::create_dir_all(&dir);
     for file in ["etcdadm-controller.log", "etcdadm-bootstrap.log"] {
         let _ = std::fs::copy(work.path().join(file), dir.join(format!("{scenario}-{file}")));
+    }
+    // And what each machine's user data printed (etcdadm's own output among it).
+    let machines = std::fs::read_dir(work.path().join("machines"))
+        .into_iter()
+        .flatten()
+        .flatten();
+    for machine in machines {
+        let name = machine.file_name().to_string_lossy().into_owned();
+        let log = machine.path().join("var/log/cloud-init-output.log");
+        let _ = std::fs::copy(log, dir.join(format!("{scenario}-{name}-cloud-init-output.log")));
     }
 }
 
@@ -825,4 +840,81 @@ pub async fn roll(
         kcp_writes,
         max_gap: report.max_gap,
     }
+}
+
+/// Every member that joined after the first was first seen as a learner and later as a voter.
+pub fn assert_learner_joins(history: &etcdadm_sim::history::History, joined: usize) {
+    let joins = history.joins();
+    let promoted = joins
+        .iter()
+        .filter(|(_, learner, voter)| *learner && *voter)
+        .count();
+    assert_eq!(
+        (joins.len(), promoted),
+        (joined, joined),
+        "every join must be a learner add, then its promotion: {joins:?}\n{history:#?}"
+    );
+}
+
+/// The snapshot `name`, once Succeeded (a Failed one or a minute's wait fails the test).
+pub async fn wait_succeeded(snapshots: &Api<EtcdadmSnapshot>, name: &str, work: &TempDir) -> EtcdadmSnapshot {
+    let started = Instant::now();
+    loop {
+        let current = snapshots.get(name).await.unwrap();
+        match current.phase() {
+            SnapshotPhase::Succeeded => return current,
+            SnapshotPhase::Failed => panic!("snapshot failed: {:?}\n{}", current.status, logs(work)),
+            _ if started.elapsed() > Duration::from_secs(60) => {
+                panic!(
+                    "snapshot not taken within 60 s: {:?}\n{}",
+                    current.status,
+                    logs(work)
+                )
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// An on-demand snapshot `name` of the EtcdadmCluster `<cluster>-etcd`, once Succeeded.
+pub async fn take_snapshot(client: &Client, cluster: &str, name: &str, work: &TempDir) -> EtcdadmSnapshot {
+    let snapshots: Api<EtcdadmSnapshot> = Api::default_namespaced(client.clone());
+    let requested: EtcdadmSnapshot = serde_json::from_value(json!({
+        "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmSnapshot",
+        "metadata": {"name": name}, "spec": {"clusterName": format!("{cluster}-etcd")},
+    }))
+    .unwrap();
+    snapshots
+        .create(&PostParams::default(), &requested)
+        .await
+        .unwrap();
+    wait_succeeded(&snapshots, name, work).await
+}
+
+/// The etcd revision after a client wrote `count` keys `app/NNNN` through the first member
+/// `etcd` lists.
+pub async fn write_keys(
+    client: &Client,
+    cluster: &str,
+    etcd: &EtcdadmCluster,
+    count: usize,
+) -> (MemberClient, i64) {
+    let tls = demo::etcd_tls(client, client.default_namespace(), cluster)
+        .await
+        .unwrap()
+        .unwrap();
+    let url = etcd.status.clone().unwrap().members[0]
+        .client_url
+        .clone()
+        .unwrap();
+    etcdadm_sim_machines::network::guard(&url).unwrap();
+    let member = MemberClient::new(&url, &tls, Duration::from_secs(5)).unwrap();
+    let mut kv = member.etcd_client().await.unwrap();
+    for i in 0..count {
+        kv.put(format!("app/{i:04}"), format!("value-{i}"), None)
+            .await
+            .unwrap();
+    }
+    let written = member.local_revision().await.unwrap();
+    (member, written)
 }

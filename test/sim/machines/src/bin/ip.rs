@@ -1,5 +1,5 @@
 //! The `ip` stand-in: a sim machine's one interface, `sim0`, holding the machine's IP and
-//! carrying its default route, as `ip -4 route show default` and `ip -4 -o addr show dev sim0`
+//! carrying its default route, as `ip -4 route show default` and `ip -4 -o addr show [dev sim0]`
 //! report them. Machines share the host's network namespace, whose own routes are not theirs.
 
 use std::process::ExitCode;
@@ -36,14 +36,15 @@ fn answer(args: &[String], ip: &str) -> Result<String, String> {
         ["route" | "r", "show" | "list" | "s" | "l", "default"] | ["route", "default"] => {
             Ok(format!("default dev {INTERFACE} scope link\n"))
         }
-        [
-            "addr" | "address" | "a",
-            "show" | "list" | "s" | "l",
-            "dev",
-            device,
-            rest @ ..,
-        ] if rest.is_empty() || rest == ["scope", "global"] => {
-            if *device != INTERFACE {
+        ["addr" | "address" | "a", "show" | "list" | "s" | "l", rest @ ..]
+            if matches!(
+                rest,
+                [] | ["scope", "global"] | ["dev", _] | ["dev", _, "scope", "global"]
+            ) =>
+        {
+            if let ["dev", device, ..] = rest
+                && *device != INTERFACE
+            {
                 return Err(format!("Device \"{device}\" does not exist."));
             }
             let line = format!("2: {INTERFACE}    inet {ip}/32 scope global {INTERFACE}");
@@ -54,8 +55,8 @@ fn answer(args: &[String], ip: &str) -> Result<String, String> {
             })
         }
         _ => Err(format!(
-            "ip: the sim's stand-in answers `ip -4 route show default` and `ip -4 -o addr show dev \
-             {INTERFACE} [scope global]` only, not `ip {}`",
+            "ip: the sim's stand-in answers `ip -4 route show default` and `ip -4 -o addr show [dev \
+             {INTERFACE}] [scope global]` only, not `ip {}`",
             args.join(" ")
         )),
     }
@@ -83,6 +84,10 @@ mod tests {
         assert_eq!(
             ip("-4 -o addr show dev eth0").unwrap_err(),
             "Device \"eth0\" does not exist."
+        );
+        assert_eq!(
+            ip("-4 -o addr show scope global").unwrap(),
+            ip("-4 -o addr show dev sim0 scope global").unwrap()
         );
         assert!(ip("link set sim0 down").unwrap_err().contains("only"));
         assert!(answer(&["route".into()], "").is_err());

@@ -76,24 +76,51 @@ fn client_request(common_name: &str, validity: Duration) -> LeafRequest {
     }
 }
 
-/// Issue every missing leaf, valid for `validity`: server and peer (SANs: name, machine IP,
-/// 127.0.0.1), the etcdctl and kube-apiserver client certificates. Existing pairs are kept, as
-/// upstream keeps them.
+/// Who the member certificates are for.
+#[derive(Debug, Clone, Copy)]
+pub struct MemberIdentity<'a> {
+    pub name: &'a str,
+    /// The address the member advertises.
+    pub ip: IpAddr,
+    /// `--server-cert-extra-sans`: IPs and DNS names the server certificate also names.
+    pub server_extra_sans: &'a [String],
+}
+
+/// Issue every missing leaf, valid for `validity`: server (SANs: name, address, 127.0.0.1 and the
+/// extra SANs) and peer (name, address and, unlike upstream's, 127.0.0.1: machines sharing the
+/// host's network namespace reach each other from source address 127.0.0.1, which etcd checks
+/// against the peer certificate), the etcdctl and kube-apiserver client certificates. Existing
+/// pairs are kept, as upstream keeps them.
 pub fn ensure_leaf_certificates(
     ca: &CertificateAuthority,
     certs_dir: &Path,
-    name: &str,
-    ip: IpAddr,
+    identity: &MemberIdentity<'_>,
     validity: Duration,
 ) -> Result<(), String> {
-    let member_ips = vec![ip, IpAddr::from([127, 0, 0, 1])];
-    let member = |ips: Vec<IpAddr>| LeafRequest {
+    let name = identity.name;
+    let mut server_ips = vec![identity.ip, IpAddr::from([127, 0, 0, 1])];
+    let mut server_dns = vec![name.to_string()];
+    for san in identity.server_extra_sans {
+        match san.parse::<IpAddr>() {
+            Ok(ip) if !server_ips.contains(&ip) => server_ips.push(ip),
+            Ok(_) => {}
+            Err(_) if !server_dns.contains(san) => server_dns.push(san.clone()),
+            Err(_) => {}
+        }
+    }
+    let member = |dns: Vec<String>, ips: Vec<IpAddr>| LeafRequest {
         validity,
-        ..LeafRequest::member(name, vec![name.to_string()], ips)
+        ..LeafRequest::member(name, dns, ips)
     };
     let requests = [
-        (SERVER, member(member_ips.clone())),
-        (PEER, member(member_ips)),
+        (SERVER, member(server_dns, server_ips)),
+        (
+            PEER,
+            member(
+                vec![name.to_string()],
+                vec![identity.ip, IpAddr::from([127, 0, 0, 1])],
+            ),
+        ),
         (
             ETCDCTL_CLIENT,
             client_request(&format!("{name}-etcdctl"), validity),

@@ -23,6 +23,8 @@ pub struct Options {
     pub data_dir: PathBuf,
     pub name: Option<String>,
     pub bind_address: Option<String>,
+    /// `--server-cert-extra-sans`: more DNS names or IPs for the server certificate.
+    pub server_cert_extra_sans: Vec<String>,
     pub retry: bool,
     pub skip_remove_member: bool,
     /// `init --snapshot`: the etcd v3 snapshot file the member's data is restored from.
@@ -43,6 +45,7 @@ impl Default for Options {
             data_dir: DEFAULT_DATA_DIR.into(),
             name: None,
             bind_address: None,
+            server_cert_extra_sans: Vec::new(),
             retry: true,
             skip_remove_member: false,
             snapshot: None,
@@ -159,7 +162,21 @@ pub fn parse(args: &[String]) -> Result<Invocation, CliError> {
             "data-dir" => options.data_dir = value.into(),
             "name" => options.name = Some(value),
             "bind-address" => options.bind_address = Some(value),
+            // A cobra string slice: comma separated, and repeated flags add up.
+            "server-cert-extra-sans" => options.server_cert_extra_sans.extend(
+                value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|san| !san.is_empty())
+                    .map(String::from),
+            ),
             "snapshot" => options.snapshot = Some(value.into()),
+            // Accepted as upstream accepts them; nothing the stand-in does depends on them.
+            "disk-priorities"
+            | "image-repository"
+            | "kubelet-pod-manifest-path"
+            | "log-level"
+            | "download-connect-timeout" => {}
             _ => return usage_error(format!("unknown flag: --{name}")),
         }
     }
@@ -199,7 +216,7 @@ pub fn parse(args: &[String]) -> Result<Invocation, CliError> {
 }
 
 fn accepts(command: &str, flag: &str) -> bool {
-    const COMMON: [&str; 8] = [
+    const COMMON: [&str; 13] = [
         "version",
         "release-url",
         "install-dir",
@@ -208,10 +225,15 @@ fn accepts(command: &str, flag: &str) -> bool {
         "data-dir",
         "name",
         "bind-address",
+        "server-cert-extra-sans",
+        "disk-priorities",
+        "image-repository",
+        "kubelet-pod-manifest-path",
+        "log-level",
     ];
     COMMON.contains(&flag)
         || (command == "join" && flag == "retry")
-        || (command == "init" && matches!(flag, "snapshot" | "skip-hash-check"))
+        || (command == "init" && matches!(flag, "snapshot" | "skip-hash-check" | "download-connect-timeout"))
         || (command == "reset" && flag == "skip-remove-member")
 }
 
@@ -236,7 +258,8 @@ pub fn usage() -> &'static str {
      Flags (init, join, reset):\n      --version string        etcd version\n      --release-url string    URL used to download etcd\n      \
      --install-dir string    install directory (default \"/opt/bin/\")\n      --init-system string    init system (default \"systemd\")\n      \
      --certs-dir string      certificates directory (default \"/etc/etcd/pki\")\n      --data-dir string       etcd data directory (default \"/var/lib/etcd\")\n      \
-     --name string           etcd member name\n      --bind-address string   etcd bind address\n      --retry                 retry join with backoff (join only, default true)\n      \
+     --name string           etcd member name\n      --bind-address string   etcd bind address\n      \
+     --server-cert-extra-sans strings   extra Subject Alternative Names for the server certificate\n      --retry                 retry join with backoff (join only, default true)\n      \
      --snapshot string       etcd v3 snapshot file used to initialize member (init only)\n      \
      --skip-hash-check       ignore snapshot integrity hash value (init only)\n"
 }
@@ -288,6 +311,14 @@ mod tests {
         );
         assert!(options.skip_hash_check);
         assert!(!run("init --snapshot=/s.db").1.skip_hash_check);
+        let (_, options, _) = run(
+            "join https://10.0.0.1:2379 --bind-address 10.0.0.7 --server-cert-extra-sans 10.0.0.7,m.example --server-cert-extra-sans=10.0.0.8",
+        );
+        assert_eq!(options.bind_address.as_deref(), Some("10.0.0.7"));
+        assert_eq!(
+            options.server_cert_extra_sans,
+            ["10.0.0.7", "m.example", "10.0.0.8"]
+        );
     }
 
     #[test]

@@ -13,9 +13,9 @@
 //! - Addresses: upstream advertises the default-route interface's IP and also listens on
 //!   `https://127.0.0.1:2379`. Every sim machine shares the host's network namespace, so a
 //!   loopback listener would clash between machines: the stand-in advertises and listens only
-//!   on the machine IP the runner passes in `SIM_MACHINE_IP` (`--bind-address` overrides the
-//!   listen address), and its own health checks and `reset` use that address instead of
-//!   127.0.0.1.
+//!   on the machine IP the runner passes in `SIM_MACHINE_IP` (`--bind-address`, as upstream,
+//!   replaces that address for advertising, listening and the certificates), and its own health
+//!   checks and `reset` use that address instead of 127.0.0.1.
 //! - Install: no download. `--version` picks a local etcd by major.minor (see [`install`]);
 //!   without `--version` the host's etcd is used (upstream would default to its built-in
 //!   version). `--release-url` only appears in the error for an unavailable version.
@@ -23,7 +23,10 @@
 //! - Only `--init-system systemd` is supported (the stand-in `systemctl` plays systemd).
 //! - Certificates: valid 365 days as upstream's, unless the machine runtime sets
 //!   [`certs::CERT_VALIDITY_ENV`] (a scenario wanting members whose certificates expire soon).
-//! - The unit starts `<--install-dir>/etcd` (upstream: `<install dir>/etcd-v<version>/etcd`).
+//! - The unit starts `<--install-dir>/etcd`, as upstream's, but that is a link to a local etcd
+//!   (upstream copies etcd and etcdctl out of the release archive it caches under
+//!   `/var/cache/etcdadm`, and writes an `etcdctl.sh` wrapper beside them).
+//! - Log lines carry Go `log` timestamps (upstream logs through logrus: `time=... level=...`).
 //! - `init --snapshot`: upstream restores with etcd's library in its `snapshot` phase (into the
 //!   data dir, as a one-member cluster of this name and peer URL, checking the hash unless
 //!   `--skip-hash-check`), then configures and starts etcd on it; the stand-in runs the
@@ -110,6 +113,19 @@ fn machine_ip() -> Result<IpAddr, String> {
         .map_err(|_| format!("[defaults] Error: {MACHINE_IP_ENV}={text:?} is not an IP address"))
 }
 
+/// The address the member advertises and listens on: `--bind-address` when it names one, as
+/// upstream, else the machine's.
+fn external_address(options: &Options) -> Result<IpAddr, String> {
+    match options.bind_address.as_deref().map(str::parse::<IpAddr>) {
+        Some(Ok(ip)) if !ip.is_unspecified() => Ok(ip),
+        Some(Ok(_)) | None => machine_ip(),
+        Some(Err(_)) => Err(format!(
+            "[defaults] Error: --bind-address {:?} is not an IP address",
+            options.bind_address.as_deref().unwrap_or_default()
+        )),
+    }
+}
+
 fn member_name(options: &Options) -> Result<String, String> {
     if let Some(name) = &options.name {
         return Ok(name.clone());
@@ -138,11 +154,16 @@ fn systemctl(args: &[&str]) -> Result<bool, String> {
     Ok(status.success())
 }
 
-fn write_file(path: &Path, content: &str) -> Result<(), String> {
+/// Write `content` to `path` with file mode `mode` (upstream: 0600 for the env files, which hold
+/// key paths, 0755 for the unit).
+fn write_file(path: &Path, content: &str, mode: u32) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
     }
-    std::fs::write(path, content).map_err(|e| format!("{}: {e}", path.display()))
+    std::fs::write(path, content).map_err(|e| format!("{}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn gomaxprocs() -> usize {
@@ -183,7 +204,7 @@ async fn run_phases(command: &cli::Command, options: &Options, phases: &[Phase])
         options,
         token: format!("{name}-{:x}", nanos & 0xffff_ffff),
         name,
-        ip: machine_ip()?,
+        ip: external_address(options)?,
         initial_cluster: None,
     };
     for phase in phases {
@@ -225,8 +246,11 @@ async fn run_phase(phase: Phase, member: &mut Member<'_>) -> Result<(), String> 
                     certs::ensure_leaf_certificates(
                         &ca,
                         &options.certs_dir,
-                        &member.name,
-                        member.ip,
+                        &certs::MemberIdentity {
+                            name: &member.name,
+                            ip: member.ip,
+                            server_extra_sans: &options.server_cert_extra_sans,
+                        },
                         validity,
                     )
                 })
@@ -249,10 +273,15 @@ async fn run_phase(phase: Phase, member: &mut Member<'_>) -> Result<(), String> 
         }
         Phase::Configure => {
             let config = member_config(member)?;
-            write_file(Path::new(config::ENV_FILE), &config::render_env_file(&config))?;
+            write_file(
+                Path::new(config::ENV_FILE),
+                &config::render_env_file(&config),
+                0o600,
+            )?;
             write_file(
                 Path::new(config::UNIT_FILE),
                 &config::render_unit_file(&options.install_dir.join("etcd")),
+                0o755,
             )
         }
         Phase::Start => {
@@ -269,6 +298,7 @@ async fn run_phase(phase: Phase, member: &mut Member<'_>) -> Result<(), String> 
         Phase::Etcdctl => write_file(
             Path::new(config::ETCDCTL_ENV_FILE),
             &config::render_etcdctl_env(&options.certs_dir.display().to_string()),
+            0o600,
         ),
         Phase::Health => {
             say("[health] Checking local etcd endpoint health");
