@@ -419,10 +419,5 @@ pub fn mtls_http_client(ca_pem: &str, client: &IssuedCertificate) -> reqwest::Cl
         .expect("build HTTPS client")
 }
 
-mod kube_apiserver;
-pub use kube_apiserver::{
-    KUBE_APISERVER_INSTALL_HINT, KubeApiServer, client_for, kube_apiserver_binary, read_crds,
-};
-
 mod seaweedfs;
 pub use seaweedfs::{CREDENTIALS_SECRET, SEAWEEDFS_INSTALL_HINT, SeaweedFs, weed_binary};

@@ -11,6 +11,7 @@ pub mod history;
 pub mod kcp;
 pub mod manifests;
 pub mod plane;
+pub mod real_apiserver;
 
 use std::path::PathBuf;
 
