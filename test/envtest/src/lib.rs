@@ -13,7 +13,9 @@ use base64::Engine;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 
-use etcdadm_shared::pki::{CertificateAuthority, IssuedCertificate, KeyType, LeafRequest, Usage};
+use etcdadm_shared::pki::{
+    CertificateAuthority, IssuedCertificate, KeyType, LeafRequest, Usage, client_tls_config,
+};
 
 /// How to get a kube-apiserver when none is found.
 pub const KUBE_APISERVER_INSTALL_HINT: &str = "kube-apiserver not found: run `.ci/setup` (it puts \
@@ -54,7 +56,10 @@ fn setup(what: &str) -> impl Fn(&dyn std::fmt::Display) -> Error + '_ {
 pub fn assets_dir() -> PathBuf {
     match std::env::var_os("KUBEBUILDER_ASSETS") {
         Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/envtest"),
+        None => {
+            let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/envtest");
+            dir.canonicalize().unwrap_or(dir)
+        }
     }
 }
 
@@ -296,7 +301,15 @@ impl KubeApiServer {
     }
 
     async fn wait_ready(mut self) -> Result<KubeApiServer, Error> {
-        let client = client_for(&self.kubeconfig).await?;
+        // A plain HTTPS client: kube's logs every refused attempt as an error.
+        let tls = client_tls_config(&self.ca_pem, &self.admin.cert_pem, &self.admin.key_pem)
+            .map_err(|e| setup("admin TLS")(&e))?;
+        let http = reqwest::Client::builder()
+            .use_preconfigured_tls(tls)
+            .timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| setup("HTTPS client")(&e))?;
+        let readyz = format!("{}/readyz", self.url);
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             let exited = [("etcd", &mut self.etcd), ("kube-apiserver", &mut self.apiserver)]
@@ -308,9 +321,8 @@ impl KubeApiServer {
                     self.log()
                 )));
             }
-            let readyz = http::Request::get("/readyz").body(Vec::new());
-            if let Ok(request) = readyz
-                && client.request_text(request).await.is_ok_and(|body| body == "ok")
+            if let Ok(response) = http.get(&readyz).send().await
+                && response.status().is_success()
             {
                 return Ok(self);
             }
