@@ -237,18 +237,36 @@ pub struct Demo {
     timeout: Duration,
 }
 
+/// What `--api-server` comes to, given whether a kube-apiserver was found.
+#[derive(Debug, PartialEq)]
+enum Decision {
+    Real(PathBuf),
+    /// The in-memory one; why not a real one when `auto` looked for it.
+    Memory(Option<String>),
+    /// `real` asked for and none found: the message says how to install one.
+    Missing(String),
+}
+
+fn decide(choice: ApiServerChoice, found: Result<PathBuf, String>) -> Decision {
+    match (choice, found) {
+        (ApiServerChoice::Memory, _) => Decision::Memory(None),
+        (ApiServerChoice::Auto, Err(missing)) => Decision::Memory(Some(missing)),
+        (ApiServerChoice::Real, Err(missing)) => Decision::Missing(missing),
+        (ApiServerChoice::Auto | ApiServerChoice::Real, Ok(binary)) => Decision::Real(binary),
+    }
+}
+
 /// The real kube-apiserver `choice` asks for, `None` for the in-memory one (and why, when
 /// `Auto` found none).
 async fn choose_real(
     choice: ApiServerChoice,
     work_dir: &Path,
 ) -> Result<(Option<RealApiServer>, Option<String>), SimError> {
-    let found = etcdadm_envtest::kube_apiserver_binary();
-    match (choice, found) {
-        (ApiServerChoice::Memory, _) => Ok((None, None)),
-        (ApiServerChoice::Auto, Err(missing)) => Ok((None, Some(missing.to_string()))),
-        (ApiServerChoice::Real, Err(missing)) => Err(SimError::Setup(missing.to_string())),
-        (ApiServerChoice::Auto | ApiServerChoice::Real, Ok(binary)) => {
+    let found = etcdadm_envtest::kube_apiserver_binary().map_err(|e| e.to_string());
+    match decide(choice, found) {
+        Decision::Memory(why) => Ok((None, why)),
+        Decision::Missing(hint) => Err(SimError::Setup(hint)),
+        Decision::Real(binary) => {
             println!(
                 "starting kube-apiserver ({}) with its own etcd, our CRDs and config/rbac",
                 binary.display()
@@ -575,5 +593,29 @@ pub async fn wait_for_members(
         if agreed == members {
             return Ok(urls);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn auto_takes_a_real_api_server_when_found_and_says_why_not_otherwise() {
+        let found = || Ok(PathBuf::from("target/envtest/kube-apiserver"));
+        let missing = || Err("kube-apiserver not found: run .ci/setup".to_string());
+        let real = Decision::Real(PathBuf::from("target/envtest/kube-apiserver"));
+        assert_eq!(decide(ApiServerChoice::Auto, found()), real);
+        assert_eq!(decide(ApiServerChoice::Real, found()), real);
+        assert_eq!(decide(ApiServerChoice::Memory, found()), Decision::Memory(None));
+        assert_eq!(
+            decide(ApiServerChoice::Auto, missing()),
+            Decision::Memory(Some("kube-apiserver not found: run .ci/setup".into()))
+        );
+        assert_eq!(
+            decide(ApiServerChoice::Real, missing()),
+            Decision::Missing("kube-apiserver not found: run .ci/setup".into())
+        );
     }
 }
