@@ -340,6 +340,10 @@ impl Demo {
             }
         };
         println!("API server: {api_server}");
+        println!(
+            "API server, controllers and CAPI stand-ins up {:.1}s after the start",
+            started.elapsed().as_secs_f64()
+        );
         println!("export KUBECONFIG={}", plane.kubeconfig.display());
         println!("logs and machine roots: {}", work_dir.display());
 
@@ -366,8 +370,7 @@ impl Demo {
         .await?;
         println!(
             "applied Cluster {CLUSTER}, KubeadmControlPlane {CLUSTER}-control-plane, EtcdadmCluster \
-             {CLUSTER}-etcd (replicas {replicas}) {:.1}s after the start",
-            started.elapsed().as_secs_f64()
+             {CLUSTER}-etcd (replicas {replicas})"
         );
         Ok(Demo {
             plane,
