@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use etcdadm_shared::testing::{KubeApiServer, read_crds};
+use etcdadm_envtest::{KubeApiServer, read_crds};
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
@@ -17,8 +17,8 @@ fn crd_dir() -> PathBuf {
 }
 
 async fn server_with_crds() -> KubeApiServer {
-    let server = KubeApiServer::start().await;
-    let crds = read_crds(&crd_dir());
+    let server = KubeApiServer::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let crds = read_crds(&crd_dir()).unwrap();
     assert_eq!(crds.len(), 4, "config/crd/bases should hold our four CRDs");
     if let Err(problems) = server.install_crds(&crds).await {
         panic!("a real kube-apiserver refused our CRDs:\n{problems}");
@@ -167,7 +167,7 @@ fn reference_documents(path: &Path) -> Vec<Value> {
 #[tokio::test]
 async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_its_message() {
     let server = server_with_crds().await;
-    let client = server.client().await;
+    let client = server.client().await.unwrap();
 
     let mut accepted = vec![
         ("full config", config(full_config_spec())),
@@ -663,7 +663,7 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
 #[tokio::test]
 async fn restore_and_a_snapshots_cluster_are_fixed_at_creation() {
     let server = server_with_crds().await;
-    let client = server.client().await;
+    let client = server.client().await.unwrap();
     let resource = |kind: &str| {
         ApiResource::from_gvk(&GroupVersionKind::gvk(
             "etcdcluster.cluster.x-k8s.io",

@@ -3,8 +3,8 @@
 //! a series update (events.k8s.io validates updates), another reason is another Event, and a
 //! repeat of a deleted Event is a new one.
 
+use etcdadm_envtest::KubeApiServer;
 use etcdadm_shared::manager::events::Recorder;
-use etcdadm_shared::testing::KubeApiServer;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use kube::api::{Api, DeleteParams, ListParams};
@@ -12,8 +12,8 @@ use kube::runtime::events::{Event, EventType, Reporter};
 
 #[tokio::test]
 async fn a_repeat_is_counted_in_the_series_of_the_first_event() {
-    let server = KubeApiServer::start().await;
-    let client = server.client().await;
+    let server = KubeApiServer::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let client = server.client().await.unwrap();
     let recorder = Recorder::new(client.clone(), Reporter::from("etcdadm-controller"));
     let regarding = ObjectReference {
         api_version: Some("etcdcluster.cluster.x-k8s.io/v1beta1".into()),

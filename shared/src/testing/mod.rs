@@ -11,10 +11,5 @@ pub use etcd::{
     free_loopback_ip, mtls_http_client,
 };
 
-mod kube_apiserver;
-pub use kube_apiserver::{
-    KUBE_APISERVER_INSTALL_HINT, KubeApiServer, client_for, kube_apiserver_binary, read_crds,
-};
-
 mod seaweedfs;
 pub use seaweedfs::{CREDENTIALS_SECRET, SEAWEEDFS_INSTALL_HINT, SeaweedFs, weed_binary};

@@ -628,7 +628,7 @@ spec:
 "#;
 
 /// `kubectl` with `args` and `stdin` against `server`; panics with its output on failure.
-fn kubectl_on(server: &etcdadm_shared::testing::KubeApiServer, args: &[&str], stdin: &str) -> String {
+fn kubectl_on(server: &etcdadm_envtest::KubeApiServer, args: &[&str], stdin: &str) -> String {
     use std::io::Write;
     let mut child = server
         .kubectl()
@@ -653,7 +653,9 @@ fn kubectl_on(server: &etcdadm_shared::testing::KubeApiServer, args: &[&str], st
 /// real kube-apiserver: every object valid, every kind known, nothing refused by admission.
 #[tokio::test]
 async fn components_pass_a_server_side_dry_run_on_a_real_api_server() {
-    let server = etcdadm_shared::testing::KubeApiServer::start().await;
+    let server = etcdadm_envtest::KubeApiServer::start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     kubectl_on(&server, &["apply", "--server-side", "-f", "-"], CERT_MANAGER_CRDS);
     kubectl_on(
         &server,

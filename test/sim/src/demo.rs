@@ -1,7 +1,8 @@
-//! The README demo: a local management plane, the real bootstrap controller binary, and three
-//! process machines that form a real etcd cluster through `etcdadm init` and `etcdadm join`.
+//! The README demo: an API server (a real kube-apiserver when one is installed, else the sim's
+//! in-memory one), both real controller binaries, the CAPI stand-ins, and three process machines
+//! that form a real etcd cluster through `etcdadm init` and learner joins.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
@@ -20,6 +21,7 @@ use crate::capi::sim_machine_resource;
 use crate::error::SimError;
 use crate::manifests::{ManagedCluster, create_managed_cluster};
 use crate::plane::{DEFAULT_KCP_ROLLOUT_STEP, Machines, NAMESPACE, Plane, PlaneOptions};
+use crate::real_apiserver::{IDENTITIES, RealApiServer, service_account};
 use etcdadm_sim_machines::real_etcdadm;
 
 /// Options of `etcdadm-sim demo`.
@@ -30,10 +32,14 @@ pub struct DemoOptions {
     pub timeout: Duration,
     /// Exit once ready instead of running until Ctrl-C.
     pub exit_when_ready: bool,
-    /// Use this API server instead of the in-memory one.
+    /// Which API server to start, unless `kubeconfig` names one that runs already.
+    pub api_server: ApiServerChoice,
+    /// Use this API server instead of starting one.
     pub kubeconfig: Option<PathBuf>,
     /// External machine runtime command (`--machine-runtime`).
     pub machine_runtime: Option<String>,
+    /// Machines get `<ip_prefix>.N`.
+    pub ip_prefix: [u8; 3],
     /// What the built-in machines run (`--machines`).
     pub machines: Machines,
 }
@@ -41,6 +47,33 @@ pub struct DemoOptions {
 /// The lab (`10.213.<lab>.0/24`) of the demo's real-etcdadm machines.
 pub const DEMO_LAB: u8 = 1;
 
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions {
+            members: 3,
+            work_dir: PathBuf::from("out/sim"),
+            etcd_version: None,
+            timeout: Duration::from_secs(180),
+            exit_when_ready: true,
+            api_server: ApiServerChoice::Auto,
+            kubeconfig: None,
+            machine_runtime: None,
+            ip_prefix: [127, 0, 1],
+            machines: Machines::StandIn,
+        }
+    }
+}
+
+/// Which API server the demo starts (`--api-server`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ApiServerChoice {
+    /// A real kube-apiserver when one is found the envtest way, else the in-memory one.
+    Auto,
+    /// A real kube-apiserver, or an error saying how to install one.
+    Real,
+    /// The sim's in-memory API server.
+    Memory,
+}
 /// Create a standalone etcd cluster (Cluster + N Machines with EtcdadmConfigs, no EtcdadmCluster).
 pub async fn create_standalone_cluster(
     client: &Client,
@@ -199,102 +232,248 @@ fn print_table(rows: &[MemberRow]) {
     }
 }
 
-/// Run the demo: returns once `members` machines form one healthy etcd cluster (and, without
-/// Run the demo: a Cluster whose KubeadmControlPlane uses an EtcdadmCluster of `members`
-/// spread over three failure domains; returns once etcd is Ready and the KCP was given its
-/// endpoints and unpaused (and, without `exit_when_ready`, after Ctrl-C).
-pub async fn run(options: DemoOptions) -> Result<(), SimError> {
-    let started = Instant::now();
-    let cluster = "demo";
-    let plane = Plane::start(PlaneOptions {
-        work_dir: options.work_dir.clone(),
-        ip_prefix: [127, 0, 1],
-        kubeconfig: options.kubeconfig.clone(),
-        machine_runtime: options.machine_runtime.clone(),
-        machines: options.machines,
-        controllers: vec!["etcdadm-bootstrap", "etcdadm-controller"],
-        kcp_rollout_step: DEFAULT_KCP_ROLLOUT_STEP,
-        ..Default::default()
-    })
-    .await?;
-    let client = plane.client.clone();
-    println!(
-        "management plane: {}  (export KUBECONFIG={})",
-        plane.url,
-        plane.kubeconfig.display()
-    );
-    println!("logs and machine roots: {}", options.work_dir.display());
+/// The demo's cluster: `demo`, its EtcdadmCluster `demo-etcd`.
+const CLUSTER: &str = "demo";
 
-    let config_spec = match (options.machines, &options.etcd_version) {
-        (Machines::RealEtcdadm { .. }, Some(version)) if version != real_etcdadm::ETCD_VERSION => {
-            return Err(SimError::Setup(format!(
-                "real-etcdadm machines install etcd {} (the local release archive), not {version}",
-                real_etcdadm::ETCD_VERSION
-            )));
+/// A running demo: its API server, the plane on it and the cluster applied there. Dropping it
+/// stops the controllers and every machine, then the API server it started.
+pub struct Demo {
+    // Field order is drop order: the plane goes before the API server it talks to.
+    pub plane: Plane,
+    real: Option<RealApiServer>,
+    /// Which API server, in words.
+    pub api_server: String,
+    started: Instant,
+    applied: Instant,
+    timeout: Duration,
+}
+
+/// What `--api-server` comes to, given whether a kube-apiserver was found.
+#[derive(Debug, PartialEq)]
+enum Decision {
+    Real(PathBuf),
+    /// The in-memory one; why not a real one when `auto` looked for it.
+    Memory(Option<String>),
+    /// `real` asked for and none found: the message says how to install one.
+    Missing(String),
+}
+
+fn decide(choice: ApiServerChoice, found: Result<PathBuf, String>) -> Decision {
+    match (choice, found) {
+        (ApiServerChoice::Memory, _) => Decision::Memory(None),
+        (ApiServerChoice::Auto, Err(missing)) => Decision::Memory(Some(missing)),
+        (ApiServerChoice::Real, Err(missing)) => Decision::Missing(missing),
+        (ApiServerChoice::Auto | ApiServerChoice::Real, Ok(binary)) => Decision::Real(binary),
+    }
+}
+
+/// The real kube-apiserver `choice` asks for, `None` for the in-memory one (and why, when
+/// `Auto` found none).
+async fn choose_real(
+    choice: ApiServerChoice,
+    work_dir: &Path,
+) -> Result<(Option<RealApiServer>, Option<String>), SimError> {
+    let found = etcdadm_envtest::kube_apiserver_binary().map_err(|e| e.to_string());
+    match decide(choice, found) {
+        Decision::Memory(why) => Ok((None, why)),
+        Decision::Missing(hint) => Err(SimError::Setup(hint)),
+        Decision::Real(binary) => {
+            println!(
+                "starting kube-apiserver ({}) with its own etcd, our CRDs and config/rbac",
+                binary.display()
+            );
+            let real = RealApiServer::start_in(&work_dir.join("kube-apiserver")).await?;
+            Ok((Some(real), None))
         }
-        (Machines::RealEtcdadm { .. }, _) => real_etcdadm::config_spec().map_err(SimError::Setup)?,
-        (Machines::StandIn, Some(version)) => json!({"cloudInitConfig": {"version": version}}),
-        (Machines::StandIn, None) => json!({}),
-    };
-    let replicas =
-        i32::try_from(options.members).map_err(|_| SimError::Setup("--members is too large".into()))?;
-    create_managed_cluster(
-        &client,
-        NAMESPACE,
-        &ManagedCluster {
-            name: cluster,
-            replicas,
-            zones: &["zone-a", "zone-b", "zone-c"],
-            config_spec,
-            health_check: Value::Null,
-            with_kcp: true,
-            extra_spec: Value::Null,
-        },
-    )
-    .await?;
-    println!(
-        "applied Cluster {cluster}, KubeadmControlPlane {cluster}-control-plane, EtcdadmCluster {cluster}-etcd (replicas {replicas})"
-    );
+    }
+}
 
-    let etcd = wait_for_etcd_ready(&client, &format!("{cluster}-etcd"), options.timeout).await?;
-    println!(
-        "EtcdadmCluster {cluster}-etcd Ready after {:.1}s",
-        started.elapsed().as_secs_f64()
-    );
-    let kcp = wait_for_kcp_unpaused(&client, &format!("{cluster}-control-plane"), options.timeout).await?;
-    println!(
-        "KubeadmControlPlane unpaused after {:.1}s with etcd endpoints {}",
-        started.elapsed().as_secs_f64(),
-        kcp.join(",")
-    );
-    let status = etcd.status.unwrap_or_default();
-    let urls: Vec<String> = status
-        .endpoints
-        .split(',')
-        .filter(|u| !u.is_empty())
-        .map(String::from)
-        .collect();
-    if let Some(tls) = etcd_tls(&client, NAMESPACE, cluster).await? {
-        print_table(&member_table(&urls, &tls).await);
-    }
-    let machines = Api::<Machine>::namespaced(client.clone(), NAMESPACE)
-        .list(&Default::default())
-        .await?
-        .items;
-    for machine in machines {
-        let zone = machine.spec.failure_domain.clone().unwrap_or_default();
+impl Demo {
+    /// Start the API server (as `options` choose), the plane and both controllers, and apply a
+    /// Cluster whose KubeadmControlPlane uses an EtcdadmCluster of `options.members` spread over
+    /// three failure domains. Prints what it started.
+    pub async fn start(options: &DemoOptions) -> Result<Demo, SimError> {
+        let started = Instant::now();
+        let work_dir = &options.work_dir;
+        std::fs::create_dir_all(work_dir)
+            .map_err(|e| SimError::Setup(format!("{}: {e}", work_dir.display())))?;
+        let plane_options = PlaneOptions {
+            work_dir: work_dir.clone(),
+            ip_prefix: options.ip_prefix,
+            kubeconfig: options.kubeconfig.clone(),
+            machine_runtime: options.machine_runtime.clone(),
+            machines: options.machines,
+            controllers: vec!["etcdadm-bootstrap", "etcdadm-controller"],
+            kcp_rollout_step: DEFAULT_KCP_ROLLOUT_STEP,
+            ..Default::default()
+        };
+        let (real, no_real) = match options.kubeconfig {
+            Some(_) => (None, None),
+            None => choose_real(options.api_server, work_dir).await?,
+        };
+        let plane_options = match &real {
+            Some(real) => {
+                // The admin kubeconfig where the in-memory server's would be, for kubectl.
+                let kubeconfig = work_dir.join("kubeconfig");
+                std::fs::copy(real.server.kubeconfig(), &kubeconfig)
+                    .map_err(|e| SimError::Setup(format!("{}: {e}", kubeconfig.display())))?;
+                PlaneOptions {
+                    kubeconfig: Some(kubeconfig),
+                    ..real.plane_options(plane_options)
+                }
+            }
+            None => plane_options,
+        };
+        let plane = Plane::start(plane_options).await?;
+        let api_server = match (&real, &options.kubeconfig) {
+            (Some(real), _) => {
+                let version = plane
+                    .client
+                    .apiserver_version()
+                    .await
+                    .map(|v| v.git_version)
+                    .unwrap_or_else(|_| "(version unknown)".into());
+                let identities: Vec<String> = IDENTITIES
+                    .iter()
+                    .map(|(binary, account)| format!("{binary} as {}", service_account(account)))
+                    .collect();
+                format!(
+                    "a real kube-apiserver {version} at {} with its own etcd (data and logs in {}); \
+                     RBAC from config/rbac, {}",
+                    real.server.url(),
+                    real.server.dir().display(),
+                    identities.join(", ")
+                )
+            }
+            (None, Some(path)) => format!("the one of {} at {}", path.display(), plane.url),
+            (None, None) => {
+                let why = no_real.map(|why| format!(" ({why})")).unwrap_or_default();
+                format!("the sim's in-memory API server at {}{why}", plane.url)
+            }
+        };
+        println!("API server: {api_server}");
         println!(
-            "Machine {} in {zone}: {}",
-            machine.name_any(),
-            machine.etcd_address().unwrap_or("-")
+            "API server, controllers and CAPI stand-ins up {:.1}s after the start",
+            started.elapsed().as_secs_f64()
         );
+        println!("export KUBECONFIG={}", plane.kubeconfig.display());
+        println!("logs and machine roots: {}", work_dir.display());
+
+        let config_spec = match (options.machines, &options.etcd_version) {
+            (Machines::RealEtcdadm { .. }, Some(version)) if version != real_etcdadm::ETCD_VERSION => {
+                return Err(SimError::Setup(format!(
+                    "real-etcdadm machines install etcd {} (the local release archive), not {version}",
+                    real_etcdadm::ETCD_VERSION
+                )));
+            }
+            (Machines::RealEtcdadm { .. }, _) => real_etcdadm::config_spec().map_err(SimError::Setup)?,
+            (Machines::StandIn, Some(version)) => json!({"cloudInitConfig": {"version": version}}),
+            (Machines::StandIn, None) => json!({}),
+        };
+        let replicas =
+            i32::try_from(options.members).map_err(|_| SimError::Setup("--members is too large".into()))?;
+        let applied = Instant::now();
+        create_managed_cluster(
+            &plane.client,
+            NAMESPACE,
+            &ManagedCluster {
+                name: CLUSTER,
+                replicas,
+                zones: &["zone-a", "zone-b", "zone-c"],
+                config_spec,
+                health_check: Value::Null,
+                with_kcp: true,
+                extra_spec: Value::Null,
+            },
+        )
+        .await?;
+        println!(
+            "applied Cluster {CLUSTER}, KubeadmControlPlane {CLUSTER}-control-plane, EtcdadmCluster \
+             {CLUSTER}-etcd (replicas {replicas})"
+        );
+        Ok(Demo {
+            plane,
+            real,
+            api_server,
+            started,
+            applied,
+            timeout: options.timeout,
+        })
     }
-    if !options.exit_when_ready {
-        println!("running; Ctrl-C stops the plane and every machine");
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// The kubeconfig of the demo's API server (admin).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.plane.kubeconfig
     }
-    drop(plane);
-    Ok(())
+
+    /// Whether the demo runs on a real kube-apiserver it started.
+    pub fn on_real_api_server(&self) -> bool {
+        self.real.is_some()
+    }
+
+    /// Wait until etcd is Ready and the KubeadmControlPlane was given its endpoints and
+    /// unpaused, printing the progress, the times, the member table and the Machines; returns
+    /// the create-to-Ready time.
+    pub async fn wait_ready(&self) -> Result<Duration, SimError> {
+        let client = &self.plane.client;
+        let etcd = wait_for_etcd_ready(client, &format!("{CLUSTER}-etcd"), self.timeout).await?;
+        let ready = self.applied.elapsed();
+        println!(
+            "EtcdadmCluster {CLUSTER}-etcd Ready {:.1}s after it was applied ({:.1}s after the start)",
+            ready.as_secs_f64(),
+            self.started.elapsed().as_secs_f64()
+        );
+        let kcp = wait_for_kcp_unpaused(client, &format!("{CLUSTER}-control-plane"), self.timeout).await?;
+        println!(
+            "KubeadmControlPlane unpaused {:.1}s after it was applied, with etcd endpoints {}",
+            self.applied.elapsed().as_secs_f64(),
+            kcp.join(",")
+        );
+        let status = etcd.status.unwrap_or_default();
+        let urls: Vec<String> = status
+            .endpoints
+            .split(',')
+            .filter(|u| !u.is_empty())
+            .map(String::from)
+            .collect();
+        if let Some(tls) = etcd_tls(client, NAMESPACE, CLUSTER).await? {
+            print_table(&member_table(&urls, &tls).await);
+        }
+        let machines = Api::<Machine>::namespaced(client.clone(), NAMESPACE)
+            .list(&Default::default())
+            .await?
+            .items;
+        for machine in machines {
+            let zone = machine.spec.failure_domain.clone().unwrap_or_default();
+            println!(
+                "Machine {} in {zone}: {}",
+                machine.name_any(),
+                machine.etcd_address().unwrap_or("-")
+            );
+        }
+        Ok(ready)
+    }
+}
+
+/// Run the demo: [`Demo::start`], [`Demo::wait_ready`], then (without `exit_when_ready`) until
+/// Ctrl-C. Ctrl-C at any point stops everything it started, by PID.
+pub async fn run(options: DemoOptions) -> Result<(), SimError> {
+    let demo = async {
+        let demo = Demo::start(&options).await?;
+        demo.wait_ready().await?;
+        if !options.exit_when_ready {
+            println!("running; Ctrl-C stops the plane, every machine and the API server it started");
+            std::future::pending::<()>().await;
+        }
+        Ok::<(), SimError>(())
+    };
+    tokio::select! {
+        result = demo => result,
+        _ = tokio::signal::ctrl_c() => {
+            println!("interrupted: stopping the plane, every machine and the API server it started");
+            Ok(())
+        }
+    }
 }
 
 /// Poll `get` every 250 ms until it yields a value; time out naming `what` and the last state.
@@ -436,5 +615,29 @@ pub async fn wait_for_members(
         if agreed == members {
             return Ok(urls);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn auto_takes_a_real_api_server_when_found_and_says_why_not_otherwise() {
+        let found = || Ok(PathBuf::from("target/envtest/kube-apiserver"));
+        let missing = || Err("kube-apiserver not found: run .ci/setup".to_string());
+        let real = Decision::Real(PathBuf::from("target/envtest/kube-apiserver"));
+        assert_eq!(decide(ApiServerChoice::Auto, found()), real);
+        assert_eq!(decide(ApiServerChoice::Real, found()), real);
+        assert_eq!(decide(ApiServerChoice::Memory, found()), Decision::Memory(None));
+        assert_eq!(
+            decide(ApiServerChoice::Auto, missing()),
+            Decision::Memory(Some("kube-apiserver not found: run .ci/setup".into()))
+        );
+        assert_eq!(
+            decide(ApiServerChoice::Real, missing()),
+            Decision::Missing("kube-apiserver not found: run .ci/setup".into())
+        );
     }
 }

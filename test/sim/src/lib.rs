@@ -12,6 +12,7 @@ pub mod history;
 pub mod kcp;
 pub mod manifests;
 pub mod plane;
+pub mod real_apiserver;
 
 use std::path::PathBuf;
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use etcdadm_sim::demo::{self, DemoOptions};
+use etcdadm_sim::demo::{self, ApiServerChoice, DemoOptions};
 use etcdadm_sim::plane::Machines;
 
 #[derive(Parser)]
@@ -35,8 +35,9 @@ enum Command {
         #[arg(long, default_value = "out/bench", global = true)]
         work_dir: PathBuf,
     },
-    /// Bring up the plane, the real bootstrap controller and N process machines forming one etcd
-    /// cluster through etcdadm init/join; stay up until Ctrl-C.
+    /// Bring up an API server (a real kube-apiserver when one is installed), both controllers and
+    /// N process machines forming one etcd cluster through etcdadm init and learner joins; stay
+    /// up until Ctrl-C.
     Demo {
         #[arg(long, default_value_t = 3)]
         members: usize,
@@ -51,8 +52,14 @@ enum Command {
         /// Exit once the cluster is ready instead of running until Ctrl-C.
         #[arg(long)]
         exit_when_ready: bool,
-        /// Use the API server of this kubeconfig (CRDs installed) instead of the in-memory one.
-        #[arg(long)]
+        /// Which API server to start: `auto` starts a real kube-apiserver when one is found the
+        /// envtest way ($KUBEBUILDER_ASSETS/kube-apiserver, else target/envtest/kube-apiserver,
+        /// which .ci/setup installs) and the in-memory one otherwise.
+        #[arg(long, value_enum, default_value_t = ApiServerChoice::Auto)]
+        api_server: ApiServerChoice,
+        /// Use the running API server of this kubeconfig (config/crd/bases and `etcdadm-sim crds`
+        /// applied) instead of starting one.
+        #[arg(long, conflicts_with = "api_server")]
         kubeconfig: Option<PathBuf>,
         /// Boot machines with this command instead of local processes:
         /// `CMD boot|stop|fault <kind> --name N --ip IP --user-data FILE --root DIR`.
@@ -170,6 +177,7 @@ async fn main() -> ExitCode {
             etcd_version,
             timeout_seconds,
             exit_when_ready,
+            api_server,
             kubeconfig,
             machine_runtime,
             machines,
@@ -185,9 +193,11 @@ async fn main() -> ExitCode {
                 etcd_version,
                 timeout: Duration::from_secs(timeout_seconds),
                 exit_when_ready,
+                api_server,
                 kubeconfig,
                 machine_runtime,
                 machines,
+                ..DemoOptions::default()
             })
             .await
         }

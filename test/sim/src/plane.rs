@@ -333,7 +333,7 @@ impl Plane {
 }
 
 /// Create namespace `name` unless it exists (a real API server has only the usual ones).
-async fn ensure_namespace(client: &Client, name: &str) -> Result<(), SimError> {
+pub(crate) async fn ensure_namespace(client: &Client, name: &str) -> Result<(), SimError> {
     let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
     let namespace = k8s_openapi::api::core::v1::Namespace {
         metadata: kube::api::ObjectMeta {

@@ -73,7 +73,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_near_expiry_are_rolled_onto_fresh_certificates_without_losing_writes() {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let real = real_apiserver::RealApiServer::start().await;
+    let real = real_apiserver::start().await;
     let work = TempDir::new("sim-certificates");
     let plane = start_plane_on(Some(&real), 34, &work, Duration::from_secs(1)).await;
     let client = plane.client.clone();

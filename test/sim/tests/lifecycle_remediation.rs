@@ -43,7 +43,7 @@ async fn a_dead_member_is_replaced_and_a_lost_quorum_is_waited_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_member_is_replaced_on_a_real_api_server_under_the_controllers_own_rbac() {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let real = real_apiserver::RealApiServer::start().await;
+    let real = real_apiserver::start().await;
     let started = Instant::now();
     remediation(Some(&real), 10).await;
     println!(

@@ -89,7 +89,7 @@ async fn three_members_over_three_zones_gate_the_control_plane_and_replace_a_del
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_managed_scenario_passes_on_a_real_api_server_under_the_controllers_own_rbac() {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let real = RealApiServer::start().await;
+    let real = real_apiserver::start().await;
     let started = std::time::Instant::now();
     managed(Some(&real), 11).await;
     println!(

@@ -38,7 +38,7 @@ async fn an_on_demand_snapshot_of_a_ready_cluster_holds_the_last_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_snapshot_scenario_passes_on_a_real_api_server_under_the_controllers_own_rbac() {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let real = real_apiserver::RealApiServer::start().await;
+    let real = real_apiserver::start().await;
     snapshot_scenario(Some(&real), 14).await;
 }
 
@@ -79,7 +79,7 @@ async fn a_cluster_created_from_a_snapshot_has_every_key_and_is_ready() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_restore_scenario_passes_on_a_real_api_server_under_the_controllers_own_rbac() {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let real = real_apiserver::RealApiServer::start().await;
+    let real = real_apiserver::start().await;
     restore_scenario(Some(&real), 16).await;
 }
 

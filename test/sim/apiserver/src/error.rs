@@ -164,6 +164,11 @@ impl ApiError {
         Self::new(405, "MethodNotAllowed", message)
     }
 
+    /// 406 when every response form the client accepts is one this server does not produce.
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        Self::new(406, "NotAcceptable", message)
+    }
+
     /// 415 for a patch or body type this server does not implement.
     pub fn unsupported_media_type(message: impl Into<String>) -> Self {
         Self::new(415, "UnsupportedMediaType", message)

@@ -18,7 +18,7 @@ type ObjectRef = (Arc<ResourceType>, String, String);
 impl Store {
     fn all_objects(&self) -> Vec<(Arc<ResourceType>, Value)> {
         self.registry
-            .all()
+            .stored()
             .flat_map(|rt| self.iter(rt, None).map(move |obj| (rt.clone(), obj.clone())))
             .collect()
     }

@@ -15,10 +15,13 @@ use tokio::sync::watch;
 
 use crate::discovery;
 use crate::error::ApiError;
+use crate::negotiate::{Reading, Rendering, rendering};
+use crate::openapi;
 use crate::patch::PatchKind;
 use crate::resources::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::Store;
+use crate::table;
 use crate::verbs::{DeleteOptions, ListQuery, Sub};
 use crate::watch::{WatchRequest, watch_stream};
 
@@ -139,10 +142,13 @@ fn flag(query: &HashMap<String, String>, key: &str) -> bool {
     matches!(query.get(key).map(String::as_str), Some("true" | "1"))
 }
 
-fn selectors(query: &HashMap<String, String>) -> Result<(LabelSelector, FieldSelector), ApiError> {
+fn selectors(
+    query: &HashMap<String, String>,
+    rt: &ResourceType,
+) -> Result<(LabelSelector, FieldSelector), ApiError> {
     let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
         .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
-    let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))
+    let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str), rt)
         .map_err(ApiError::bad_request)?;
     Ok((labels, fields))
 }
@@ -251,6 +257,8 @@ fn route(endpoint: &Endpoint, parts: &http::request::Parts, body: &[u8]) -> Resp
             ["api", version] => Some(discovery::resource_list(&store.registry, "", version)),
             ["apis", group] => Some(discovery::group(&store.registry, group)),
             ["apis", group, version] => Some(discovery::resource_list(&store.registry, group, version)),
+            ["openapi", "v3"] => Some(Some(openapi::index(&store))),
+            ["openapi", "v3", "apis", group, version] => Some(openapi::document(&store, group, version)),
             ["healthz" | "livez" | "readyz"] => {
                 let mut ok = Response::new(Body::from("ok"));
                 ok.headers_mut()
@@ -336,11 +344,19 @@ fn resource_request(
              resources) or ignored (built-in kinds), never reported; use Ignore or Warn",
         ));
     }
+    let reading = match (verb, target.sub) {
+        ("get", Sub::Main) => Reading::One,
+        ("list", Sub::Main) => Reading::List,
+        ("watch", Sub::Main) => Reading::Watch,
+        _ => Reading::Other,
+    };
+    let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let form = rendering(accept, reading, query.get("includeObject").map(String::as_str))?;
     let name = target.name.clone().unwrap_or_default();
     let show = |obj: Value| present(&rt, &target.version, target.sub, obj);
     match verb {
         "watch" => {
-            let (labels, fields) = selectors(&query)?;
+            let (labels, fields) = selectors(&query, &rt)?;
             let since = match query.get("resourceVersion").map(String::as_str) {
                 None | Some("" | "0") => None,
                 Some(rv) => Some(
@@ -370,6 +386,8 @@ fn resource_request(
                     .get("timeoutSeconds")
                     .and_then(|t| t.parse().ok())
                     .map(Duration::from_secs),
+                rendering: form,
+                headers_sent: false,
             };
             drop(store);
             let stream = watch_stream(endpoint.shared.store.clone(), endpoint.closing.clone(), request);
@@ -381,7 +399,7 @@ fn resource_request(
             Ok(response)
         }
         "list" => {
-            let (labels, fields) = selectors(&query)?;
+            let (labels, fields) = selectors(&query, &rt)?;
             if query.get("resourceVersionMatch").is_some_and(|m| m == "Exact")
                 && query.get("resourceVersion").and_then(|rv| rv.parse::<u64>().ok()) != Some(store.rv)
             {
@@ -401,21 +419,50 @@ fn resource_request(
                 metadata["continue"] = json!(token);
                 metadata["remainingItemCount"] = json!(page.remaining);
             }
-            let items: Vec<Value> = page.items.into_iter().map(show).collect();
-            Ok(json_response(
-                200,
-                &json!({
+            let items = page.items.into_iter().map(show);
+            let body = match form {
+                Rendering::Json => json!({
                     "apiVersion": rt.api_version(&target.version),
                     "kind": format!("{}List", rt.kind),
                     "metadata": metadata,
-                    "items": items,
+                    "items": items.collect::<Vec<_>>(),
                 }),
-            ))
+                Rendering::Metadata => json!({
+                    "apiVersion": "meta.k8s.io/v1",
+                    "kind": "PartialObjectMetadataList",
+                    "metadata": metadata,
+                    "items": items.map(|o| table::metadata_only(&o)).collect::<Vec<_>>(),
+                }),
+                Rendering::Table(include) => {
+                    let now = k8s_openapi::jiff::Timestamp::now();
+                    let rows = items
+                        .map(|o| table::row(&rt, &target.version, &o, include, now))
+                        .collect();
+                    table::table(&rt, &target.version, rows, metadata, true)
+                }
+            };
+            Ok(json_response(200, &body))
         }
-        "get" => Ok(json_response(
-            200,
-            &show(store.read(&rt, &ns, &name, target.sub)?),
-        )),
+        "get" => {
+            let object = show(store.read(&rt, &ns, &name, target.sub)?);
+            let body = match form {
+                Rendering::Json => object,
+                Rendering::Metadata => table::metadata_only(&object),
+                Rendering::Table(include) => {
+                    let now = k8s_openapi::jiff::Timestamp::now();
+                    let rv = object.pointer("/metadata/resourceVersion").cloned();
+                    let row = table::row(&rt, &target.version, &object, include, now);
+                    table::table(
+                        &rt,
+                        &target.version,
+                        vec![row],
+                        json!({"resourceVersion": rv}),
+                        true,
+                    )
+                }
+            };
+            Ok(json_response(200, &body))
+        }
         "create" => {
             let obj = parse_body(body, content_type)?;
             Ok(json_response(201, &show(store.create(&rt, &ns, obj, dry_run)?)))

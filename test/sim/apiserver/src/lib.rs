@@ -4,7 +4,7 @@
 //! the server in-process, and [`ApiServer::serve`] listens on HTTP for separate processes
 //! (controllers, kubectl) that connect through the kubeconfig [`ApiServer::write_kubeconfig`]
 //! writes. What the server does not implement is answered with a Kubernetes `Status` error
-//! (404, 405, 415, 422), never with a pretended success.
+//! (404, 405, 406, 415, 422), never with a pretended success.
 //!
 //! Semantics, and where they are simplified:
 //! - get, list (label and field selectors, `limit`/`continue` paging over a snapshot), watch
@@ -24,26 +24,39 @@
 //!   k8s-openapi types, custom resources are pruned to their structural schema but neither
 //!   their OpenAPI constraints nor their CEL rules (`x-kubernetes-validations`) are enforced;
 //!   `fieldValidation=Strict` is refused (400), `Ignore`/`Warn` behave as `Ignore`;
-//! - `events.k8s.io/v1` and core `v1` Events are stored apart (the real server converts);
+//! - Events are stored once and served through both `v1` and `events.k8s.io/v1`, with the real
+//!   server's field mapping (`involvedObject`/`regarding`, `message`/`note`, ...), and the field
+//!   selectors each API indexes (`involvedObject.name`, `regarding.name`, `reason`, ...);
+//! - responses as the `Accept` header asks: JSON, `Table` (a CRD's `additionalPrinterColumns`
+//!   with their priorities, the real server's columns for the built-in kinds served here), or
+//!   `PartialObjectMetadata`; YAML and protobuf are answered 406;
+//! - OpenAPI v3 documents of the custom resources (`/openapi/v3`), built from their CRD schemas;
 //! - the shipped CAPI kinds are served at `v1beta2` only (no v1beta1 conversion).
 //!
-//! kubectl works for get, apply, scale, delete and `--server-side` apply, with two caveats:
-//! there are no OpenAPI documents (404), so `kubectl apply` needs `--validate=false`; and lists
-//! are never rendered as `Table`, so `kubectl get` prints only NAME and AGE columns.
+//! kubectl works for get (also `-o wide` and `-w`), describe (with Events), explain of custom
+//! resources, apply, scale, patch, delete and `--server-side` apply, with these caveats: there is
+//! no `/openapi/v2` and the built-in kinds have no OpenAPI documents, so `kubectl apply` needs
+//! `--validate=false` and `kubectl explain` knows only the custom resources.
 
 mod builtin_crds;
 pub use builtin_crds::shipped_crds;
 mod discovery;
 mod error;
+mod event_views;
 mod garbage;
 mod http;
+mod jsonpath;
 mod kubeconfig;
 mod meta;
+mod negotiate;
+mod openapi;
 mod patch;
+mod printers;
 mod pruning;
 mod resources;
 mod selector;
 mod store;
+mod table;
 mod verbs;
 mod watch;
 

@@ -1,9 +1,14 @@
 //! The kinds this server serves: built-in Kubernetes kinds and those registered from CRDs.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::Value;
+
+use crate::event_views;
+use crate::table::PrinterColumn;
 
 /// A JSON path such as `.spec.replicas`, split into its keys.
 pub type FieldPath = Vec<String>;
@@ -17,6 +22,16 @@ pub struct ScalePaths {
     pub status_replicas: FieldPath,
     /// `labelSelectorPath`.
     pub label_selector: Option<FieldPath>,
+}
+
+/// How a resource that is a view of another one's objects converts them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Conversion {
+    /// Kept as served.
+    #[default]
+    None,
+    /// `events.k8s.io/v1` Events, kept with the core `v1` Events in their form.
+    EventsV1,
 }
 
 /// One resource (a plural in a group), served at one or more versions from one storage.
@@ -49,6 +64,10 @@ pub struct ResourceType {
     pub verbs: Vec<&'static str>,
     /// The storage version's `openAPIV3Schema`, for pruning custom resources.
     pub schema: Option<serde_json::Value>,
+    /// A custom resource's `additionalPrinterColumns`, by version.
+    pub columns: BTreeMap<String, Vec<PrinterColumn>>,
+    /// Whether its objects are another resource's, converted.
+    pub conversion: Conversion,
 }
 
 /// All verbs of an ordinary resource; `deletecollection` is not implemented.
@@ -69,9 +88,63 @@ impl ResourceType {
         self.versions.first().map_or("v1", String::as_str)
     }
 
-    /// The key objects of this resource are stored under.
+    /// The key objects of this resource are stored under: its own, or that of the resource
+    /// whose objects it serves converted.
     pub fn storage_key(&self) -> String {
+        match self.conversion {
+            Conversion::None => self.registry_key(),
+            Conversion::EventsV1 => "events.".to_string(),
+        }
+    }
+
+    /// `<plural>.<group>`: the resource's own name.
+    pub fn registry_key(&self) -> String {
         format!("{}.{}", self.plural, self.group)
+    }
+
+    /// A stored object as this resource serves it.
+    pub fn view(&self, stored: Value) -> Value {
+        match self.conversion {
+            Conversion::None => stored,
+            Conversion::EventsV1 => event_views::to_events_v1(stored),
+        }
+    }
+
+    /// [`ResourceType::view`] without a copy when there is nothing to convert.
+    pub fn viewed<'a>(&self, stored: &'a Value) -> Cow<'a, Value> {
+        match self.conversion {
+            Conversion::None => Cow::Borrowed(stored),
+            Conversion::EventsV1 => Cow::Owned(self.view(stored.clone())),
+        }
+    }
+
+    /// An object as served, in the form it is stored in.
+    pub fn to_stored(&self, served: Value) -> Value {
+        match self.conversion {
+            Conversion::None => served,
+            Conversion::EventsV1 => event_views::to_core(served),
+        }
+    }
+
+    /// The path of a field selector's field in a served object, if the resource indexes it (as
+    /// the real server does: `metadata.name` and `metadata.namespace` everywhere, plus a few per
+    /// kind).
+    pub fn field_path<'a>(&self, label: &'a str) -> Option<Vec<&'a str>> {
+        let path = match (self.group.as_str(), self.kind.as_str(), label) {
+            (_, _, "metadata.name" | "metadata.namespace") => label,
+            ("", "Event", "involvedObject.kind" | "involvedObject.namespace" | "involvedObject.name")
+            | ("", "Event", "involvedObject.uid" | "involvedObject.apiVersion")
+            | ("", "Event", "involvedObject.resourceVersion" | "involvedObject.fieldPath")
+            | ("", "Event", "reason" | "reportingComponent" | "type") => label,
+            ("", "Event", "source") => "source.component",
+            ("events.k8s.io", "Event", "regarding.kind" | "regarding.namespace" | "regarding.name")
+            | ("events.k8s.io", "Event", "regarding.uid" | "regarding.apiVersion")
+            | ("events.k8s.io", "Event", "regarding.resourceVersion" | "regarding.fieldPath")
+            | ("events.k8s.io", "Event", "reason" | "reportingController" | "type") => label,
+            ("", "Secret", "type") | ("", "Namespace", "status.phase") => label,
+            _ => return None,
+        };
+        Some(path.split('.').collect())
     }
 
     /// Whether `verb` is served.
@@ -94,6 +167,8 @@ impl ResourceType {
             custom: false,
             verbs: ALL_VERBS.to_vec(),
             schema: None,
+            columns: BTreeMap::new(),
+            conversion: Conversion::None,
         }
     }
 
@@ -128,6 +203,16 @@ impl ResourceType {
             "Cluster" => false,
             other => return Err(format!("scope {other:?} is neither Namespaced nor Cluster")),
         };
+        let mut columns = BTreeMap::new();
+        for v in spec.versions.iter().filter(|v| v.served) {
+            let defined = v.additional_printer_columns.as_deref().unwrap_or_default();
+            let parsed = defined
+                .iter()
+                .map(PrinterColumn::from_crd)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("spec.versions[{}].additionalPrinterColumns: {e}", v.name))?;
+            columns.insert(v.name.clone(), parsed);
+        }
         let expected_name = format!("{}.{}", names.plural, spec.group);
         if crd.metadata.name.as_deref() != Some(expected_name.as_str()) {
             return Err(format!("metadata.name must be {expected_name}"));
@@ -153,6 +238,8 @@ impl ResourceType {
                 .as_ref()
                 .and_then(|s| s.open_api_v3_schema.as_ref())
                 .and_then(|s| serde_json::to_value(s).ok()),
+            columns,
+            conversion: Conversion::None,
         })
     }
 }
@@ -174,7 +261,8 @@ pub fn builtin_resources() -> Vec<ResourceType> {
     let mut namespace = ResourceType::builtin("", "Namespace", "namespaces", false, &["ns"]);
     namespace.status = true;
     let event = ResourceType::builtin("", "Event", "events", true, &["ev"]);
-    let new_event = ResourceType::builtin("events.k8s.io", "Event", "events", true, &["ev"]);
+    let mut new_event = ResourceType::builtin("events.k8s.io", "Event", "events", true, &["ev"]);
+    new_event.conversion = Conversion::EventsV1;
     let mut crd = ResourceType::builtin(
         "apiextensions.k8s.io",
         "CustomResourceDefinition",
@@ -205,14 +293,14 @@ impl Registry {
     pub fn with_builtins() -> Registry {
         let mut registry = Registry::default();
         for rt in builtin_resources() {
-            registry.by_key.insert(rt.storage_key(), Arc::new(rt));
+            registry.by_key.insert(rt.registry_key(), Arc::new(rt));
         }
         registry
     }
 
     /// Adds or replaces a resource.
     pub fn insert(&mut self, rt: ResourceType) {
-        self.by_key.insert(rt.storage_key(), Arc::new(rt));
+        self.by_key.insert(rt.registry_key(), Arc::new(rt));
     }
 
     /// The resource served at `group/version` under `plural`.
@@ -223,9 +311,14 @@ impl Registry {
             .cloned()
     }
 
-    /// Every resource, sorted by storage key.
+    /// Every resource, sorted by name.
     pub fn all(&self) -> impl Iterator<Item = &Arc<ResourceType>> {
         self.by_key.values()
+    }
+
+    /// Every resource that keeps its own objects (not a converted view of another's).
+    pub fn stored(&self) -> impl Iterator<Item = &Arc<ResourceType>> {
+        self.all().filter(|rt| rt.conversion == Conversion::None)
     }
 
     /// Groups with their versions (storage version first), core ("") included, sorted by group.

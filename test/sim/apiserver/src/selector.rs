@@ -4,6 +4,8 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
+use crate::resources::ResourceType;
+
 /// One requirement of a label selector.
 #[derive(Clone, Debug, PartialEq)]
 enum Requirement {
@@ -124,14 +126,15 @@ impl LabelSelector {
     }
 }
 
-/// A parsed field selector over `metadata.name` and `metadata.namespace`.
+/// A parsed field selector: each term a field's path in the served object, `!=` or not, and the
+/// value.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct FieldSelector(Vec<(String, bool, String)>);
+pub struct FieldSelector(Vec<(Vec<String>, bool, String)>);
 
 impl FieldSelector {
-    /// Parses `metadata.name=x,metadata.namespace!=y`; other fields are refused as the real
-    /// server refuses fields a kind does not index.
-    pub fn parse(s: &str) -> Result<FieldSelector, String> {
+    /// Parses `metadata.name=x,metadata.namespace!=y`, with the fields `rt` indexes (see
+    /// [`ResourceType::field_path`]); other fields are refused as the real server refuses them.
+    pub fn parse(s: &str, rt: &ResourceType) -> Result<FieldSelector, String> {
         let mut terms = Vec::new();
         for term in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             let (field, negate, value) = if let Some((f, v)) = term.split_once("!=") {
@@ -143,22 +146,25 @@ impl FieldSelector {
             } else {
                 return Err(format!("invalid field selector term {term:?}"));
             };
-            let field = match field.trim() {
-                "metadata.name" => "name",
-                "metadata.namespace" => "namespace",
-                other => return Err(format!("field label not supported: {other}")),
-            };
-            terms.push((field.to_string(), negate, value.trim().to_string()));
+            let label = field.trim();
+            let path = rt
+                .field_path(label)
+                .ok_or_else(|| format!("field label not supported: {label}"))?;
+            terms.push((
+                path.into_iter().map(str::to_string).collect(),
+                negate,
+                value.trim().to_string(),
+            ));
         }
         Ok(FieldSelector(terms))
     }
 
     /// Whether the object satisfies every term.
     pub fn matches(&self, object: &Value) -> bool {
-        self.0.iter().all(|(field, negate, value)| {
-            let actual = object
-                .get("metadata")
-                .and_then(|m| m.get(field))
+        self.0.iter().all(|(path, negate, value)| {
+            let actual = path
+                .iter()
+                .try_fold(object, |cur, key| cur.get(key))
                 .and_then(Value::as_str)
                 .unwrap_or("");
             (actual == value) != *negate
@@ -210,20 +216,55 @@ mod tests {
         assert!(LabelSelector::parse("a b c").is_err());
     }
 
+    fn resource(group: &str, plural: &str) -> std::sync::Arc<ResourceType> {
+        crate::resources::Registry::with_builtins()
+            .find(group, "v1", plural)
+            .unwrap()
+    }
+
     #[test]
     fn field_selector_name_and_namespace() {
         let o = obj(json!({}));
-        assert!(FieldSelector::parse("metadata.name=n1").unwrap().matches(&o));
+        let cm = resource("", "configmaps");
+        assert!(FieldSelector::parse("metadata.name=n1", &cm).unwrap().matches(&o));
         assert!(
-            FieldSelector::parse("metadata.name==n1,metadata.namespace=ns1")
+            FieldSelector::parse("metadata.name==n1,metadata.namespace=ns1", &cm)
                 .unwrap()
                 .matches(&o)
         );
         assert!(
-            !FieldSelector::parse("metadata.namespace!=ns1")
+            !FieldSelector::parse("metadata.namespace!=ns1", &cm)
                 .unwrap()
                 .matches(&o)
         );
-        assert!(FieldSelector::parse("spec.x=1").is_err());
+        assert!(FieldSelector::parse("spec.x=1", &cm).is_err());
+        assert!(FieldSelector::parse("involvedObject.name=x", &cm).is_err());
+    }
+
+    #[test]
+    fn field_selector_of_events_in_both_apis() {
+        let core = json!({"metadata": {"name": "e1"}, "involvedObject": {"kind": "EtcdadmCluster", "name": "c1"},
+                          "reason": "MemberJoined", "source": {"component": "etcdadm-controller"}});
+        let events = resource("", "events");
+        let selector = "involvedObject.kind=EtcdadmCluster,involvedObject.name=c1,reason=MemberJoined";
+        assert!(FieldSelector::parse(selector, &events).unwrap().matches(&core));
+        assert!(
+            FieldSelector::parse("source=etcdadm-controller", &events)
+                .unwrap()
+                .matches(&core)
+        );
+        assert!(
+            !FieldSelector::parse("involvedObject.name=c2", &events)
+                .unwrap()
+                .matches(&core)
+        );
+        let new_events = resource("events.k8s.io", "events");
+        let viewed = new_events.view(core);
+        assert!(
+            FieldSelector::parse("regarding.name=c1,reason=MemberJoined", &new_events)
+                .unwrap()
+                .matches(&viewed)
+        );
+        assert!(FieldSelector::parse("involvedObject.name=c1", &new_events).is_err());
     }
 }

@@ -2,7 +2,7 @@
 //! subresources, finalizers, validation. Everything here runs under the store's lock.
 
 use base64::Engine;
-use k8s_openapi::api::{coordination, core, events};
+use k8s_openapi::api::{coordination, core};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
@@ -194,12 +194,12 @@ fn validate(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
         serde_json::from_value::<ObjectMeta>(metadata.clone())
             .map_err(|e| invalid(rt, name, &format!("metadata: Invalid value: {e}")))?;
     }
+    // Events of both APIs are kept in the core form (see `event_views`).
     let shape = match (rt.group.as_str(), rt.kind.as_str()) {
         ("", "ConfigMap") => typed::<core::v1::ConfigMap>(obj),
         ("", "Secret") => typed::<core::v1::Secret>(obj),
         ("", "Namespace") => typed::<core::v1::Namespace>(obj),
-        ("", "Event") => typed::<core::v1::Event>(obj),
-        ("events.k8s.io", "Event") => typed::<events::v1::Event>(obj),
+        ("", "Event") | ("events.k8s.io", "Event") => typed::<core::v1::Event>(obj),
         ("coordination.k8s.io", "Lease") => typed::<coordination::v1::Lease>(obj),
         ("apiextensions.k8s.io", _) => typed::<CustomResourceDefinition>(obj),
         _ => Ok(()),
@@ -270,7 +270,7 @@ impl Store {
         if sub == Sub::Scale {
             to_scale(rt, &obj)
         } else {
-            Ok(obj)
+            Ok(rt.view(obj))
         }
     }
 
@@ -290,8 +290,9 @@ impl Store {
             })?,
             None => (
                 self.iter(rt, ns)
+                    .map(|o| rt.viewed(o))
                     .filter(|o| query.labels.matches(o) && query.fields.matches(o))
-                    .cloned()
+                    .map(std::borrow::Cow::into_owned)
                     .collect(),
                 self.rv,
             ),
@@ -369,6 +370,7 @@ impl Store {
             obj["status"] = json!({"phase": "Active"});
         }
         fold_string_data(rt, &mut obj);
+        let mut obj = rt.to_stored(obj);
         if rt.group == "apiextensions.k8s.io" {
             let crd: CustomResourceDefinition =
                 serde_json::from_value(obj.clone()).map_err(|e| invalid(rt, &name, &e.to_string()))?;
@@ -379,7 +381,7 @@ impl Store {
             }
         }
         validate(rt, &mut obj)?;
-        Ok(self.commit(rt, obj, dry_run))
+        Ok(rt.view(self.commit(rt, obj, dry_run)))
     }
 
     /// Registers a CRD as if created through the API, replacing one of the same name.
@@ -414,12 +416,13 @@ impl Store {
             let current = self.existing(rt, ns, name)?;
             return self.write_scale(rt, ns, name, &current, &body, dry_run);
         }
-        let incoming = normalize(rt, body, ns, Some(name))?;
-        self.update(rt, ns, name, incoming, sub, rt.custom, dry_run)
+        let incoming = rt.to_stored(normalize(rt, body, ns, Some(name))?);
+        let updated = self.update(rt, ns, name, incoming, sub, rt.custom, dry_run)?;
+        Ok(rt.view(updated))
     }
 
     /// The common end of PUT, PATCH and apply: preconditions, what the subresource may change,
-    /// finalizer rules, generation, validation, commit.
+    /// finalizer rules, generation, validation, commit. Takes and returns the stored form.
     #[allow(clippy::too_many_arguments)]
     fn update(
         &mut self,
@@ -543,7 +546,7 @@ impl Store {
         let mut doc = if sub == Sub::Scale {
             to_scale(rt, &current)?
         } else {
-            current.clone()
+            rt.view(current.clone())
         };
         match kind {
             PatchKind::Json => patch::json_patch(&mut doc, body).map_err(|e| invalid(rt, name, &e))?,
@@ -560,8 +563,9 @@ impl Store {
         if sub == Sub::Scale {
             return self.write_scale(rt, ns, name, &current, &doc, dry_run);
         }
-        let incoming = normalize(rt, doc, ns, Some(name))?;
-        self.update(rt, ns, name, incoming, sub, false, dry_run)
+        let incoming = rt.to_stored(normalize(rt, doc, ns, Some(name))?);
+        let updated = self.update(rt, ns, name, incoming, sub, false, dry_run)?;
+        Ok(rt.view(updated))
     }
 
     /// Server-side apply (simplified; see [`patch::server_side_apply`]).
@@ -624,17 +628,18 @@ impl Store {
         };
         let uid = meta_str(&current, "uid").unwrap_or_default().to_string();
         let owned = self.ownership.get(&uid).cloned().unwrap_or_default();
+        let current = rt.view(current);
         let outcome = patch::server_side_apply(&current, &applied, &owned, manager, force, &in_scope)
             .map_err(|message| ApiError::apply_conflict(subject(rt, name), message))?;
         let mut merged = outcome.object;
         if let Some(rv) = meta_str(&applied, "resourceVersion").filter(|rv| !rv.is_empty()) {
             set_meta(&mut merged, "resourceVersion", json!(rv));
         }
-        let updated = self.update(rt, ns, name, merged, sub, false, dry_run)?;
+        let updated = self.update(rt, ns, name, rt.to_stored(merged), sub, false, dry_run)?;
         if !dry_run {
             self.ownership.insert(uid, outcome.ownership);
         }
-        Ok(updated)
+        Ok(rt.view(updated))
     }
 
     fn write_scale(
@@ -724,10 +729,11 @@ impl Store {
         let is_namespace = rt.group.is_empty() && rt.kind == "Namespace";
         if !is_namespace && finalizers(&obj).is_empty() {
             if dry_run {
-                return Ok(current);
+                return Ok(rt.view(current));
             }
             return self
                 .remove(rt, ns, name)
+                .map(|gone| rt.view(gone))
                 .ok_or_else(|| ApiError::not_found(subject(rt, name)));
         }
         if meta_str(&obj, "deletionTimestamp").is_none() {
@@ -747,7 +753,7 @@ impl Store {
         if !dry_run {
             self.garbage_pending = true;
         }
-        Ok(self.commit(rt, obj, dry_run))
+        Ok(rt.view(self.commit(rt, obj, dry_run)))
     }
 }
 

@@ -12,9 +12,11 @@ use tokio::sync::watch;
 use tokio::time::{Instant, Interval};
 
 use crate::error::ApiError;
+use crate::negotiate::Rendering;
 use crate::resources::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{EventKind, Store, meta_str};
+use crate::table;
 
 /// How often a watch that asked for bookmarks gets one. The real server sends them about once
 /// a minute; more often costs little here and lets clients resume closer to the present.
@@ -41,34 +43,74 @@ pub struct WatchRequest {
     pub send_initial_events: bool,
     /// `timeoutSeconds`.
     pub timeout: Option<Duration>,
+    /// The form of the events' objects.
+    pub rendering: Rendering,
+    /// Whether a `Table` event carried the column definitions yet (only the first does).
+    pub headers_sent: bool,
 }
 
 impl WatchRequest {
-    fn matches(&self, obj: &Value) -> bool {
+    /// Whether a stored object is one this watch reports (selectors apply to it as served).
+    fn matches(&self, stored: &Value) -> bool {
+        let obj = self.rt.viewed(stored);
         self.namespace
             .as_deref()
-            .is_none_or(|ns| meta_str(obj, "namespace") == Some(ns))
-            && self.labels.matches(obj)
-            && self.fields.matches(obj)
+            .is_none_or(|ns| meta_str(&obj, "namespace") == Some(ns))
+            && self.labels.matches(&obj)
+            && self.fields.matches(&obj)
     }
 
-    fn line(&self, kind: &str, obj: &Value) -> Bytes {
-        let mut obj = obj.clone();
-        if obj.is_object() && kind != "ERROR" {
+    /// An ADDED, MODIFIED or DELETED event for a stored object, in the form asked for.
+    fn line(&mut self, kind: &str, stored: &Value) -> Bytes {
+        let mut obj = self.rt.view(stored.clone());
+        if obj.is_object() {
             obj["apiVersion"] = json!(self.rt.api_version(&self.version));
         }
-        let mut text = json!({"type": kind, "object": obj}).to_string();
-        text.push('\n');
-        Bytes::from(text)
+        let obj = match self.rendering {
+            Rendering::Json => obj,
+            Rendering::Metadata => table::metadata_only(&obj),
+            Rendering::Table(include) => {
+                let row = table::row(
+                    &self.rt,
+                    &self.version,
+                    &obj,
+                    include,
+                    k8s_openapi::jiff::Timestamp::now(),
+                );
+                let rv = obj
+                    .pointer("/metadata/resourceVersion")
+                    .cloned()
+                    .unwrap_or_default();
+                let headers = !std::mem::replace(&mut self.headers_sent, true);
+                table::table(
+                    &self.rt,
+                    &self.version,
+                    vec![row],
+                    json!({"resourceVersion": rv}),
+                    headers,
+                )
+            }
+        };
+        raw_line(kind, obj)
     }
 
     fn bookmark(&self, rv: u64, initial_events_end: bool) -> Bytes {
-        let mut obj = json!({"kind": self.rt.kind, "metadata": {"resourceVersion": rv.to_string()}});
+        let mut obj = json!({
+            "apiVersion": self.rt.api_version(&self.version),
+            "kind": self.rt.kind,
+            "metadata": {"resourceVersion": rv.to_string()},
+        });
         if initial_events_end {
             obj["metadata"]["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
-        self.line("BOOKMARK", &obj)
+        raw_line("BOOKMARK", obj)
     }
+}
+
+fn raw_line(kind: &str, obj: Value) -> Bytes {
+    let mut text = json!({"type": kind, "object": obj}).to_string();
+    text.push('\n');
+    Bytes::from(text)
 }
 
 struct WatchState {
@@ -97,8 +139,7 @@ impl WatchState {
                 self.last_rv,
                 store.compacted_rv + 1
             ));
-            self.pending
-                .push_back(self.request.line("ERROR", &gone.to_status()));
+            self.pending.push_back(raw_line("ERROR", gone.to_status()));
             self.done = true;
             return;
         }
@@ -134,6 +175,7 @@ pub fn watch_stream(
     closing: watch::Receiver<bool>,
     request: WatchRequest,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+    let mut request = request;
     let (changes, pending, last_rv) = {
         let guard = lock(&store);
         let changes = guard.notify.subscribe();
@@ -141,7 +183,8 @@ pub fn watch_stream(
         let last_rv = match request.since {
             Some(rv) => rv,
             None => {
-                for obj in guard.iter(&request.rt, request.namespace.as_deref()) {
+                let (rt, namespace) = (request.rt.clone(), request.namespace.clone());
+                for obj in guard.iter(&rt, namespace.as_deref()) {
                     if request.matches(obj) {
                         pending.push_back(request.line(EventKind::Added.as_str(), obj));
                     }

@@ -366,3 +366,40 @@ async fn watches_end_when_clients_go_away() {
     drop(second);
     eventually("the watches to end", || server.open_watch_count() == baseline).await;
 }
+
+#[tokio::test]
+async fn metadata_lists_and_watches_carry_metadata_only() {
+    let (_server, client) = fake_client().unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let mut with_data = cm("settings", &[("app", "etcd")]);
+    with_data.data = Some([("key".to_string(), "value".to_string())].into());
+    api.create(&PostParams::default(), &with_data).await.unwrap();
+
+    let listed = api.list_metadata(&Default::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(listed.items[0].name_any(), "settings");
+    assert_eq!(listed.items[0].labels()["app"], "etcd");
+    let kind = listed.items[0].types.as_ref().map(|t| t.kind.clone());
+    assert_eq!(kind.as_deref(), Some("PartialObjectMetadata"));
+
+    let mut events = api
+        .watch_metadata(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let added = tokio::time::timeout(DEADLINE, events.try_next())
+        .await
+        .expect("no event in time")
+        .unwrap()
+        .unwrap();
+    match added {
+        WatchEvent::Added(meta) => {
+            assert_eq!(meta.name_any(), "settings");
+            assert_eq!(
+                meta.types.map(|t| t.kind).as_deref(),
+                Some("PartialObjectMetadata")
+            );
+        }
+        other => panic!("expected ADDED, got {other:?}"),
+    }
+}

@@ -1,0 +1,174 @@
+//! A real kube-apiserver set up the way the provider is installed: our CRDs and the sim's, the
+//! RBAC of config/rbac, and each controller acting as its own ServiceAccount (by impersonation),
+//! so a verb missing from a ClusterRole shows. The demo runs on it, and so do the scenarios that
+//! must pass where the API server decides.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::Scope;
+use serde_json::Value;
+
+use etcdadm_envtest::{KubeApiServer, read_crds};
+
+use crate::error::SimError;
+use crate::plane::PlaneOptions;
+
+/// The provider's namespace, where config/rbac puts the ServiceAccounts and the Lease Role.
+pub const PROVIDER_NAMESPACE: &str = "etcdadm-system";
+
+/// Each controller binary and the ServiceAccount config/rbac gives it.
+pub const IDENTITIES: [(&str, &str); 2] = [
+    ("etcdadm-bootstrap", "etcdadm-bootstrap-manager"),
+    ("etcdadm-controller", "etcdadm-controller-manager"),
+];
+
+/// Who applies the CRDs and the RBAC (server-side apply's field manager).
+const FIELD_MANAGER: &str = "etcdadm-sim";
+
+/// A running real API server ready for a plane; stopped when dropped.
+pub struct RealApiServer {
+    pub server: KubeApiServer,
+    controller_kubeconfigs: BTreeMap<&'static str, PathBuf>,
+}
+
+fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
+}
+
+fn setup(e: impl std::fmt::Display) -> SimError {
+    SimError::Setup(e.to_string())
+}
+
+impl RealApiServer {
+    /// Start kube-apiserver in a scratch directory (removed with it), install the CRDs and
+    /// config/rbac.
+    pub async fn start() -> Result<RealApiServer, SimError> {
+        RealApiServer::prepare(KubeApiServer::start().await.map_err(setup)?).await
+    }
+
+    /// [`RealApiServer::start`] with `dir` for its data, logs and kubeconfigs (kept).
+    pub async fn start_in(dir: &Path) -> Result<RealApiServer, SimError> {
+        RealApiServer::prepare(KubeApiServer::start_in(dir).await.map_err(setup)?).await
+    }
+
+    async fn prepare(server: KubeApiServer) -> Result<RealApiServer, SimError> {
+        let mut crds = read_crds(&crate::crd_dir()).map_err(setup)?;
+        crds.extend(etcdadm_sim_apiserver::shipped_crds());
+        server
+            .install_crds(&crds)
+            .await
+            .map_err(|e| SimError::Setup(format!("the API server refused CRDs: {e}")))?;
+        let client = server.client().await.map_err(setup)?;
+        crate::plane::ensure_namespace(&client, PROVIDER_NAMESPACE).await?;
+        apply_kustomization(&client, &repo("config/rbac")).await?;
+        let mut controller_kubeconfigs = BTreeMap::new();
+        for (binary, account) in IDENTITIES {
+            let user = service_account(account);
+            let groups = [
+                "system:serviceaccounts",
+                "system:serviceaccounts:etcdadm-system",
+                "system:authenticated",
+            ];
+            let kubeconfig = server.impersonating_kubeconfig(&user, &groups).map_err(setup)?;
+            controller_kubeconfigs.insert(binary, kubeconfig);
+        }
+        Ok(RealApiServer {
+            server,
+            controller_kubeconfigs,
+        })
+    }
+
+    /// `options` pointed at this server: the stand-ins and the scenario as admin (they play
+    /// CAPI), each controller as its ServiceAccount, electing its leader in the provider's
+    /// namespace as it does when installed.
+    pub fn plane_options(&self, options: PlaneOptions) -> PlaneOptions {
+        PlaneOptions {
+            kubeconfig: Some(self.server.kubeconfig().to_path_buf()),
+            controller_kubeconfigs: self.controller_kubeconfigs.clone(),
+            controller_args: vec![
+                "--leader-elect".into(),
+                format!("--leader-election-namespace={PROVIDER_NAMESPACE}"),
+            ],
+            ..options
+        }
+    }
+}
+
+/// `system:serviceaccount:<provider namespace>:<account>`.
+pub fn service_account(account: &str) -> String {
+    format!("system:serviceaccount:{PROVIDER_NAMESPACE}:{account}")
+}
+
+/// Server-side apply every object of the kustomization in `dir`, as `kubectl apply -k` would.
+/// Only a plain list of `resources` is understood; anything else in the kustomization is
+/// refused by name rather than applied half-way.
+pub async fn apply_kustomization(client: &kube::Client, dir: &Path) -> Result<(), SimError> {
+    let file = dir.join("kustomization.yaml");
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|e| SimError::Setup(format!("{}: {e}", path.display())))
+    };
+    let kustomization: Value = serde_saphyr::from_str(&read(&file)?)
+        .map_err(|e| SimError::Setup(format!("{}: {e}", file.display())))?;
+    let keys = kustomization.as_object().map(|o| o.keys().collect::<Vec<_>>());
+    if let Some(other) = keys
+        .unwrap_or_default()
+        .into_iter()
+        .find(|k| !matches!(k.as_str(), "apiVersion" | "kind" | "resources"))
+    {
+        return Err(SimError::Setup(format!(
+            "{}: `{other}` is not understood here (only `resources`); apply it with `kubectl apply -k`",
+            file.display()
+        )));
+    }
+    let resources = kustomization["resources"].as_array().cloned().unwrap_or_default();
+    for resource in resources.iter().filter_map(Value::as_str) {
+        let path = dir.join(resource);
+        let documents: Vec<Value> = serde_saphyr::from_multiple(&read(&path)?)
+            .map_err(|e| SimError::Setup(format!("{}: {e}", path.display())))?;
+        for document in documents.iter().filter(|d| d.is_object()) {
+            apply_document(client, document)
+                .await
+                .map_err(|e| SimError::Setup(format!("{}: {e}", path.display())))?;
+        }
+    }
+    Ok(())
+}
+
+async fn apply_document(client: &kube::Client, document: &Value) -> Result<(), SimError> {
+    let text = |pointer: &str| {
+        document
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let (group, version) = match text("/apiVersion").split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", text("/apiVersion")),
+    };
+    let gvk = GroupVersionKind::gvk(group, version, text("/kind"));
+    let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk).await?;
+    let api: Api<DynamicObject> = match capabilities.scope {
+        Scope::Namespaced => {
+            let namespace = Some(text("/metadata/namespace")).filter(|n| !n.is_empty());
+            Api::namespaced_with(client.clone(), namespace.unwrap_or("default"), &resource)
+        }
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(text("/metadata/name"), &params, &Patch::Apply(document))
+        .await?;
+    Ok(())
+}
+
+/// Lines of a controller log that show the API server refusing it (403), for failure messages:
+/// a missing RBAC verb shows up here first.
+pub fn forbidden_lines(log: &str) -> String {
+    log.lines()
+        .filter(|l| l.contains("403") || l.contains("forbidden") || l.contains("Forbidden"))
+        .take(20)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
