@@ -8,8 +8,10 @@ use serde_json::{Value, json};
 use etcdadm_shared::api::cluster::{
     DEFAULT_HEALTH_INTERVAL, DEFAULT_HEALTH_TIMEOUT, DEFAULT_REPLICAS, DEFAULT_UNHEALTHY_AFTER,
     MAX_CERTIFICATES_EXPIRY_DAYS, MIN_AUTOMATIC_RECOVERY_AFTER, MIN_CERTIFICATES_EXPIRY_DAYS,
+    MIN_DEFRAGMENT_INTERVAL,
 };
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterSpec, Format};
+use etcdadm_shared::cron::Schedule;
 use etcdadm_shared::duration;
 use etcdadm_shared::manager::WebhookRoutes;
 use etcdadm_shared::manager::admission::{self, AdmissionRequest, AdmissionResponse, DynamicObject};
@@ -167,6 +169,7 @@ pub fn validate_spec(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<
         errors.extend(validate_restore(restore, "spec.restore"));
     }
     errors.extend(automatic_recovery(spec));
+    errors.extend(defragmentation(spec));
     errors.extend(validate_config_spec(
         &spec.etcdadm_config_spec,
         "spec.etcdadmConfigSpec",
@@ -199,6 +202,56 @@ fn automatic_recovery(spec: &EtcdadmClusterSpec) -> Vec<FieldError> {
             "spec.recovery.automatic",
             "needs spec.backup.store: an automatic recovery snapshots the surviving member into it",
         ));
+    }
+    errors
+}
+
+/// The defragmentation policy's sizes, interval and window parse (percentages are bounded by
+/// the schema).
+fn defragmentation(spec: &EtcdadmClusterSpec) -> Vec<FieldError> {
+    let Some(policy) = spec.maintenance.as_ref().and_then(|m| m.defragmentation.as_ref()) else {
+        return vec![];
+    };
+    let base = "spec.maintenance.defragmentation";
+    let mut errors = vec![];
+    for (field, value) in [
+        ("minimumSize", &policy.minimum_size),
+        ("minimumReclaimable", &policy.minimum_reclaimable),
+    ] {
+        if let Some(Err(why)) = value.as_ref().map(|q| q.bytes()) {
+            errors.push(FieldError::new(format!("{base}.{field}"), why));
+        }
+    }
+    for (field, value, bound) in [
+        ("fragmentedPercent", policy.fragmented_percent, 99),
+        ("quotaPercent", policy.quota_percent, 100),
+    ] {
+        if let Some(percent) = value
+            && !(1..=bound).contains(&percent)
+        {
+            errors.push(FieldError::new(
+                format!("{base}.{field}"),
+                format!("{percent}: must be 1 to {bound} (percent)"),
+            ));
+        }
+    }
+    let minimum = duration::format(MIN_DEFRAGMENT_INTERVAL);
+    let mut at_least = |field: String, value: &str| match duration::parse(value) {
+        Ok(d) if d >= MIN_DEFRAGMENT_INTERVAL => {}
+        Ok(_) => errors.push(FieldError::new(
+            field,
+            format!("{}: must be at least {minimum}", quoted(value)),
+        )),
+        Err(e) => errors.push(FieldError::new(field, format!("{}: {e}", quoted(value)))),
+    };
+    if let Some(interval) = &policy.interval {
+        at_least(format!("{base}.interval"), interval);
+    }
+    if let Some(window) = &policy.window {
+        at_least(format!("{base}.window.duration"), &window.duration);
+        if let Err(e) = Schedule::parse(&window.start) {
+            errors.push(FieldError::new(format!("{base}.window.start"), e.to_string()));
+        }
     }
     errors
 }
@@ -323,6 +376,31 @@ mod tests {
             "healthCheck": {"interval": "10s", "timeout": "5s", "unhealthyAfter": "5m"},
             "rolloutStrategy": {"rollingUpdate": {"maxSurge": 0}}}));
         assert_eq!(validate_spec(&valid, Some("default")), vec![]);
+    }
+
+    #[test]
+    fn the_defragmentation_policy_is_checked_with_its_field_paths() {
+        let good = spec(json!({"replicas": 3, "maintenance": {"defragmentation": {
+            "mode": "Automatic", "fragmentedPercent": 50, "minimumSize": "200Mi", "quotaPercent": 75,
+            "minimumReclaimable": 104857600, "interval": "30m",
+            "window": {"start": "0 2 * * *", "duration": "4h"}}}}));
+        assert_eq!(validate_spec(&good, None), vec![]);
+        let bad = spec(json!({"maintenance": {"defragmentation": {
+            "fragmentedPercent": 100, "minimumSize": "lots", "quotaPercent": 0, "interval": "30s",
+            "window": {"start": "0 25 * * *", "duration": "forever"}}}}));
+        let errors = validate_spec(&bad, None);
+        assert_eq!(
+            paths(&errors),
+            [
+                "spec.maintenance.defragmentation.minimumSize",
+                "spec.maintenance.defragmentation.fragmentedPercent",
+                "spec.maintenance.defragmentation.quotaPercent",
+                "spec.maintenance.defragmentation.interval",
+                "spec.maintenance.defragmentation.window.duration",
+                "spec.maintenance.defragmentation.window.start",
+            ]
+        );
+        assert!(errors[3].message.contains("must be at least 1m"), "{}", errors[3]);
     }
 
     #[test]

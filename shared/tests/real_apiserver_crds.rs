@@ -213,6 +213,19 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             "alarms repaired by hand",
             cluster(json!({"maintenance": {"alarms": "Manual"}})),
         ),
+        // etcd settings as numbers or strings; corruption checks off; a full defragmentation policy.
+        (
+            "etcd settings",
+            config_with(json!({"corruptionChecks": "Disabled", "etcdSettings": {
+                "snapshot-count": 20000, "auto-compaction-retention": "30m", "max-request-bytes": "2Mi"}})),
+        ),
+        (
+            "a defragmentation policy",
+            cluster(json!({"maintenance": {"defragmentation": {
+                "mode": "Automatic", "fragmentedPercent": 99, "minimumSize": "200Mi", "quotaPercent": 100,
+                "minimumReclaimable": 1048576, "interval": "30m",
+                "window": {"start": "0 2 * * *", "duration": "4h"}}}})),
+        ),
         // The latest time the server accepts: the controller must read it too.
         (
             "rolloutAfter at the end of year 9999",
@@ -315,6 +328,31 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             "an unknown alarm repair",
             cluster(json!({"maintenance": {"alarms": "Sometimes"}})),
             &["spec.maintenance.alarms", "Unsupported value"],
+        ),
+        (
+            "17 etcd settings",
+            config_with(
+                json!({"etcdSettings": (0..17).map(|i| (format!("s{i}"), json!(i))).collect::<serde_json::Map<_, _>>()}),
+            ),
+            &["spec.etcdSettings", "must have at most 16 items"],
+        ),
+        (
+            "an unknown corruption check setting",
+            config_with(json!({"corruptionChecks": "Sometimes"})),
+            &["spec.corruptionChecks", "Unsupported value"],
+        ),
+        (
+            "an unknown defragmentation mode",
+            cluster(json!({"maintenance": {"defragmentation": {"mode": "Sometimes"}}})),
+            &["spec.maintenance.defragmentation.mode", "Unsupported value"],
+        ),
+        (
+            "fragmentation of 100%",
+            cluster(json!({"maintenance": {"defragmentation": {"fragmentedPercent": 100}}})),
+            &[
+                "spec.maintenance.defragmentation.fragmentedPercent",
+                "less than or equal to 99",
+            ],
         ),
         (
             "a long cipher suite list",

@@ -1,8 +1,10 @@
 //! The etcdadm command lines: which flags each etcdadm build accepts, how the settings etcdadm
-//! has no flag for (cipher suites, the backend quota) reach etcd through its env file, and how a learner join waits around `etcdadm join`.
+//! has no flag for (cipher suites, the backend quota, corruption checks, `etcdSettings`) reach
+//! etcd through its env file, and how a learner join waits around `etcdadm join`.
 
 use etcdadm_shared::api::config::{EtcdadmConfigSpec, EtcdadmFlavor, QUOTA_BACKEND_BYTES_RANGE};
-use etcdadm_shared::validation::{is_etcd_version, quoted};
+use etcdadm_shared::etcd_settings;
+use etcdadm_shared::validation::{etcd_version, is_etcd_version, quoted};
 
 use super::EtcdadmCommand;
 use super::error::RenderError;
@@ -156,15 +158,17 @@ pub fn etcdadm_runcmd(
 }
 
 /// The etcd settings etcdadm has no flag for, as lines of etcd's env file: the cipher suites
-/// for upstream etcdadm (`cipher_suites`, when given) and the backend quota. Values are plain
-/// words (suite names, digits), safe in the shell line unquoted.
+/// for upstream etcdadm (`cipher_suites`, when given), the backend quota, the corruption checks
+/// the etcd version has (unless `corruptionChecks: Disabled`) and `etcdSettings`
+/// (`etcdadm_shared::etcd_settings`). Values are plain words (suite names, digits, Go
+/// durations, `Name=true` lists), safe in the shell line unquoted.
 fn env_settings(
     spec: &EtcdadmConfigSpec,
     cipher_suites: Option<String>,
-) -> Result<Vec<(&'static str, String)>, RenderError> {
+) -> Result<Vec<(String, String)>, RenderError> {
     let mut settings = Vec::new();
     if let Some(list) = cipher_suites {
-        settings.push(("ETCD_CIPHER_SUITES", list));
+        settings.push(("ETCD_CIPHER_SUITES".to_string(), list));
     }
     if let Some(quota) = &spec.quota_backend_bytes {
         let bytes = quota
@@ -177,8 +181,12 @@ fn env_settings(
                     format!("{quota} is not within 16Mi to 32Gi"),
                 )
             })?;
-        settings.push(("ETCD_QUOTA_BACKEND_BYTES", bytes.to_string()));
+        settings.push(("ETCD_QUOTA_BACKEND_BYTES".to_string(), bytes.to_string()));
     }
+    let version = etcd_version(spec).map(|(_, version)| version);
+    let more =
+        etcd_settings::env_lines(spec, version).map_err(|e| RenderError::invalid(e.path, e.message))?;
+    settings.extend(more);
     Ok(settings)
 }
 
@@ -363,6 +371,55 @@ mod tests {
         };
         let err = etcdadm_runcmd(&out_of_bounds, "etcd-0", &EtcdadmCommand::Init).unwrap_err();
         assert!(err.to_string().starts_with("spec.quotaBackendBytes: "), "{err}");
+    }
+
+    #[test]
+    fn corruption_checks_and_etcd_settings_join_the_env_file_only_when_asked() {
+        use etcdadm_shared::api::config::{CorruptionChecks, SettingValue};
+        let unused = EtcdadmConfigSpec {
+            corruption_checks: Some(CorruptionChecks::Disabled),
+            etcd_settings: Default::default(),
+            ..Default::default()
+        };
+        assert_eq!(init(&unused), init(&EtcdadmConfigSpec::default()));
+        let spec = EtcdadmConfigSpec {
+            cloud_init_config: Some(CloudInitConfig {
+                version: Some("3.5.1".into()),
+                ..Default::default()
+            }),
+            corruption_checks: Some(CorruptionChecks::Enabled),
+            etcd_settings: [
+                ("snapshot-count".to_string(), SettingValue::Number(20000)),
+                (
+                    "auto-compaction-retention".to_string(),
+                    SettingValue::Text("30m".into()),
+                ),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        assert!(
+            init(&spec).ends_with(
+                "&& sed -i '/^ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK=/d' /etc/etcd/etcd.env \
+             && echo ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK=true >> /etc/etcd/etcd.env \
+             && sed -i '/^ETCD_AUTO_COMPACTION_RETENTION=/d' /etc/etcd/etcd.env \
+             && echo ETCD_AUTO_COMPACTION_RETENTION=30m0s >> /etc/etcd/etcd.env \
+             && sed -i '/^ETCD_SNAPSHOT_COUNT=/d' /etc/etcd/etcd.env \
+             && echo ETCD_SNAPSHOT_COUNT=20000 >> /etc/etcd/etcd.env \
+             && systemctl restart etcd && echo success > /run/cluster-api/bootstrap-success.complete"
+            ),
+            "{}",
+            init(&spec)
+        );
+        let refused = EtcdadmConfigSpec {
+            etcd_settings: [("data-dir".to_string(), SettingValue::Text("/tmp".into()))].into(),
+            ..Default::default()
+        };
+        let err = etcdadm_runcmd(&refused, "etcd-0", &EtcdadmCommand::Init).unwrap_err();
+        assert!(
+            err.to_string().starts_with("spec.etcdSettings[\"data-dir\"]: "),
+            "{err}"
+        );
     }
 
     #[test]

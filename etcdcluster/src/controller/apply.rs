@@ -18,13 +18,10 @@ use etcdadm_shared::error::Error;
 use etcdadm_shared::manager::reconcile::Next;
 use etcdadm_shared::ssa;
 
-use super::decision::{Applied, EventNote, JOIN_POLL, MEMBERSHIP_RETRY, Outputs};
+use super::decision::{Applied, EventNote, JOIN_POLL, MEMBERSHIP_RETRY, Outputs, STATUS_MANAGER};
 use super::observation::Observation;
 use super::plan::Step;
 use super::status;
-
-/// The apply site of the status: its fields are this controller's alone.
-const STATUS_MANAGER: &str = "etcdadm-controller/status";
 
 /// Write the status `o` and `step` make, then perform `step` and report it. Status comes
 /// first, so what the step's consequences rely on (e.g. `status.initialized` for a joining
@@ -72,27 +69,6 @@ pub async fn apply(out: &Outputs<'_>, o: &mut Observation, step: Step) -> Result
     })
 }
 
-/// Write the status as last written with `change` made to it: what only a step's outcome tells
-/// (a defragmentation's result) is recorded once the step is done.
-pub async fn amend_status(
-    out: &Outputs<'_>,
-    o: &Observation,
-    change: impl FnOnce(&mut EtcdadmClusterStatus),
-) -> Result<(), Error> {
-    let etcd = &o.etcd_cluster;
-    let mut status = etcd.status.clone().unwrap_or_default();
-    change(&mut status);
-    let body = ssa::configuration::<EtcdadmCluster>(&etcd.name_any(), json!({}), json!({ "status": status }));
-    Api::<EtcdadmCluster>::namespaced(out.client.clone(), &o.namespace)
-        .patch_status(
-            &etcd.name_any(),
-            &ssa::params(STATUS_MANAGER, true),
-            &Patch::Apply(body),
-        )
-        .await?;
-    Ok(())
-}
-
 /// The Event the plan names for `step`, with a log line saying the same.
 async fn report(out: &Outputs<'_>, o: &Observation, step: &Step) {
     match step.event(o) {
@@ -115,7 +91,7 @@ async fn write_status(
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let (status, transitions) = status::next_status(etcd, o, step, &now);
     out.metrics(etcd, |m, ns, name| {
-        m.observe_status(ns, name, etcd.spec.replicas(), &status)
+        m.observe_status(ns, name, &etcd.spec, &status)
     });
     let old: EtcdadmClusterStatus = etcd.status.clone().unwrap_or_default();
     let mut written = None;

@@ -7,12 +7,15 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
 use etcdadm_shared::etcd::EtcdError;
 pub use etcdadm_shared::manager::events::EventNote;
 use etcdadm_shared::manager::events::Recorder;
 pub use etcdadm_shared::manager::reconcile::{REFUSED_REQUEUE, WAIT_REQUEUE};
+use etcdadm_shared::ssa;
 use kube::Client;
+use kube::api::{Api, Patch};
+use serde_json::json;
 
 use etcdadm_shared::error::Error;
 
@@ -111,6 +114,9 @@ impl<S> From<Hold> for Decision<S> {
     }
 }
 
+/// The apply site of the status: its fields are this controller's alone.
+pub const STATUS_MANAGER: &str = "etcdadm-controller/status";
+
 /// Where a step's effects go: the API server, Events, etcd, metrics.
 pub struct Outputs<'a> {
     pub client: &'a Client,
@@ -131,6 +137,27 @@ impl Outputs<'_> {
     /// Publish `note` about `etcd`.
     pub async fn publish(&self, etcd: &EtcdadmCluster, note: EventNote) {
         self.recorder.note(etcd, "Reconcile", note).await;
+    }
+
+    /// Write `etcd`'s status as last written with `change` made to it: what only a step's
+    /// outcome tells (a defragmentation's result) is recorded once the step is done.
+    pub async fn amend_status(
+        &self,
+        etcd: &EtcdadmCluster,
+        change: impl FnOnce(&mut EtcdadmClusterStatus),
+    ) -> Result<(), Error> {
+        let mut status = etcd.status.clone().unwrap_or_default();
+        change(&mut status);
+        let body =
+            ssa::configuration::<EtcdadmCluster>(&etcd.name_any(), json!({}), json!({ "status": status }));
+        Api::<EtcdadmCluster>::namespaced(self.client.clone(), &etcd.namespace().unwrap_or_default())
+            .patch_status(
+                &etcd.name_any(),
+                &ssa::params(STATUS_MANAGER, true),
+                &Patch::Apply(body),
+            )
+            .await?;
+        Ok(())
     }
 }
 

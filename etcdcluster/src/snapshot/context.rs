@@ -9,6 +9,8 @@ use kube::{Client, Resource};
 use etcdadm_shared::manager::ShutdownSignal;
 use etcdadm_shared::manager::events::{EventNote, Recorder};
 
+use crate::metrics::SnapshotMetrics;
+
 /// Field manager of this controller's writes.
 pub const FIELD_MANAGER: &str = "etcdadm-controller/snapshots";
 /// Default time the snapshot stream may stall before the attempt fails.
@@ -27,6 +29,8 @@ pub struct Context {
     pub stream_idle_timeout: Duration,
     /// How long a snapshot of a cluster that does not exist waits for it.
     pub missing_cluster_grace: Duration,
+    /// Snapshot age and schedule, when run by the manager (tests go without).
+    pub metrics: Option<SnapshotMetrics>,
 }
 
 impl Context {
@@ -37,6 +41,7 @@ impl Context {
             shutdown: None,
             stream_idle_timeout: STREAM_IDLE_TIMEOUT,
             missing_cluster_grace: MISSING_CLUSTER_GRACE,
+            metrics: None,
         }
     }
 

@@ -37,6 +37,8 @@ use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
 use etcdadm_shared::manager::ManagerContext;
 use etcdadm_shared::manager::invalid::report_invalid_object;
 
+use crate::metrics::SnapshotMetrics;
+
 pub use self::apply::new_snapshot;
 pub use self::context::{Context, FIELD_MANAGER, MISSING_CLUSTER_GRACE, STREAM_IDLE_TIMEOUT};
 pub use self::observe::{snapshots_of, store_access};
@@ -65,6 +67,9 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
             return Ok(Action::await_change());
         };
         let snapshots = observe::snapshots_of(&ctx.client, &namespace, &name).await?;
+        if let Some(metrics) = &ctx.metrics {
+            metrics.observe(&cluster, &snapshots, Timestamp::now());
+        }
         let step = plan::plan(&Observed {
             cluster: &cluster,
             snapshots: &snapshots,
@@ -184,6 +189,7 @@ pub async fn run(manager: ManagerContext) {
     } = manager;
     let mut context = Context::new(client.clone());
     context.shutdown = Some(shutdown.clone());
+    context.metrics = Some(SnapshotMetrics::register(&metrics));
     let ctx = Arc::new(context);
 
     let (clusters, cluster_changes) = settings.watch_own_kind::<GuardedCluster>(&client, readiness.clone());

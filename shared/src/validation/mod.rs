@@ -62,6 +62,11 @@ pub fn validate_config_spec(spec: &EtcdadmConfigSpec, base: &str) -> Vec<FieldEr
     cloud_init_version(spec, base, &mut errors);
     cipher_suites(spec, base, &mut errors);
     quota_backend_bytes(spec, base, &mut errors);
+    errors.extend(crate::etcd_settings::problems(
+        spec,
+        base,
+        etcd_version(spec).map(|(_, v)| v),
+    ));
     files(spec, base, &mut errors);
     users(spec, base, &mut errors);
     registry_mirror(spec, base, &mut errors);

@@ -190,6 +190,7 @@ impl Observation {
                 });
                 view
             }),
+            snapshot_in_flight: reads.snapshot_in_flight.clone(),
             new_member_name: member_name(&e.name_any()),
         }
     }

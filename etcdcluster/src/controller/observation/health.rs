@@ -249,7 +249,8 @@ pub async fn check_observed(
         {
             for member in members {
                 if let Some(bytes) = member.db_size.and_then(|b| u64::try_from(b).ok()) {
-                    m.observe_db_size(ns, &name, &member.name, bytes, member.quota());
+                    let in_use = member.db_size_in_use.and_then(|b| u64::try_from(b).ok());
+                    m.observe_db_size(ns, &name, &member.name, bytes, in_use, member.quota());
                 }
             }
             let kinds: Vec<String> = alarms.iter().map(|a| a.kind.as_str().to_string()).collect();

@@ -223,6 +223,7 @@ mod tests {
             infra_machine: None,
             restore: None,
             recovery: None,
+            snapshot_in_flight: None,
         }
     }
 

@@ -86,6 +86,8 @@ pub struct Observation {
     pub restore: Option<RestoreView>,
     /// The `recover` annotation's request, or the recovery under way.
     pub recovery: Option<RecoveryView>,
+    /// An EtcdadmSnapshot of this cluster waiting or being taken, by name.
+    pub snapshot_in_flight: Option<String>,
     /// The name a member Machine created now gets (`<etcdadmcluster>-<5 random>`, drawn anew
     /// for every observation).
     pub new_member_name: String,

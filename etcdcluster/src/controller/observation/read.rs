@@ -1,7 +1,7 @@
 //! All API reads of one EtcdadmCluster reconcile, made at once where they do not depend on one
 //! another: the Cluster and what is read through it (CA, init Secret, KubeadmControlPlane), the
-//! member Machines with their EtcdadmConfigs and infra machines, the restore source and the
-//! recovery's snapshots. `assemble` turns them, with the health check, into the observation.
+//! member Machines with their EtcdadmConfigs and infra machines, the restore source, the
+//! recovery's snapshots and a snapshot in flight. `assemble` turns them, with the health check, into the observation.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -30,6 +30,7 @@ use super::restore_source::{self, RestoreObservation};
 use super::views::{
     ClientSecret, ClusterView, KcpView, MachineView, RecoveryRecord, RecoverySource, RecoveryView, UnderWay,
 };
+use crate::snapshot::snapshots_of;
 
 /// Group and kind of our own API, for owner references and `managedExternalEtcdRef`.
 pub const ETCD_CLUSTER_GROUP: &str = "etcdcluster.cluster.x-k8s.io";
@@ -68,6 +69,9 @@ pub struct Reads {
     pub restore: Option<RestoreObservation>,
     /// The `recover` annotation's request, when set.
     pub recovery: Option<RecoveryView>,
+    /// An EtcdadmSnapshot of this cluster Pending or Running (snapshots need `spec.backup`, so
+    /// only then are they listed).
+    pub snapshot_in_flight: Option<String>,
 }
 
 impl Reads {
@@ -151,6 +155,16 @@ pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster
     };
     let restore = restore_source::observe(client, namespace, &etcd_cluster);
     let recovery = recovery_view(client, namespace, &etcd_cluster);
+    let snapshot_in_flight = async {
+        if etcd_cluster.spec.backup.is_none() {
+            return Ok::<_, Error>(None);
+        }
+        let listed = snapshots_of(client, namespace, &etcd_cluster.name_any()).await?;
+        Ok(listed
+            .iter()
+            .find(|s| !s.phase().is_finished())
+            .map(ResourceExt::name_any))
+    };
     let (
         ClusterSide {
             cluster,
@@ -167,6 +181,7 @@ pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster
         missing_infra_template,
         restore,
         recovery,
+        snapshot_in_flight,
     ) = futures::try_join!(
         around_cluster,
         machines,
@@ -174,7 +189,8 @@ pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster
         infra_objects,
         missing_infra_template,
         restore,
-        recovery
+        recovery,
+        snapshot_in_flight
     )?;
 
     let (records, machine_names) = machine_records(&etcd_cluster, &listed, &configs, &infra_objects);
@@ -200,6 +216,7 @@ pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster
         infra_machine,
         restore,
         recovery,
+        snapshot_in_flight,
     })
 }
 

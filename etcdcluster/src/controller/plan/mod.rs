@@ -15,6 +15,7 @@ pub mod certificates;
 pub mod control_plane;
 pub mod lifecycle;
 pub mod machines;
+pub mod maintenance;
 pub mod membership;
 pub mod placement;
 pub mod recovery;
@@ -34,6 +35,7 @@ use self::certificates::CertificateStep;
 use self::control_plane::ControlPlaneStep;
 use self::lifecycle::LifecycleStep;
 use self::machines::{MachineStep, Removal};
+use self::maintenance::MaintenanceStep;
 use self::membership::MembershipStep;
 use self::recovery::RecoveryStep;
 use self::restore::RestoreStep;
@@ -136,6 +138,7 @@ steps!(
     Restore(RestoreStep),
     Recover(RecoveryStep),
     Alarms(AlarmStep),
+    Maintenance(MaintenanceStep),
 );
 
 impl From<Hold> for Step {
@@ -285,14 +288,17 @@ fn act(o: &Observation, allowed: &[String], wanted: Want<'_>) -> Step {
 }
 
 /// Nothing to add or remove: hand the control plane what it needs, clean up, renew its client
-/// certificate, say why an alarm is still raised, or say steady.
+/// certificate, say why an alarm is still raised, defragment a member on the policy, or say
+/// steady.
 fn settled(o: &Observation) -> Step {
     step(control_plane::hand_over(o))
         .or_else(|| step(machines::leftovers(o)))
         .or_else(|| step(certificates::client_renewal(o)))
         .unwrap_or_else(|| {
             if is_ready(o) {
-                step(alarms::remaining(o)).unwrap_or(Step::Steady)
+                step(alarms::remaining(o))
+                    .or_else(|| step(maintenance::routine(o)))
+                    .unwrap_or(Step::Steady)
             } else {
                 Hold::wait(
                     rule::WAITING_FOR_HEALTHY_MEMBERS,
