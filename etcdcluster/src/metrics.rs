@@ -289,8 +289,10 @@ impl EtcdClusterMetrics {
         if let Some(leader) = status.members.iter().find(|m| m.is_leader) {
             let mut leaders = self.leaders.lock().unwrap_or_else(PoisonError::into_inner);
             let previous = leaders.insert(labels.clone(), leader.name.clone());
+            // Served from the first leader on, at 0, so a rate over it has a series to work on.
+            let changes = self.leader_changes.get_or_create(&labels);
             if previous.is_some_and(|p| p != leader.name) {
-                self.leader_changes.get_or_create(&labels).inc();
+                changes.inc();
             }
         }
         for member in &status.members {
