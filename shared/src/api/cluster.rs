@@ -403,6 +403,11 @@ pub struct EtcdadmClusterStatus {
     /// The last quorum-loss recovery that finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_recovery: Option<LastRecovery>,
+    /// The disruptive change under way (a rolling replacement or a scale-down) and the snapshot
+    /// taken before its first removal: recorded when the change is decided, so a restarted
+    /// controller waits for the same snapshot; cleared when the change is done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_change: Option<BeforeChangeStatus>,
     /// `Ready` summary and the detailed conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -465,6 +470,27 @@ pub struct LastRecovery {
     /// When the cluster was Ready again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
+}
+
+/// A disruptive change and its before-change snapshot.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BeforeChangeStatus {
+    /// `before-rollout` or `before-scale-down`.
+    pub reason: String,
+    /// The cluster's revision when the change was decided: the snapshot holds at least it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// When the change was decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided: Option<Time>,
+    /// The EtcdadmSnapshot the change waits for (created, or a fresh one reused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// An operator let this change go ahead without a snapshot
+    /// (`etcdcluster.cluster.x-k8s.io/proceed-without-snapshot`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub proceeded_without: bool,
 }
 
 /// What the controller last saw of one member.
