@@ -141,8 +141,13 @@ pub fn plan(o: &Observed) -> Step {
         }
     }
 
-    if let Some(step) = super::retention::retire(o) {
-        return step;
+    if let Some(old) = super::retention::doomed(cluster, o.snapshots, o.now, o.referenced) {
+        return Step::Retire {
+            snapshot: old.name_any(),
+            object: (old.phase() == SnapshotPhase::Succeeded)
+                .then(|| object_of(old))
+                .flatten(),
+        };
     }
 
     let mut requeue = waiting.then_some(WAIT_REQUEUE);

@@ -14,7 +14,7 @@ use etcdadm_shared::api::snapshot::{
 };
 use etcdadm_shared::names::SNAPSHOT_REASON_LABEL;
 
-use super::plan::{Observed, Step, object_of};
+use etcdadm_shared::api::EtcdadmCluster;
 
 /// Seconds in each tier's period.
 const HOUR: i64 = 3_600;
@@ -22,12 +22,17 @@ const DAY: i64 = 86_400;
 /// 1970-01-01 was a Thursday: shifting by three days makes weeks start on Monday.
 const WEEK_SHIFT_DAYS: i64 = 3;
 
-/// The oldest snapshot no rule keeps, with its object when it has one.
-pub fn retire(o: &Observed) -> Option<Step> {
-    let backup = o.cluster.spec.backup.as_ref();
-    let protected = protected(o);
-    let (before_change, others): (Vec<&EtcdadmSnapshot>, Vec<&EtcdadmSnapshot>) = o
-        .snapshots
+/// The oldest snapshot no rule keeps, of `cluster`'s `snapshots` at `now`; `referenced` names
+/// the snapshots a restore or recovery of any cluster names.
+pub fn doomed<'a>(
+    cluster: &EtcdadmCluster,
+    snapshots: &'a [EtcdadmSnapshot],
+    now: Timestamp,
+    referenced: &[String],
+) -> Option<&'a EtcdadmSnapshot> {
+    let backup = cluster.spec.backup.as_ref();
+    let protected = protected(cluster, snapshots, referenced);
+    let (before_change, others): (Vec<&EtcdadmSnapshot>, Vec<&EtcdadmSnapshot>) = snapshots
         .iter()
         .partition(|s| s.labels().contains_key(SNAPSHOT_REASON_LABEL));
     let before_keep = backup.map_or(DEFAULT_BEFORE_CHANGE_KEEP, |b| b.before_change_keep());
@@ -49,7 +54,7 @@ pub fn retire(o: &Observed) -> Option<Step> {
             (retention.weekly, Period::Week),
         ] {
             if let Some(n) = count(tier) {
-                kept.extend(newest_per_period(&succeeded, o.now, period, n));
+                kept.extend(newest_per_period(&succeeded, now, period, n));
             }
         }
         doomed.extend(succeeded.into_iter().filter(|s| !kept.contains(&s.name_any())));
@@ -63,27 +68,24 @@ pub fn retire(o: &Observed) -> Option<Step> {
         .into_iter()
         .filter(|s| !protected.contains(&s.name_any()))
         .min_by_key(|s| finished(s))
-        .map(|s| Step::Retire {
-            snapshot: s.name_any(),
-            object: (s.phase() == SnapshotPhase::Succeeded)
-                .then(|| object_of(s))
-                .flatten(),
-        })
 }
 
 /// What is never deleted: the newest Succeeded snapshot, those a restore or recovery names, and
 /// the one a change under way waits for.
-fn protected(o: &Observed) -> BTreeSet<String> {
-    let mut names: BTreeSet<String> = o.referenced.iter().cloned().collect();
-    if let Some(newest) = o
-        .snapshots
+fn protected(
+    cluster: &EtcdadmCluster,
+    snapshots: &[EtcdadmSnapshot],
+    referenced: &[String],
+) -> BTreeSet<String> {
+    let mut names: BTreeSet<String> = referenced.iter().cloned().collect();
+    if let Some(newest) = snapshots
         .iter()
         .filter(|s| s.phase() == SnapshotPhase::Succeeded)
         .max_by_key(|s| finished(s))
     {
         names.insert(newest.name_any());
     }
-    if let Some(status) = &o.cluster.status {
+    if let Some(status) = &cluster.status {
         names.extend(status.before_change.iter().filter_map(|b| b.snapshot.clone()));
         names.extend(status.recovery.iter().map(|r| r.snapshot.clone()));
         names.extend(status.last_recovery.iter().map(|r| r.snapshot.clone()));
@@ -157,7 +159,6 @@ fn finished(s: &EtcdadmSnapshot) -> (Option<Timestamp>, String) {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
-    use etcdadm_shared::api::EtcdadmCluster;
     use serde_json::{Value, json};
 
     /// Wednesday 2026-11-25, 10:30 UTC.
@@ -201,18 +202,9 @@ mod tests {
     ) -> Vec<String> {
         let mut left = snapshots.to_vec();
         let mut gone = vec![];
-        while let Some(Step::Retire { snapshot, object }) = retire(&Observed {
-            cluster,
-            snapshots: &left,
-            now: NOW.parse().unwrap(),
-            referenced,
-        }) {
-            let retired = left.iter().find(|s| s.name_any() == snapshot).unwrap();
-            assert_eq!(
-                object.is_some(),
-                retired.phase() == SnapshotPhase::Succeeded,
-                "{snapshot}: the object goes with a Succeeded one"
-            );
+        while let Some(snapshot) =
+            doomed(cluster, &left, NOW.parse().unwrap(), referenced).map(|s| s.name_any())
+        {
             left.retain(|s| s.name_any() != snapshot);
             gone.push(snapshot);
         }

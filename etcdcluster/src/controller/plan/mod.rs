@@ -20,6 +20,7 @@ pub mod recovery;
 pub mod remediation;
 pub mod restore;
 pub mod rollout;
+pub mod safe_changes;
 pub mod secrets;
 pub mod versions;
 
@@ -36,6 +37,7 @@ use self::membership::MembershipStep;
 use self::recovery::RecoveryStep;
 use self::restore::RestoreStep;
 use self::rollout::Want;
+use self::safe_changes::SafeChangeStep;
 use self::secrets::SecretStep;
 use super::decision::reason::READY;
 use super::decision::{
@@ -133,6 +135,7 @@ steps!(
     Certificates(CertificateStep),
     Restore(RestoreStep),
     Recover(RecoveryStep),
+    SafeChanges(SafeChangeStep),
 );
 
 impl From<Hold> for Step {
@@ -186,6 +189,12 @@ pub fn concern_status(
         None
     };
     recovery::record_status(status, o, recovering, now);
+    let safe_change = if let Step::SafeChanges(step) = step {
+        Some(step)
+    } else {
+        None
+    };
+    safe_changes::record_status(status, o, safe_change, now);
     status.certificates = Some(certificates::status(o, &status.members));
     restore::record_status(status, o, initialized, now)
         .into_iter()
@@ -262,7 +271,9 @@ fn act(o: &Observation, allowed: &[String], wanted: Want<'_>) -> Step {
             let blocked = remove_first
                 .then(|| machines::creation_blocked(o).err())
                 .flatten();
+            // A rollout's or a scale-down's removal waits for its before-change snapshot.
             step(blocked)
+                .or_else(|| step(safe_changes::before_removal(o)))
                 .or_else(|| step(machines::remove_one(o, allowed, &candidates, purpose)))
                 .unwrap_or_else(|| settled(o))
         }
