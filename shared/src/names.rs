@@ -46,6 +46,9 @@ pub const RESTORE_URL_KEY: &str = "url";
 pub const RESTORE_SHA256_KEY: &str = "sha256";
 /// Restore Secret key: PEM CA bundle the store's certificate is checked against.
 pub const RESTORE_CA_KEY: &str = "ca.crt";
+/// Restore Secret key: raise the restored revision by this much and mark the older ones
+/// compacted, where the node's etcdutl can (docs/day2.md, "Revisions after a restore").
+pub const RESTORE_BUMP_REVISION_KEY: &str = "bumpRevision";
 /// On an EtcdadmCluster: recover from quorum loss from this source (`latest`,
 /// `member/<machine>`, `snapshot/<name>`), docs/day2.md, "Quorum loss".
 pub const RECOVER_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/recover";

@@ -177,6 +177,9 @@ pub mod condition {
     pub const MACHINES_SPEC_UP_TO_DATE: &str = "MachinesSpecUpToDate";
     /// While the `recover` annotation is set: the answer to it (shown even when Ready).
     pub const RECOVERY: &str = "Recovery";
+    /// After a restore or recovery: whether the restored revision was raised above the old
+    /// cluster's (False, severity Warning, when the node's etcd tooling could not).
+    pub const REVISIONS_BUMPED: &str = "RevisionsBumped";
     /// Negative polarity, like `Paused`: True (severity Warning) while a certificate is inside
     /// its window.
     pub const CERTIFICATES_EXPIRING: &str = "CertificatesExpiring";
@@ -470,6 +473,13 @@ pub struct LastRecovery {
     /// When the cluster was Ready again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
+    /// Whether the restored revision was raised above every revision the lost cluster served,
+    /// with the older ones marked compacted (see `restoredFrom.revisionBumped`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_bumped: Option<bool>,
+    /// The `spec.rollout.after` given to the KubeadmControlPlane once the cluster was Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_rollout: Option<Time>,
 }
 
 /// A disruptive change and its before-change snapshot.

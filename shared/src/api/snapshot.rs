@@ -357,7 +357,22 @@ pub struct RestoredFrom {
     /// When the first member was restored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
+    /// Whether the restored member's revision was raised by [`RESTORE_REVISION_BUMP`] with
+    /// every older one marked compacted (the node had an etcdutl that can, etcd 3.5.10+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_bumped: Option<bool>,
+    /// The `spec.rollout.after` given to the KubeadmControlPlane once the restored cluster was
+    /// Ready, so its API servers restart and drop their watch caches (once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_rollout: Option<Time>,
 }
+
+/// How far a restore raises the revision (`etcdutl snapshot restore --bump-revision`): further
+/// than any cluster writes between a snapshot and a restore (a billion revisions are eleven
+/// days at a thousand writes a second, the upper end of a Kubernetes cluster's rate), the
+/// margin etcd's and Kubernetes' restore documentation use; int64 leaves room for billions of
+/// restores.
+pub const RESTORE_REVISION_BUMP: i64 = 1_000_000_000;
 
 #[cfg(test)]
 mod tests {

@@ -17,8 +17,8 @@ use etcdadm_shared::testing::{SeaweedFs, TempDir, etcd_binary};
 use etcdadm_sim::demo;
 use etcdadm_sim::plane::Plane;
 use k8s_openapi::api::core::v1::Secret;
-use kube::Client;
 use kube::api::{Api, PostParams};
+use kube::{Client, ResourceExt};
 use lifecycle_support::*;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -329,4 +329,140 @@ async fn snapshot_scenario(real: Option<&real_apiserver::RealApiServer>, prefix:
         );
     }
     save_logs(&work, "snapshots");
+}
+
+/// A version rollout of a backed-up cluster of three with a 10 MiB database: exactly one
+/// before-change snapshot (labelled `before-rollout`) is taken, holding every write made before
+/// the change, and no outdated Machine is deleted before it has Succeeded; then the rollout
+/// goes on to the end. Prints how long the first removal waited for the snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_rollout_with_a_store_takes_one_before_change_snapshot_and_proceeds() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let work = TempDir::new("sim-before-change");
+    let s3 = SeaweedFs::start().await;
+    let _bucket = s3.create_bucket(BUCKET).await;
+    let plane = start_plane_on(None, 40, &work, Duration::from_secs(1)).await;
+    let client = plane.client.clone();
+    store_credentials(&client, &s3).await;
+    let store = serde_json::to_value(s3.store(BUCKET)).unwrap();
+    let version = |v: &str| json!({"cloudInitConfig": {"version": v}});
+    create(
+        &client,
+        "b1",
+        3,
+        false,
+        version("3.4.22"),
+        json!({"backup": {"store": {"s3": store}}}),
+    )
+    .await;
+    let etcd = wait_settled(&client, "b1", 3, TIMEOUT, &work).await;
+
+    // A 10 MiB database: 640 values of 16 KiB.
+    let (member, _) = write_keys(&client, "b1", &etcd, 0).await;
+    let mut kv = member.etcd_client().await.unwrap();
+    let value = "v".repeat(16 * 1024);
+    for i in 0..640 {
+        kv.put(format!("big/{i:04}"), value.clone(), None).await.unwrap();
+    }
+    let written = member.local_revision().await.unwrap();
+    let old: std::collections::BTreeSet<String> = machine_names(&client, "b1").await;
+
+    patch_spec(&client, "b1", json!({"etcdadmConfigSpec": version("3.4.23")})).await;
+    let snapshots: Api<EtcdadmSnapshot> = Api::default_namespaced(client.clone());
+    let started = Instant::now();
+    let mut snapshot_seen: Option<Instant> = None;
+    let mut snapshot_done: Option<Instant> = None;
+    let mut first_removal: Option<Instant> = None;
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "rollout not done\n{}",
+            logs(&work)
+        );
+        let before: Vec<EtcdadmSnapshot> = snapshots
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|s| {
+                s.labels()
+                    .contains_key(etcdadm_shared::names::SNAPSHOT_REASON_LABEL)
+            })
+            .collect();
+        assert!(
+            before.len() <= 1,
+            "more than one before-change snapshot: {before:?}"
+        );
+        if let Some(s) = before.first() {
+            snapshot_seen.get_or_insert_with(Instant::now);
+            if s.phase() == SnapshotPhase::Succeeded {
+                snapshot_done.get_or_insert_with(Instant::now);
+            }
+            assert_ne!(
+                s.phase(),
+                SnapshotPhase::Failed,
+                "{:?}\n{}",
+                s.status,
+                logs(&work)
+            );
+        }
+        let deleting_old = machines(&client, "b1")
+            .await
+            .into_iter()
+            .any(|m| old.contains(&m.name_any()) && m.metadata.deletion_timestamp.is_some());
+        let gone_old = !machine_names(&client, "b1").await.is_superset(&old);
+        if (deleting_old || gone_old) && first_removal.is_none() {
+            first_removal = Some(Instant::now());
+            assert!(
+                snapshot_done.is_some()
+                    || before
+                        .first()
+                        .is_some_and(|s| s.phase() == SnapshotPhase::Succeeded),
+                "an outdated Machine went before the snapshot Succeeded"
+            );
+        }
+        if machine_names(&client, "b1").await.is_disjoint(&old) && settled(&client, "b1", 3).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let rollout = started.elapsed();
+    let before: Vec<EtcdadmSnapshot> = snapshots
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|s| {
+            s.labels()
+                .get(etcdadm_shared::names::SNAPSHOT_REASON_LABEL)
+                .map(String::as_str)
+                == Some("before-rollout")
+        })
+        .collect();
+    assert_eq!(before.len(), 1, "{before:?}");
+    let status = before[0].status.clone().unwrap();
+    assert!(
+        status.revision.unwrap() >= written,
+        "{status:?} holds revision {written}"
+    );
+    let etcd = etcd_api(&client).get("b1-etcd").await.unwrap();
+    assert_eq!(
+        etcd.status.clone().unwrap().before_change,
+        None,
+        "the change is done"
+    );
+    let reasons: Vec<String> = events(&client, "b1").await.into_iter().map(|(r, _)| r).collect();
+    assert!(reasons.iter().any(|r| r == "BeforeChangeSnapshot"), "{reasons:?}");
+    let seen = snapshot_seen.unwrap();
+    println!(
+        "before-change snapshot of {} bytes: created {:.1}s into the rollout, Succeeded {:.2}s later; the first removal waited {:.2}s for it; rollout of 3 members {:.1}s",
+        status.size.unwrap_or_default(),
+        seen.duration_since(started).as_secs_f64(),
+        snapshot_done.unwrap().duration_since(seen).as_secs_f64(),
+        first_removal.unwrap().duration_since(seen).as_secs_f64(),
+        rollout.as_secs_f64()
+    );
+    save_logs(&work, "before-change");
 }

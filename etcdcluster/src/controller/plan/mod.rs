@@ -196,6 +196,9 @@ pub fn concern_status(
     };
     safe_changes::record_status(status, o, safe_change, now);
     status.certificates = Some(certificates::status(o, &status.members));
+    if let Step::Restore(RestoreStep::RollControlPlane { after, .. }) = step {
+        restore::record_rollout(status, after);
+    }
     restore::record_status(status, o, initialized, now)
         .into_iter()
         .collect()
@@ -294,6 +297,7 @@ fn act(o: &Observation, allowed: &[String], wanted: Want<'_>) -> Step {
 fn settled(o: &Observation) -> Step {
     step(control_plane::hand_over(o))
         .or_else(|| step(machines::leftovers(o)))
+        .or_else(|| step(restore::control_plane_rollout(o)))
         .or_else(|| step(certificates::client_renewal(o)))
         .unwrap_or_else(|| {
             if is_ready(o) {
