@@ -3,7 +3,9 @@
 //! store (SeaweedFS): a Ready cluster of three backed up to a bucket, a client writes 1,000 keys,
 //! `kubectl create` of an EtcdadmSnapshot ends Succeeded with the revision of the last write,
 //! taken from a follower, and the object in the bucket is the snapshot file etcd reads back;
-//! and a second EtcdadmCluster created from such a snapshot has every key and is Ready.
+//! a second EtcdadmCluster created from such a snapshot has every key and is Ready, its
+//! revisions raised above the old cluster's (or the documented fallback) and its control plane
+//! rolled once; and a version rollout of a backed-up cluster takes one before-change snapshot.
 
 mod lifecycle_support;
 
@@ -151,18 +153,26 @@ async fn restore_scenario(real: Option<&real_apiserver::RealApiServer>, prefix: 
     let work = TempDir::new("sim-restore");
     let (_s3, _bucket, plane, source) = backed_up_cluster(real, prefix, &work, 1).await;
     let client = plane.client.clone();
-    let (_, written) = write_keys(&client, "b1", &source, 1000).await;
+    let (source_member, written) = write_keys(&client, "b1", &source, 1000).await;
     let taken = take_snapshot(&client, "b1", "b1-nightly", &work).await;
     let taken = taken.status.unwrap();
     assert_eq!(taken.revision, Some(written));
+    // 50 further writes the snapshot does not hold: the old cluster's last revision.
+    let mut source_kv = source_member.etcd_client().await.unwrap();
+    for i in 0..50 {
+        source_kv.put(format!("late/{i:02}"), "lost", None).await.unwrap();
+    }
+    let old_last = source_member.local_revision().await.unwrap();
+    assert_eq!(old_last, written + 50);
 
-    // A new cluster of three from it: the first member restores, the others join it.
+    // A new cluster of three from it, with a control plane: the first member restores, the
+    // others join it.
     let started = Instant::now();
     create(
         &client,
         "r1",
         3,
-        false,
+        true,
         json!({}),
         json!({"restore": {"snapshot": {"name": "b1-nightly"}}}),
     )
@@ -200,6 +210,8 @@ async fn restore_scenario(real: Option<&real_apiserver::RealApiServer>, prefix: 
         }
         assert!(member.local_revision().await.unwrap() >= written);
     }
+    revisions_after_restore(&client, &work, &status, old_last).await;
+    control_plane_rolled_once(&client, &work, "r1").await;
     let source_ids: Vec<_> = source
         .status
         .unwrap()
@@ -241,6 +253,118 @@ async fn restore_scenario(real: Option<&real_apiserver::RealApiServer>, prefix: 
         }
     }
     save_logs(&work, "restore");
+}
+
+/// The restored cluster's revisions against `old_last`, the old cluster's last revision: with an
+/// etcdutl that can bump (etcd 3.5.10+), above it, and a watch from it is told "compacted";
+/// without one (etcd 3.4 here), the documented fallback: below it, `RevisionsBumped` False.
+async fn revisions_after_restore(
+    client: &Client,
+    work: &TempDir,
+    status: &etcdadm_shared::api::EtcdadmClusterStatus,
+    old_last: i64,
+) {
+    let tls = demo::etcd_tls(client, client.default_namespace(), "r1")
+        .await
+        .unwrap()
+        .unwrap();
+    let url = status.members[0].client_url.as_deref().unwrap();
+    let member = MemberClient::new(url, &tls, Duration::from_secs(5)).unwrap();
+    let now = member.local_revision().await.unwrap();
+    let from = status.restored_from.clone().unwrap();
+    let (state, reason, message) =
+        condition(&etcd_api(client).get("r1-etcd").await.unwrap(), "RevisionsBumped");
+    match from.revision_bumped {
+        Some(true) => {
+            assert!(
+                now > old_last,
+                "revision {now} not above the old cluster's {old_last}"
+            );
+            assert_eq!(
+                (state.as_str(), reason.as_str()),
+                ("True", "RevisionsBumped"),
+                "{message}"
+            );
+            let mut kv = member.etcd_client().await.unwrap();
+            let mut stream = kv
+                .watch(
+                    "app/",
+                    Some(
+                        etcd_client::WatchOptions::new()
+                            .with_prefix()
+                            .with_start_revision(old_last),
+                    ),
+                )
+                .await
+                .unwrap();
+            let mut compacted = false;
+            while let Some(answer) = stream.message().await.unwrap() {
+                if answer.compact_revision() > 0 || answer.canceled() {
+                    compacted = answer.compact_revision() >= old_last;
+                    break;
+                }
+            }
+            assert!(
+                compacted,
+                "a watch from revision {old_last} was not told it is compacted"
+            );
+        }
+        Some(false) => {
+            assert!(now < old_last, "revision {now}: not the fallback");
+            assert_eq!(
+                (state.as_str(), reason.as_str()),
+                ("False", "RevisionsNotBumped"),
+                "{message}\n{}",
+                logs(work)
+            );
+            assert!(message.contains("etcd 3.5.10"), "{message}");
+            println!(
+                "revisions not bumped (no etcdutl with --bump-revision here): restored at {now}, the old cluster was at {old_last}"
+            );
+        }
+        None => panic!("status.restoredFrom does not say whether revisions were bumped: {from:?}"),
+    }
+}
+
+/// The KubeadmControlPlane of `<cluster>` asked for exactly one rollout after the restore,
+/// from the restore's time, and status records it.
+async fn control_plane_rolled_once(client: &Client, work: &TempDir, cluster: &str) {
+    let kcps = Api::<etcdadm_shared::api::capi::KubeadmControlPlane>::default_namespaced(client.clone());
+    let name = format!("{cluster}-control-plane");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let etcd = loop {
+        let etcd = etcd_api(client).get(&format!("{cluster}-etcd")).await.unwrap();
+        let rolled = etcd
+            .status
+            .as_ref()
+            .and_then(|s| s.restored_from.as_ref())
+            .and_then(|r| r.control_plane_rollout.clone());
+        if rolled.is_some() && kcps.get(&name).await.unwrap().rollout_after().is_some() {
+            break etcd;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no control plane rollout after the restore\n{}",
+            logs(work)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // Let the controller go round a few more times: still one.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let from = etcd.status.unwrap().restored_from.unwrap();
+    let after = kcps.get(&name).await.unwrap().rollout_after().unwrap();
+    assert_eq!(
+        Some(after),
+        from.time.map(|t| t.0),
+        "rolled from the restore's time"
+    );
+    assert_eq!(from.control_plane_rollout.map(|t| t.0), Some(after));
+    let events = events(client, cluster).await;
+    let requested = events
+        .iter()
+        .filter(|(reason, _)| reason == "ControlPlaneRolloutRequested")
+        .count();
+    assert_eq!(requested, 1, "{events:?}");
 }
 
 /// Every file under `dir`.
