@@ -575,43 +575,72 @@ mod tests {
     }
 
     #[test]
-    fn a_whole_rollout_takes_one_snapshot_and_proceeds() {
-        let mut o = zoned(3, false);
-        o.before_change = backed_up(vec![], None).before_change;
-        outdate_all(&mut o);
-        let mut steps = vec![];
-        for _ in 0..100 {
-            let step = plan(&o);
-            if step == Step::Steady {
-                break;
-            }
-            let view = o.before_change.as_mut().unwrap();
-            match &step {
-                // The snapshot controller takes it at once.
-                Step::SafeChanges(SafeChangeStep::TakeSnapshot { name, reason, .. }) => {
-                    view.record = recorded(reason, Some(name));
-                    view.snapshots
-                        .push(snap(name, SnapshotPhase::Succeeded, Some(120), Some(1)));
+    fn a_whole_rollout_or_scale_down_takes_one_snapshot_before_its_first_removal_and_proceeds() {
+        let rollout = |kcp: bool, surge: i32| {
+            let mut o = zoned(3, kcp);
+            o.max_surge = surge;
+            outdate_all(&mut o);
+            o
+        };
+        let scale_down = {
+            let mut o = zoned(3, false);
+            o.replicas = 1;
+            o
+        };
+        for (what, mut o, label) in [
+            ("rollout without a KCP", rollout(false, 1), BEFORE_ROLLOUT),
+            (
+                "rollout with a KCP, surge then switch",
+                rollout(true, 1),
+                BEFORE_ROLLOUT,
+            ),
+            ("rollout with a KCP, maxSurge 0", rollout(true, 0), BEFORE_ROLLOUT),
+            ("scale down 3 to 1", scale_down, BEFORE_SCALE_DOWN),
+        ] {
+            o.before_change = backed_up(vec![], None).before_change;
+            let mut steps = vec![];
+            for _ in 0..200 {
+                let step = plan(&o);
+                if step == Step::Steady {
+                    break;
                 }
-                other => {
-                    let mut w = World::new(o.clone());
-                    w.apply(other);
-                    o = w.o;
+                let view = o.before_change.as_mut().unwrap();
+                match &step {
+                    // The snapshot controller takes it at once.
+                    Step::SafeChanges(SafeChangeStep::TakeSnapshot { name, reason, .. }) => {
+                        view.record = recorded(reason, Some(name));
+                        view.snapshots
+                            .push(snap(name, SnapshotPhase::Succeeded, Some(120), Some(1)));
+                    }
+                    other => {
+                        let mut w = World::new(o.clone());
+                        w.apply(other);
+                        o = w.o;
+                    }
                 }
+                steps.push(step);
             }
-            steps.push(step);
+            assert_eq!(plan(&o), Step::Steady, "{what}: {steps:#?}");
+            let taken: Vec<&Step> = steps
+                .iter()
+                .filter(|s| matches!(s, Step::SafeChanges(SafeChangeStep::TakeSnapshot { .. })))
+                .collect();
+            assert_eq!(taken.len(), 1, "{what}: {steps:#?}");
+            assert!(
+                matches!(taken[0], Step::SafeChanges(SafeChangeStep::TakeSnapshot { reason, .. }) if *reason == label),
+                "{what}"
+            );
+            let first_removal = steps.iter().position(is_removal).unwrap();
+            let snapshot = steps
+                .iter()
+                .position(|s| matches!(s, Step::SafeChanges(_)))
+                .unwrap();
+            assert!(snapshot < first_removal, "{what}");
+            assert_eq!(
+                up_to_date_machines(&o),
+                usize::try_from(o.replicas).unwrap(),
+                "{what}"
+            );
         }
-        let taken = steps
-            .iter()
-            .filter(|s| matches!(s, Step::SafeChanges(SafeChangeStep::TakeSnapshot { .. })))
-            .count();
-        assert_eq!(taken, 1, "{steps:#?}");
-        let first_removal = steps.iter().position(is_removal).unwrap();
-        let snapshot = steps
-            .iter()
-            .position(|s| matches!(s, Step::SafeChanges(_)))
-            .unwrap();
-        assert!(snapshot < first_removal);
-        assert_eq!(up_to_date_machines(&o), 3);
     }
 }
