@@ -46,9 +46,22 @@ pub const RESTORE_URL_KEY: &str = "url";
 pub const RESTORE_SHA256_KEY: &str = "sha256";
 /// Restore Secret key: PEM CA bundle the store's certificate is checked against.
 pub const RESTORE_CA_KEY: &str = "ca.crt";
+/// Restore Secret key: raise the restored revision by this much and mark the older ones
+/// compacted, where the node's etcdutl can (docs/day2.md, "Revisions after a restore").
+pub const RESTORE_BUMP_REVISION_KEY: &str = "bumpRevision";
 /// On an EtcdadmCluster: recover from quorum loss from this source (`latest`,
 /// `member/<machine>`, `snapshot/<name>`), docs/day2.md, "Quorum loss".
 pub const RECOVER_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/recover";
+/// On an EtcdadmSnapshot the EtcdadmCluster controller made before a disruptive change: why
+/// (`before-rollout`, `before-scale-down`), docs/day2.md, "Snapshots before changes".
+pub const SNAPSHOT_REASON_LABEL: &str = "etcdcluster.cluster.x-k8s.io/snapshot-reason";
+/// [`SNAPSHOT_REASON_LABEL`] of the snapshot before a rolling replacement's first removal.
+pub const BEFORE_ROLLOUT: &str = "before-rollout";
+/// [`SNAPSHOT_REASON_LABEL`] of the snapshot before a scale-down's first removal.
+pub const BEFORE_SCALE_DOWN: &str = "before-scale-down";
+/// On an EtcdadmCluster: let the change waiting for its before-change snapshot go ahead without
+/// it (one change; the controller removes the annotation when it uses it).
+pub const PROCEED_WITHOUT_SNAPSHOT_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/proceed-without-snapshot";
 /// On a Machine: prefer this one when choosing a scale-down victim.
 pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
 /// Prefix of CAPI's pre-terminate hook annotations: a Machine is not terminated while one is set.

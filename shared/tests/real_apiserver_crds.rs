@@ -98,7 +98,8 @@ fn s3_store() -> Value {
 }
 
 fn backup() -> Value {
-    json!({"store": s3_store(), "schedule": "0 */6 * * *", "retention": {"keep": 7}})
+    json!({"store": s3_store(), "schedule": "0 */6 * * *", "retention": {"keep": 7, "hourly": 24, "daily": 7, "weekly": 4},
+           "beforeChange": {"maxAge": "15m", "keep": 5}})
 }
 
 fn snapshot(spec: Value) -> Value {
@@ -595,6 +596,42 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             &[
                 "spec.backup.retention.keep",
                 "should be less than or equal to 10000",
+            ],
+        ),
+        (
+            "retention with neither keep nor a tier",
+            cluster(
+                json!({"backup": merged(backup(), json!({"retention": {"keep": null, "hourly": null, "daily": null, "weekly": null}}))}),
+            ),
+            &["spec.backup.retention", "set keep or a tier"],
+        ),
+        (
+            "an hourly tier of none",
+            cluster(json!({"backup": merged(backup(), json!({"retention": {"hourly": 0}}))})),
+            &[
+                "spec.backup.retention.hourly",
+                "should be greater than or equal to 1",
+            ],
+        ),
+        (
+            "a weekly tier too long",
+            cluster(json!({"backup": merged(backup(), json!({"retention": {"weekly": 1001}}))})),
+            &[
+                "spec.backup.retention.weekly",
+                "should be less than or equal to 1000",
+            ],
+        ),
+        (
+            "a before-change maxAge that is no duration",
+            cluster(json!({"backup": merged(backup(), json!({"beforeChange": {"maxAge": "ten minutes"}}))})),
+            &["spec.backup.beforeChange.maxAge", "should match"],
+        ),
+        (
+            "keeping no before-change snapshot",
+            cluster(json!({"backup": merged(backup(), json!({"beforeChange": {"keep": 0}}))})),
+            &[
+                "spec.backup.beforeChange.keep",
+                "should be greater than or equal to 1",
             ],
         ),
         (

@@ -57,6 +57,8 @@ pub struct SnapshotDownload {
     pub sha256: Option<String>,
     /// PEM bundle the store's certificate is checked against, instead of the machine's CAs.
     pub ca_pem: Option<String>,
+    /// Raise the restored revision by this much, where the machine's etcdutl can.
+    pub bump_revision: Option<i64>,
 }
 
 /// Never prints the URL (it grants access to the snapshot).
@@ -66,6 +68,7 @@ impl std::fmt::Debug for SnapshotDownload {
             .field("url", &"<redacted>")
             .field("sha256", &self.sha256)
             .field("ca_pem", &self.ca_pem.is_some())
+            .field("bump_revision", &self.bump_revision)
             .finish()
     }
 }

@@ -25,7 +25,9 @@ pub use etcdadm_command::{
     SUCCESS_SENTINEL,
 };
 pub use input::{CaFiles, EtcdadmCommand, RenderInput, SnapshotDownload};
-pub use restore::{RESTORE_CURL_CONFIG, RESTORE_SNAPSHOT_FILE};
+pub use restore::{
+    RESTORE_BUMP_SCRIPT, RESTORE_BUMP_SCRIPT_CONTENT, RESTORE_CURL_CONFIG, RESTORE_SNAPSHOT_FILE,
+};
 pub use secrets::{REGISTRY_CREDENTIALS_SECRET, ResolvedSecrets, SecretRefUse, SecretTarget, secret_refs};
 
 /// The user data for `input`, in the spec's format.

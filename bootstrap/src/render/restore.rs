@@ -1,6 +1,7 @@
 //! The first member of a cluster created from a snapshot: the user data downloads it through a
 //! short-lived URL kept in a root-only curl config file (never on a command line, in runcmd or
-//! in a log), checks its SHA-256, and hands it to `etcdadm init --snapshot`.
+//! in a log), checks its SHA-256, raises its revision where the machine's etcdutl can
+//! (`restore-bump.sh`), and hands it to `etcdadm init --snapshot`.
 
 use etcdadm_shared::names;
 
@@ -14,6 +15,12 @@ pub const RESTORE_CURL_CONFIG: &str = "/run/cluster-api/etcd-restore.curlrc";
 pub const RESTORE_CA_FILE: &str = "/run/cluster-api/etcd-restore-ca.crt";
 /// Where the snapshot is downloaded to (outside etcd's data dir, which `etcdadm init` empties).
 pub const RESTORE_SNAPSHOT_FILE: &str = "/var/lib/etcd-restore/snapshot.db";
+/// The helper that raises the restored revision before etcdadm restores:
+/// `templates/cloud-init/restore-bump.sh`.
+pub const RESTORE_BUMP_SCRIPT: &str = "/run/cluster-api/etcd-restore-bump.sh";
+pub const RESTORE_BUMP_SCRIPT_CONTENT: &str = include_str!("../../../templates/cloud-init/restore-bump.sh");
+/// etcdadm's default `--install-dir`, where the helper also looks for etcdutl.
+const ETCDADM_INSTALL_DIR: &str = "/opt/bin/";
 
 fn field() -> String {
     format!("metadata.annotations[{}]", names::RESTORE_SECRET_ANNOTATION)
@@ -50,7 +57,27 @@ pub fn files(download: &SnapshotDownload) -> Result<Vec<FileEntry>, RenderError>
         files.push(FileEntry::generated(RESTORE_CA_FILE, "0644", ca_pem.to_string()));
     }
     files.push(FileEntry::generated(RESTORE_CURL_CONFIG, "0600", config));
+    if download.bump_revision.is_some() {
+        files.push(FileEntry::generated(
+            RESTORE_BUMP_SCRIPT,
+            "0755",
+            RESTORE_BUMP_SCRIPT_CONTENT.to_string(),
+        ));
+    }
     Ok(files)
+}
+
+/// The `etcdadm init --snapshot` command line, run through the helper that raises the
+/// revision first when the restore asks for it (the install directory is where it also looks
+/// for etcdutl).
+pub fn init_command(download: &SnapshotDownload, etcdadm: &str, install_dir: Option<&str>) -> String {
+    match download.bump_revision {
+        Some(bump) => format!(
+            "sh {RESTORE_BUMP_SCRIPT} {bump} {RESTORE_SNAPSHOT_FILE} {} {etcdadm}",
+            super::shell::word(install_dir.unwrap_or(ETCDADM_INSTALL_DIR))
+        ),
+        None => etcdadm.to_string(),
+    }
 }
 
 /// What runs before `etcdadm init --snapshot`: the download (retried; curl names no URL in its
@@ -96,6 +123,7 @@ mod tests {
             url: url.into(),
             sha256: sha256.map(str::to_string),
             ca_pem: None,
+            bump_revision: None,
         }
     }
 

@@ -35,6 +35,7 @@ pub mod reason {
     pub use crate::controller::plan::recovery::reason::*;
     pub use crate::controller::plan::remediation::reason::*;
     pub use crate::controller::plan::restore::reason::*;
+    pub use crate::controller::plan::safe_changes::reason::*;
     pub use crate::controller::plan::secrets::reason::*;
     pub use crate::controller::plan::versions::reason::*;
     pub use crate::controller::rules::reason::*;
@@ -210,6 +211,7 @@ pub fn base() -> Observation {
         control_plane_machines: 0,
         restore: None,
         recovery: None,
+        before_change: None,
         new_member_name: "c1-etcd-fresh".into(),
     }
 }

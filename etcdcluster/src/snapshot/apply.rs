@@ -136,7 +136,7 @@ pub async fn schedule(
     }
 }
 
-/// Delete a snapshot beyond retention: its object first, so a crash in between leaves the
+/// Delete a snapshot retention keeps no longer: its object first, so a crash in between leaves the
 /// snapshot to be retired again rather than an object nobody knows of.
 pub async fn retire(
     ctx: &Context,
@@ -159,10 +159,10 @@ pub async fn retire(
     }
     let note = match object {
         Some((store, key)) => format!(
-            "deleted EtcdadmSnapshot {snapshot} and its object {}/{key} (beyond spec.backup.retention.keep)",
+            "deleted EtcdadmSnapshot {snapshot} and its object {}/{key} (retention keeps it no longer)",
             store.bucket
         ),
-        None => format!("deleted EtcdadmSnapshot {snapshot} (beyond spec.backup.retention.keep)"),
+        None => format!("deleted EtcdadmSnapshot {snapshot} (retention keeps it no longer)"),
     };
     ctx.event(cluster, false, "SnapshotRetired", note).await;
     Ok(())

@@ -15,6 +15,7 @@ mod apply;
 mod context;
 mod observe;
 mod plan;
+mod retention;
 mod status;
 mod take;
 
@@ -65,10 +66,15 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
             return Ok(Action::await_change());
         };
         let snapshots = observe::snapshots_of(&ctx.client, &namespace, &name).await?;
+        let referenced = match &cluster.spec.backup {
+            Some(_) => observe::referenced_snapshots(&ctx.client, &namespace).await?,
+            None => Vec::new(),
+        };
         let step = plan::plan(&Observed {
             cluster: &cluster,
             snapshots: &snapshots,
             now: Timestamp::now(),
+            referenced: &referenced,
         });
         let find = |wanted: &str| {
             snapshots.iter().find(|s| s.name_any() == wanted).ok_or_else(|| {

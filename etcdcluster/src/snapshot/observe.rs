@@ -31,6 +31,29 @@ pub async fn snapshots_of(
         .collect())
 }
 
+/// The EtcdadmSnapshots a restore or a recovery of any EtcdadmCluster in `namespace` names
+/// (`spec.restore.snapshot.name`, `status.recovery`, `status.lastRecovery`,
+/// `status.restoredFrom`): retention never deletes them.
+pub async fn referenced_snapshots(client: &Client, namespace: &str) -> Result<Vec<String>, Error> {
+    let clusters: Api<EtcdadmCluster> = Api::namespaced(client.clone(), namespace);
+    let mut names = Vec::new();
+    for cluster in clusters.list(&ListParams::default()).await?.items {
+        names.extend(
+            cluster
+                .spec
+                .restore
+                .as_ref()
+                .and_then(|r| r.snapshot.name.clone()),
+        );
+        if let Some(status) = cluster.status {
+            names.extend(status.recovery.map(|r| r.snapshot));
+            names.extend(status.last_recovery.map(|r| r.snapshot));
+            names.extend(status.restored_from.and_then(|r| r.snapshot));
+        }
+    }
+    Ok(names)
+}
+
 /// The CAPI Cluster an EtcdadmCluster serves: its cluster-name label, else the Cluster that owns
 /// it (the EKS-A fork links them by reference; the EtcdadmCluster controller then adds the
 /// owner reference).

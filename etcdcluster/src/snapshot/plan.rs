@@ -1,7 +1,8 @@
 //! What the snapshot controller does next for one EtcdadmCluster, decided purely from the cluster
 //! and its snapshots as just read. One step at a time, in this order: interrupted attempts are
 //! cleaned up, the oldest Pending snapshot is taken (or failed, or told what it waits for),
-//! retention removes what is beyond `keep`, and the schedule creates the next snapshot.
+//! retention removes what it keeps no longer (`retention`), and the schedule creates the next
+//! snapshot.
 //!
 //! "No snapshot during a membership change" is read from what the EtcdadmCluster controller
 //! records (see [`membership_change`]); "one in flight per cluster" holds because one reconcile
@@ -40,11 +41,13 @@ pub mod reason {
     pub const INVALID_SCHEDULE: &str = "InvalidSchedule";
 }
 
-/// The cluster and its snapshots, at `now`.
+/// The cluster and its snapshots, at `now`, and the snapshots a restore or recovery of any
+/// cluster in the namespace names (retention keeps those).
 pub struct Observed<'a> {
     pub cluster: &'a EtcdadmCluster,
     pub snapshots: &'a [EtcdadmSnapshot],
     pub now: Timestamp,
+    pub referenced: &'a [String],
 }
 
 /// The member a snapshot is read from.
@@ -138,8 +141,13 @@ pub fn plan(o: &Observed) -> Step {
         }
     }
 
-    if let Some(step) = retention(o) {
-        return step;
+    if let Some(old) = super::retention::doomed(cluster, o.snapshots, o.now, o.referenced) {
+        return Step::Retire {
+            snapshot: old.name_any(),
+            object: (old.phase() == SnapshotPhase::Succeeded)
+                .then(|| object_of(old))
+                .flatten(),
+        };
     }
 
     let mut requeue = waiting.then_some(WAIT_REQUEUE);
@@ -220,7 +228,11 @@ fn next_for_pending(cluster: &EtcdadmCluster, snapshot: &EtcdadmSnapshot) -> Pen
             ),
         };
     }
-    if let Some(change) = membership_change(cluster) {
+    // A before-change snapshot is made while no membership change is in flight, and the change
+    // it precedes waits for it: the resize that change is (ResizeCompleted False) is not waited
+    // for, joining members still are.
+    let before_change = snapshot.labels().contains_key(names::SNAPSHOT_REASON_LABEL);
+    if let Some(change) = membership_change(cluster, before_change) {
         return Pending::Wait(reason::MEMBERSHIP_CHANGING, change);
     }
     match pick_member(cluster) {
@@ -250,7 +262,7 @@ fn is_paused(cluster: &EtcdadmCluster) -> bool {
 /// replicas, none being deleted) and every member entry is a started voting member with a
 /// Machine that has been healthy (a joining member has never been). A member that was healthy
 /// and is down is no change: a snapshot from another member is exactly what is wanted then.
-pub fn membership_change(cluster: &EtcdadmCluster) -> Option<String> {
+pub fn membership_change(cluster: &EtcdadmCluster, resizing_allowed: bool) -> Option<String> {
     let Some(status) = &cluster.status else {
         return Some("the EtcdadmCluster has no status yet".into());
     };
@@ -261,7 +273,7 @@ pub fn membership_change(cluster: &EtcdadmCluster) -> Option<String> {
         ));
     }
     match conditions::find(&status.conditions, RESIZE_COMPLETED) {
-        Some(c) if c.status == ConditionStatus::True => {}
+        Some(c) if c.status == ConditionStatus::True || resizing_allowed => {}
         Some(c) => {
             return Some(format!(
                 "{RESIZE_COMPLETED} is {:?} ({}): {}",
@@ -335,28 +347,6 @@ fn says(snapshot: &EtcdadmSnapshot, reason: &str, message: &str) -> bool {
         .is_some_and(|c| c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(message))
 }
 
-/// The oldest Succeeded snapshot beyond `keep` (with its object), else the oldest Failed one
-/// beyond `keep`.
-fn retention(o: &Observed) -> Option<Step> {
-    let keep = o.cluster.spec.backup.as_ref()?.retention.as_ref()?.keep;
-    let keep = usize::try_from(keep.max(1)).unwrap_or(1);
-    for phase in [SnapshotPhase::Succeeded, SnapshotPhase::Failed] {
-        let mut of_phase: Vec<&EtcdadmSnapshot> = o.snapshots.iter().filter(|s| s.phase() == phase).collect();
-        if of_phase.len() <= keep {
-            continue;
-        }
-        of_phase.sort_by_key(|s| finished_key(s));
-        let oldest = of_phase[0];
-        return Some(Step::Retire {
-            snapshot: oldest.name_any(),
-            object: (phase == SnapshotPhase::Succeeded)
-                .then(|| object_of(oldest))
-                .flatten(),
-        });
-    }
-    None
-}
-
 /// The store and key of a snapshot's object, from its status.
 pub fn object_of(snapshot: &EtcdadmSnapshot) -> Option<(S3Store, String)> {
     let status = snapshot.status.as_ref()?;
@@ -396,18 +386,6 @@ pub fn scheduled_name(cluster: &str, tick: Timestamp) -> String {
 /// Oldest first, ties by name.
 fn age_key(s: &EtcdadmSnapshot) -> (Option<Timestamp>, String) {
     (s.metadata.creation_timestamp.as_ref().map(|t| t.0), s.name_any())
-}
-
-/// Finished first, ties by creation, then name.
-fn finished_key(s: &EtcdadmSnapshot) -> (Option<Timestamp>, Option<Timestamp>, String) {
-    (
-        s.status
-            .as_ref()
-            .and_then(|st| st.completion_time.as_ref())
-            .map(|t| t.0),
-        s.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        s.name_any(),
-    )
 }
 
 #[cfg(test)]
@@ -469,6 +447,7 @@ mod tests {
             cluster,
             snapshots,
             now: now(),
+            referenced: &[],
         })
     }
 
@@ -589,6 +568,28 @@ mod tests {
                 other => panic!("{what}: {other:?}"),
             }
         }
+        // A before-change snapshot does not wait for the resize it precedes, but for joins.
+        let mut before = snapshot("s1", "2026-11-24T10:00:00Z", json!({}));
+        before.metadata.labels = Some(
+            [(
+                names::SNAPSHOT_REASON_LABEL.to_string(),
+                "before-scale-down".to_string(),
+            )]
+            .into(),
+        );
+        let resizing = cluster(
+            json!({"status": {"conditions": [{"type": "ResizeCompleted", "status": "False",
+            "reason": "ScalingDown", "message": "5 Machines for 3 replicas", "lastTransitionTime": NOW}]}}),
+        );
+        assert!(matches!(
+            step(&resizing, std::slice::from_ref(&before)),
+            Step::Take { .. }
+        ));
+        let joining_too =
+            cluster(json!({"status": {"conditions": [], "members": [member("m1", true), joining.clone()]}}));
+        assert!(
+            matches!(step(&joining_too, &[before]), Step::Wait { reason, .. } if reason == reason::MEMBERSHIP_CHANGING)
+        );
         // A member that was healthy and is down is no membership change.
         let down = merged(member("m3", false), json!({"healthy": false}));
         let c = cluster(json!({"status": {"members": [member("m1", true), member("m2", false), down]}}));
@@ -740,6 +741,7 @@ mod tests {
                 snapshot("manual", "2026-11-24T10:09:00Z", json!({"phase": "Pending"})),
             ],
             now: "2026-11-24T10:11:00Z".parse().unwrap(),
+            referenced: &[],
         });
         assert!(
             matches!(later, Step::Wait { .. } | Step::Take { .. }),

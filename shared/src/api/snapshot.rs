@@ -232,18 +232,88 @@ pub struct Backup {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 128))]
     pub schedule: Option<String>,
-    /// Which snapshots are kept. None: all of them.
+    /// Which snapshots are kept. None: all of them (before-change snapshots aside, see
+    /// `beforeChange.keep`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<Retention>,
+    /// Snapshots taken before a rolling replacement or a scale-down removes a member (always,
+    /// while a store is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_change: Option<BeforeChange>,
 }
 
-/// How many snapshots are kept.
+/// Which scheduled and on-demand snapshots are kept: the newest `keep`, and the newest of each
+/// of the last `hourly` hours, `daily` days and `weekly` weeks (UTC; weeks start on Monday). A
+/// snapshot any of them keeps stays; the newest Succeeded one and one a restore or recovery
+/// names always stay. Before-change snapshots are counted apart (`beforeChange.keep`).
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[x_kube(validation = Rule::new("has(self.keep) || has(self.hourly) || has(self.daily) || has(self.weekly)").message("set keep or a tier (hourly, daily, weekly); to keep every snapshot, leave retention out"))]
 pub struct Retention {
-    /// Succeeded snapshots kept (1 to 10000): beyond it the oldest are deleted with their
-    /// objects. Failed ones beyond it are deleted too (they have no object).
+    /// Succeeded snapshots kept (1 to 10000): beyond it (and the tiers) the oldest are deleted
+    /// with their objects. Failed ones beyond it are deleted too (they have no object).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10000))]
-    pub keep: i32,
+    pub keep: Option<i32>,
+    /// Hours (1 to 1000) whose newest Succeeded snapshot is kept, counting the current one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub hourly: Option<i32>,
+    /// Days (1 to 1000) whose newest Succeeded snapshot is kept, counting today.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub daily: Option<i32>,
+    /// Weeks (1 to 1000) whose newest Succeeded snapshot is kept, counting this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub weekly: Option<i32>,
+}
+
+/// Failed snapshots kept when `retention.keep` does not say.
+pub const DEFAULT_FAILED_KEPT: usize = 3;
+
+/// The snapshot taken before a disruptive change (docs/day2.md, "Snapshots before changes").
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BeforeChange {
+    /// A Succeeded snapshot of this cluster younger than this that holds every write up to the
+    /// change's decision is used instead of a new one: a duration (default 10m, at most 64
+    /// characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 64),
+        regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
+    )]
+    pub max_age: Option<String>,
+    /// Before-change snapshots kept (1 to 100, default 3), apart from `retention`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub keep: Option<i32>,
+}
+
+/// Default `beforeChange.maxAge`.
+pub const DEFAULT_BEFORE_CHANGE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+/// Default `beforeChange.keep`.
+pub const DEFAULT_BEFORE_CHANGE_KEEP: usize = 3;
+
+impl Backup {
+    /// `beforeChange.maxAge`, defaulted (one that does not parse counts as the default:
+    /// admission refuses it).
+    pub fn before_change_max_age(&self) -> std::time::Duration {
+        self.before_change
+            .as_ref()
+            .and_then(|b| b.max_age.as_deref())
+            .and_then(|text| crate::duration::parse(text).ok())
+            .unwrap_or(DEFAULT_BEFORE_CHANGE_MAX_AGE)
+    }
+
+    /// `beforeChange.keep`, defaulted.
+    pub fn before_change_keep(&self) -> usize {
+        self.before_change
+            .as_ref()
+            .and_then(|b| b.keep)
+            .and_then(|keep| usize::try_from(keep.max(1)).ok())
+            .unwrap_or(DEFAULT_BEFORE_CHANGE_KEEP)
+    }
 }
 
 /// Where a new cluster's data comes from.
@@ -287,7 +357,22 @@ pub struct RestoredFrom {
     /// When the first member was restored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
+    /// Whether the restored member's revision was raised by [`RESTORE_REVISION_BUMP`] with
+    /// every older one marked compacted (the node had an etcdutl that can, etcd 3.5.10+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_bumped: Option<bool>,
+    /// The `spec.rollout.after` given to the KubeadmControlPlane once the restored cluster was
+    /// Ready, so its API servers restart and drop their watch caches (once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_rollout: Option<Time>,
 }
+
+/// How far a restore raises the revision (`etcdutl snapshot restore --bump-revision`): further
+/// than any cluster writes between a snapshot and a restore (a billion revisions are eleven
+/// days at a thousand writes a second, the upper end of a Kubernetes cluster's rate), the
+/// margin etcd's and Kubernetes' restore documentation use; int64 leaves room for billions of
+/// restores.
+pub const RESTORE_REVISION_BUMP: i64 = 1_000_000_000;
 
 #[cfg(test)]
 mod tests {

@@ -2,7 +2,7 @@
 //! the snapshot controller fails a snapshot with the same words when an object bypassed it.
 
 use super::{FieldError, quoted};
-use crate::api::snapshot::{Backup, Restore, S3Store};
+use crate::api::snapshot::{Backup, Restore, Retention, S3Store};
 use crate::cron::Schedule;
 
 /// Every problem with `backup` (whose path is `base`, e.g. `spec.backup`).
@@ -13,15 +13,53 @@ pub fn validate_backup(backup: &Backup, base: &str) -> Vec<FieldError> {
     {
         errors.push(FieldError::new(format!("{base}.schedule"), e.to_string()));
     }
-    if let Some(retention) = &backup.retention
-        && retention.keep < 1
-    {
+    if let Some(retention) = &backup.retention {
+        errors.extend(retention_problems(retention, &format!("{base}.retention")));
+    }
+    if let Some(before) = &backup.before_change {
+        let path = format!("{base}.beforeChange");
+        if let Some(text) = before.max_age.as_deref()
+            && let Err(e) = crate::duration::parse(text)
+        {
+            errors.push(FieldError::new(format!("{path}.maxAge"), e.to_string()));
+        }
+        if let Some(keep) = before.keep
+            && !(1..=100).contains(&keep)
+        {
+            errors.push(FieldError::new(
+                format!("{path}.keep"),
+                format!("{keep}: must be 1 to 100"),
+            ));
+        }
+    }
+    errors
+}
+
+/// Every problem with `retention` (whose path is `base`): a count of at least 1 for `keep` and
+/// each tier, and at least one of them.
+fn retention_problems(retention: &Retention, base: &str) -> Vec<FieldError> {
+    let counts = [
+        ("keep", retention.keep, 10_000),
+        ("hourly", retention.hourly, 1_000),
+        ("daily", retention.daily, 1_000),
+        ("weekly", retention.weekly, 1_000),
+    ];
+    let mut errors: Vec<FieldError> = counts
+        .iter()
+        .filter_map(|(field, count, max)| {
+            let count = (*count)?;
+            (!(1..=*max).contains(&count)).then(|| {
+                FieldError::new(
+                    format!("{base}.{field}"),
+                    format!("{count}: must be 1 to {max} (to keep every snapshot, leave retention out)"),
+                )
+            })
+        })
+        .collect();
+    if counts.iter().all(|(_, count, _)| count.is_none()) {
         errors.push(FieldError::new(
-            format!("{base}.retention.keep"),
-            format!(
-                "{}: must be at least 1 (to keep every snapshot, leave retention out)",
-                retention.keep
-            ),
+            base.to_string(),
+            "set keep or a tier (hourly, daily, weekly); to keep every snapshot, leave retention out",
         ));
     }
     errors
@@ -230,6 +268,31 @@ mod tests {
         );
         let errors = validate_backup(&backup(json!({"retention": {"keep": 0}})), "spec.backup");
         assert_eq!(paths(&errors), ["spec.backup.retention.keep"]);
+        let errors = validate_backup(
+            &backup(json!({"retention": {"hourly": 0, "daily": 1001, "weekly": 4}})),
+            "spec.backup",
+        );
+        assert_eq!(
+            paths(&errors),
+            ["spec.backup.retention.hourly", "spec.backup.retention.daily"]
+        );
+        let errors = validate_backup(&backup(json!({"retention": {}})), "spec.backup");
+        assert_eq!(paths(&errors), ["spec.backup.retention"]);
+        assert!(
+            validate_backup(
+                &backup(json!({"retention": {"hourly": 24, "daily": 7, "weekly": 4}})),
+                "spec.backup"
+            )
+            .is_empty()
+        );
+        let errors = validate_backup(
+            &backup(json!({"beforeChange": {"maxAge": "ten minutes", "keep": 0}})),
+            "spec.backup",
+        );
+        assert_eq!(
+            paths(&errors),
+            ["spec.backup.beforeChange.maxAge", "spec.backup.beforeChange.keep"]
+        );
         let errors = validate_backup(
             &backup(json!({"store": {"s3": {"prefix": "/abs"}}})),
             "spec.backup",

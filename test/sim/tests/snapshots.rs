@@ -3,13 +3,16 @@
 //! store (SeaweedFS): a Ready cluster of three backed up to a bucket, a client writes 1,000 keys,
 //! `kubectl create` of an EtcdadmSnapshot ends Succeeded with the revision of the last write,
 //! taken from a follower, and the object in the bucket is the snapshot file etcd reads back;
-//! and a second EtcdadmCluster created from such a snapshot has every key and is Ready.
+//! a second EtcdadmCluster created from such a snapshot has every key and is Ready, its
+//! revisions raised above the old cluster's (or the documented fallback) and its control plane
+//! rolled once; and a version rollout of a backed-up cluster takes one before-change snapshot.
 
 mod lifecycle_support;
 
 use std::time::{Duration, Instant};
 
 use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::etcd::MemberClient;
 use etcdadm_shared::store::StoreClient;
 use etcdadm_shared::testing::{SeaweedFs, TempDir, etcd_binary};
@@ -17,6 +20,7 @@ use etcdadm_sim::demo;
 use etcdadm_sim::plane::Plane;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
+use kube::{Client, ResourceExt};
 use lifecycle_support::*;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -87,18 +91,26 @@ async fn restore_scenario(real: Option<&real_apiserver::RealApiServer>, prefix: 
     let work = TempDir::new("sim-restore");
     let (_s3, _bucket, plane, source) = backed_up_cluster(real, prefix, &work, 1).await;
     let client = plane.client.clone();
-    let (_, written) = write_keys(&client, "b1", &source, 1000).await;
+    let (source_member, written) = write_keys(&client, "b1", &source, 1000).await;
     let taken = take_snapshot(&client, "b1", "b1-nightly", &work).await;
     let taken = taken.status.unwrap();
     assert_eq!(taken.revision, Some(written));
+    // 50 further writes the snapshot does not hold: the old cluster's last revision.
+    let mut source_kv = source_member.etcd_client().await.unwrap();
+    for i in 0..50 {
+        source_kv.put(format!("late/{i:02}"), "lost", None).await.unwrap();
+    }
+    let old_last = source_member.local_revision().await.unwrap();
+    assert_eq!(old_last, written + 50);
 
-    // A new cluster of three from it: the first member restores, the others join it.
+    // A new cluster of three from it, with a control plane: the first member restores, the
+    // others join it.
     let started = Instant::now();
     create(
         &client,
         "r1",
         3,
-        false,
+        true,
         json!({}),
         json!({"restore": {"snapshot": {"name": "b1-nightly"}}}),
     )
@@ -136,6 +148,8 @@ async fn restore_scenario(real: Option<&real_apiserver::RealApiServer>, prefix: 
         }
         assert!(member.local_revision().await.unwrap() >= written);
     }
+    revisions_after_restore(&client, &work, &status, old_last).await;
+    control_plane_rolled_once(&client, &work, "r1").await;
     let source_ids: Vec<_> = source
         .status
         .unwrap()
@@ -177,6 +191,118 @@ async fn restore_scenario(real: Option<&real_apiserver::RealApiServer>, prefix: 
         }
     }
     save_logs(&work, "restore");
+}
+
+/// The restored cluster's revisions against `old_last`, the old cluster's last revision: with an
+/// etcdutl that can bump (etcd 3.5.10+), above it, and a watch from it is told "compacted";
+/// without one (etcd 3.4 here), the documented fallback: below it, `RevisionsBumped` False.
+async fn revisions_after_restore(
+    client: &Client,
+    work: &TempDir,
+    status: &etcdadm_shared::api::EtcdadmClusterStatus,
+    old_last: i64,
+) {
+    let tls = demo::etcd_tls(client, client.default_namespace(), "r1")
+        .await
+        .unwrap()
+        .unwrap();
+    let url = status.members[0].client_url.as_deref().unwrap();
+    let member = MemberClient::new(url, &tls, Duration::from_secs(5)).unwrap();
+    let now = member.local_revision().await.unwrap();
+    let from = status.restored_from.clone().unwrap();
+    let (state, reason, message) =
+        condition(&etcd_api(client).get("r1-etcd").await.unwrap(), "RevisionsBumped");
+    match from.revision_bumped {
+        Some(true) => {
+            assert!(
+                now > old_last,
+                "revision {now} not above the old cluster's {old_last}"
+            );
+            assert_eq!(
+                (state.as_str(), reason.as_str()),
+                ("True", "RevisionsBumped"),
+                "{message}"
+            );
+            let mut kv = member.etcd_client().await.unwrap();
+            let mut stream = kv
+                .watch(
+                    "app/",
+                    Some(
+                        etcd_client::WatchOptions::new()
+                            .with_prefix()
+                            .with_start_revision(old_last),
+                    ),
+                )
+                .await
+                .unwrap();
+            let mut compacted = false;
+            while let Some(answer) = stream.message().await.unwrap() {
+                if answer.compact_revision() > 0 || answer.canceled() {
+                    compacted = answer.compact_revision() >= old_last;
+                    break;
+                }
+            }
+            assert!(
+                compacted,
+                "a watch from revision {old_last} was not told it is compacted"
+            );
+        }
+        Some(false) => {
+            assert!(now < old_last, "revision {now}: not the fallback");
+            assert_eq!(
+                (state.as_str(), reason.as_str()),
+                ("False", "RevisionsNotBumped"),
+                "{message}\n{}",
+                logs(work)
+            );
+            assert!(message.contains("etcd 3.5.10"), "{message}");
+            println!(
+                "revisions not bumped (no etcdutl with --bump-revision here): restored at {now}, the old cluster was at {old_last}"
+            );
+        }
+        None => panic!("status.restoredFrom does not say whether revisions were bumped: {from:?}"),
+    }
+}
+
+/// The KubeadmControlPlane of `<cluster>` asked for exactly one rollout after the restore,
+/// from the restore's time, and status records it.
+async fn control_plane_rolled_once(client: &Client, work: &TempDir, cluster: &str) {
+    let kcps = Api::<etcdadm_shared::api::capi::KubeadmControlPlane>::default_namespaced(client.clone());
+    let name = format!("{cluster}-control-plane");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let etcd = loop {
+        let etcd = etcd_api(client).get(&format!("{cluster}-etcd")).await.unwrap();
+        let rolled = etcd
+            .status
+            .as_ref()
+            .and_then(|s| s.restored_from.as_ref())
+            .and_then(|r| r.control_plane_rollout.clone());
+        if rolled.is_some() && kcps.get(&name).await.unwrap().rollout_after().is_some() {
+            break etcd;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no control plane rollout after the restore\n{}",
+            logs(work)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // Let the controller go round a few more times: still one.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let from = etcd.status.unwrap().restored_from.unwrap();
+    let after = kcps.get(&name).await.unwrap().rollout_after().unwrap();
+    assert_eq!(
+        Some(after),
+        from.time.map(|t| t.0),
+        "rolled from the restore's time"
+    );
+    assert_eq!(from.control_plane_rollout.map(|t| t.0), Some(after));
+    let events = events(client, cluster).await;
+    let requested = events
+        .iter()
+        .filter(|(reason, _)| reason == "ControlPlaneRolloutRequested")
+        .count();
+    assert_eq!(requested, 1, "{events:?}");
 }
 
 /// Every file under `dir`.
@@ -265,4 +391,140 @@ async fn snapshot_scenario(real: Option<&real_apiserver::RealApiServer>, prefix:
         );
     }
     save_logs(&work, "snapshots");
+}
+
+/// A version rollout of a backed-up cluster of three with a 10 MiB database: exactly one
+/// before-change snapshot (labelled `before-rollout`) is taken, holding every write made before
+/// the change, and no outdated Machine is deleted before it has Succeeded; then the rollout
+/// goes on to the end. Prints how long the first removal waited for the snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_rollout_with_a_store_takes_one_before_change_snapshot_and_proceeds() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let work = TempDir::new("sim-before-change");
+    let s3 = SeaweedFs::start().await;
+    let _bucket = s3.create_bucket(BUCKET).await;
+    let plane = start_plane_on(None, 40, &work, Duration::from_secs(1)).await;
+    let client = plane.client.clone();
+    store_credentials(&client, &s3).await;
+    let store = serde_json::to_value(s3.store(BUCKET)).unwrap();
+    let version = |v: &str| json!({"cloudInitConfig": {"version": v}});
+    create(
+        &client,
+        "b1",
+        3,
+        false,
+        version("3.4.22"),
+        json!({"backup": {"store": {"s3": store}}}),
+    )
+    .await;
+    let etcd = wait_settled(&client, "b1", 3, TIMEOUT, &work).await;
+
+    // A 10 MiB database: 640 values of 16 KiB.
+    let (member, _) = write_keys(&client, "b1", &etcd, 0).await;
+    let mut kv = member.etcd_client().await.unwrap();
+    let value = "v".repeat(16 * 1024);
+    for i in 0..640 {
+        kv.put(format!("big/{i:04}"), value.clone(), None).await.unwrap();
+    }
+    let written = member.local_revision().await.unwrap();
+    let old: std::collections::BTreeSet<String> = machine_names(&client, "b1").await;
+
+    patch_spec(&client, "b1", json!({"etcdadmConfigSpec": version("3.4.23")})).await;
+    let snapshots: Api<EtcdadmSnapshot> = Api::default_namespaced(client.clone());
+    let started = Instant::now();
+    let mut snapshot_seen: Option<Instant> = None;
+    let mut snapshot_done: Option<Instant> = None;
+    let mut first_removal: Option<Instant> = None;
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "rollout not done\n{}",
+            logs(&work)
+        );
+        let before: Vec<EtcdadmSnapshot> = snapshots
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|s| {
+                s.labels()
+                    .contains_key(etcdadm_shared::names::SNAPSHOT_REASON_LABEL)
+            })
+            .collect();
+        assert!(
+            before.len() <= 1,
+            "more than one before-change snapshot: {before:?}"
+        );
+        if let Some(s) = before.first() {
+            snapshot_seen.get_or_insert_with(Instant::now);
+            if s.phase() == SnapshotPhase::Succeeded {
+                snapshot_done.get_or_insert_with(Instant::now);
+            }
+            assert_ne!(
+                s.phase(),
+                SnapshotPhase::Failed,
+                "{:?}\n{}",
+                s.status,
+                logs(&work)
+            );
+        }
+        let deleting_old = machines(&client, "b1")
+            .await
+            .into_iter()
+            .any(|m| old.contains(&m.name_any()) && m.metadata.deletion_timestamp.is_some());
+        let gone_old = !machine_names(&client, "b1").await.is_superset(&old);
+        if (deleting_old || gone_old) && first_removal.is_none() {
+            first_removal = Some(Instant::now());
+            assert!(
+                snapshot_done.is_some()
+                    || before
+                        .first()
+                        .is_some_and(|s| s.phase() == SnapshotPhase::Succeeded),
+                "an outdated Machine went before the snapshot Succeeded"
+            );
+        }
+        if machine_names(&client, "b1").await.is_disjoint(&old) && settled(&client, "b1", 3).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let rollout = started.elapsed();
+    let before: Vec<EtcdadmSnapshot> = snapshots
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|s| {
+            s.labels()
+                .get(etcdadm_shared::names::SNAPSHOT_REASON_LABEL)
+                .map(String::as_str)
+                == Some("before-rollout")
+        })
+        .collect();
+    assert_eq!(before.len(), 1, "{before:?}");
+    let status = before[0].status.clone().unwrap();
+    assert!(
+        status.revision.unwrap() >= written,
+        "{status:?} holds revision {written}"
+    );
+    let etcd = etcd_api(&client).get("b1-etcd").await.unwrap();
+    assert_eq!(
+        etcd.status.clone().unwrap().before_change,
+        None,
+        "the change is done"
+    );
+    let reasons: Vec<String> = events(&client, "b1").await.into_iter().map(|(r, _)| r).collect();
+    assert!(reasons.iter().any(|r| r == "BeforeChangeSnapshot"), "{reasons:?}");
+    let seen = snapshot_seen.unwrap();
+    println!(
+        "before-change snapshot of {} bytes: created {:.1}s into the rollout, Succeeded {:.2}s later; the first removal waited {:.2}s for it; rollout of 3 members {:.1}s",
+        status.size.unwrap_or_default(),
+        seen.duration_since(started).as_secs_f64(),
+        snapshot_done.unwrap().duration_since(seen).as_secs_f64(),
+        first_removal.unwrap().duration_since(seen).as_secs_f64(),
+        rollout.as_secs_f64()
+    );
+    save_logs(&work, "before-change");
 }

@@ -451,3 +451,44 @@ impl RecoveryView {
         })
     }
 }
+
+/// What the snapshot before a disruptive change needs (docs/day2.md, "Snapshots before
+/// changes"): there only while `spec.backup` is set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BeforeChangeView {
+    /// `beforeChange.maxAge`: a Succeeded snapshot this young that holds the decision's revision
+    /// is reused.
+    pub max_age: Duration,
+    /// `status.beforeChange` as stored.
+    pub record: Option<BeforeChangeRecord>,
+    /// This cluster's EtcdadmSnapshots.
+    pub snapshots: Vec<SnapshotSummary>,
+    /// The `proceed-without-snapshot` annotation is set.
+    pub proceed_without: bool,
+}
+
+/// `status.beforeChange` (its time aside).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BeforeChangeRecord {
+    /// `before-rollout` or `before-scale-down`.
+    pub reason: String,
+    /// The cluster's revision when the change was decided.
+    pub revision: Option<i64>,
+    /// The snapshot the change waits for.
+    pub snapshot: Option<String>,
+    /// An operator let this change go ahead without one.
+    pub proceeded_without: bool,
+}
+
+/// One EtcdadmSnapshot of this cluster, as far as a change waiting for it needs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SnapshotSummary {
+    pub name: String,
+    pub phase: SnapshotPhase,
+    /// The revision it holds, once Succeeded.
+    pub revision: Option<i64>,
+    /// Time since it succeeded or failed.
+    pub age: Option<Duration>,
+    /// Why it failed or waits (its `Ready` condition's message).
+    pub message: Option<String>,
+}

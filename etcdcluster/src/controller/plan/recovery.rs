@@ -484,6 +484,8 @@ pub fn record_status(
                         .map(|(survivor, restored)| (survivor - restored).max(0)),
                     started: Some(started),
                     time: Some(now.clone()),
+                    revision_bumped: Some(restore::revision_bumped(o, revision)),
+                    control_plane_rollout: None,
                 });
             }
             // Kept until the annotation is gone, so a crash between the two finishes the job.

@@ -3,6 +3,13 @@
 //! member ever existed. The download URL is written to a Secret before the first Machine (which
 //! names it), kept fresh until the Machine exists, and deleted once the first member is healthy
 //! and `status.restoredFrom` is recorded.
+//!
+//! Revisions after a restore (docs/day2.md, "Revisions after a restore"): the Secret asks the
+//! node to raise the restored revision by [`RESTORE_REVISION_BUMP`] and mark the older ones
+//! compacted; the restored member's revision tells whether it could, which status and the
+//! `RevisionsBumped` condition say. Once the restored cluster is Ready, the KubeadmControlPlane
+//! is asked once to replace the Machines started before the restore, so its API servers drop
+//! their watch caches.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -15,7 +22,10 @@ use kube::api::{Api, DeleteParams, Patch};
 use serde_json::json;
 
 use etcdadm_shared::api::EtcdadmClusterStatus;
-use etcdadm_shared::api::snapshot::RestoredFrom;
+use etcdadm_shared::api::capi::KubeadmControlPlane;
+use etcdadm_shared::api::cluster::condition::REVISIONS_BUMPED;
+use etcdadm_shared::api::conditions::{NewCondition, Severity};
+use etcdadm_shared::api::snapshot::{RESTORE_REVISION_BUMP, RestoredFrom};
 use etcdadm_shared::contract::{bytes, controller_reference};
 use etcdadm_shared::error::Error;
 use etcdadm_shared::names;
@@ -26,7 +36,7 @@ use super::machines::{self, Growth, MachineStep};
 use super::placement;
 use crate::controller::decision::reason::RESTORING;
 use crate::controller::decision::{After, Applied, ConcernStep, Decision, EventNote, Hold, Outputs};
-use crate::controller::observation::{Observation, RestoreDownload, RestoreView};
+use crate::controller::observation::{KcpView, Observation, RestoreDownload, RestoreView, is_ready};
 
 /// Condition reasons of a restore.
 pub mod reason {
@@ -40,6 +50,8 @@ pub const RESTORE_URL_TTL: Duration = Duration::from_secs(3600);
 
 /// The apply site of the restore Secret.
 const RESTORE_MANAGER: &str = "etcdadm-controller/restore";
+/// The apply site of the control plane rollout after a restore.
+const ROLLOUT_MANAGER: &str = "etcdadm-controller/restore-rollout";
 
 /// A step of this concern.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,6 +60,9 @@ pub enum RestoreStep {
     WriteRestoreSecret { download: RestoreDownload },
     /// The restored first member is healthy: its download URL is not kept.
     DeleteRestoreSecret,
+    /// The restored cluster is Ready: ask KubeadmControlPlane `kcp` to replace its Machines
+    /// started before `after` (the restore, or the recovery's start), once.
+    RollControlPlane { kcp: String, after: Timestamp },
 }
 
 impl ConcernStep for RestoreStep {
@@ -61,6 +76,10 @@ impl ConcernStep for RestoreStep {
             RestoreStep::DeleteRestoreSecret => (
                 RESTORING,
                 "the restored member is healthy: deleting the snapshot's download URL".into(),
+            ),
+            RestoreStep::RollControlPlane { kcp, .. } => (
+                RESTORING,
+                format!("asking KubeadmControlPlane {kcp} to restart its API servers on the restored etcd"),
             ),
         }
     }
@@ -82,6 +101,13 @@ impl ConcernStep for RestoreStep {
                     "the restored first member is healthy: deleted Secret {secret} and the download URL in it"
                 ),
             ),
+            RestoreStep::RollControlPlane { kcp, after } => EventNote::normal(
+                "ControlPlaneRolloutRequested",
+                format!(
+                    "asked KubeadmControlPlane {kcp} to replace its Machines started before {after}: its API servers \
+                     drop the watch caches they held of the etcd before the restore"
+                ),
+            ),
         })
     }
 
@@ -90,13 +116,24 @@ impl ConcernStep for RestoreStep {
         match self {
             RestoreStep::WriteRestoreSecret { download } => write_secret(out, o, download).await,
             RestoreStep::DeleteRestoreSecret => delete_secret(out, o).await,
+            RestoreStep::RollControlPlane { kcp, after } => {
+                // Forced, as for a certificate renewal's rollout: whatever is there is earlier.
+                let spec = json!({ "spec": { "rollout": { "after": after.to_string() } } });
+                let body = ssa::configuration::<KubeadmControlPlane>(kcp, json!({}), spec);
+                Api::<KubeadmControlPlane>::namespaced(out.client.clone(), &o.namespace)
+                    .patch(kcp, &ssa::params(ROLLOUT_MANAGER, true), &Patch::Apply(body))
+                    .await?;
+                Ok(Applied::Done)
+            }
         }
     }
 
     /// What comes after: the next step may follow at once.
     fn after(&self, _: &Observation) -> After {
         match self {
-            RestoreStep::WriteRestoreSecret { .. } | RestoreStep::DeleteRestoreSecret => After::Again,
+            RestoreStep::WriteRestoreSecret { .. }
+            | RestoreStep::DeleteRestoreSecret
+            | RestoreStep::RollControlPlane { .. } => After::Again,
         }
     }
 }
@@ -158,6 +195,82 @@ fn creating(o: &Observation) -> Option<&RestoreView> {
     (!o.initialized_now() && !restore.recorded && o.machines.is_empty()).then_some(restore)
 }
 
+/// Once a restore or recovery is done and the cluster Ready with the control plane handed its
+/// endpoints: the KubeadmControlPlane's Machines started before it are replaced, once (its
+/// `spec.rollout.after` is then that time). Only for restores this version recorded (they say
+/// whether revisions were bumped), never for one the control plane has already rolled for.
+pub fn control_plane_rollout(o: &Observation) -> Option<Decision<RestoreStep>> {
+    let KcpView::Found {
+        name,
+        local_etcd: false,
+        secrets_present: true,
+        rollout_after,
+        ..
+    } = &o.kcp
+    else {
+        return None;
+    };
+    if !is_ready(o) {
+        return None;
+    }
+    let status = o.etcd_cluster.status.as_ref()?;
+    let restored = status
+        .restored_from
+        .as_ref()
+        .filter(|r| r.revision_bumped.is_some() && r.control_plane_rollout.is_none())
+        .and_then(|r| r.time.as_ref());
+    let recovered = status
+        .last_recovery
+        .as_ref()
+        .filter(|r| r.revision_bumped.is_some() && r.control_plane_rollout.is_none())
+        .and_then(|r| r.started.as_ref());
+    let after = restored.or(recovered)?.0;
+    rollout_after.is_none_or(|current| current < after).then(|| {
+        Decision::Do(RestoreStep::RollControlPlane {
+            kcp: name.clone(),
+            after,
+        })
+    })
+}
+
+/// Whether the restored cluster's revision now is above `restored` by the bump: the node could
+/// raise it.
+pub fn revision_bumped(o: &Observation, restored: Option<i64>) -> bool {
+    o.revision()
+        .is_some_and(|now| now >= restored.unwrap_or(0).saturating_add(RESTORE_REVISION_BUMP))
+}
+
+/// `RevisionsBumped`, once a restore or recovery recorded whether its revision was raised.
+pub fn revisions_condition(status: &EtcdadmClusterStatus) -> Option<NewCondition> {
+    let restore = status
+        .restored_from
+        .as_ref()
+        .and_then(|r| r.revision_bumped.map(|b| (b, r.revision)));
+    let recovery = status
+        .last_recovery
+        .as_ref()
+        .and_then(|r| r.revision_bumped.map(|b| (b, r.revision)));
+    let (bumped, revision) = recovery.or(restore)?;
+    let at = revision.map(|r| format!(" at revision {r}")).unwrap_or_default();
+    Some(if bumped {
+        NewCondition::true_(REVISIONS_BUMPED, "RevisionsBumped").with_message(format!(
+            "restored{at}, raised by {RESTORE_REVISION_BUMP} with every older revision compacted: watches from \
+             the old cluster's resourceVersions are told to relist"
+        ))
+    } else {
+        NewCondition::false_(
+            REVISIONS_BUMPED,
+            Severity::Warning,
+            "RevisionsNotBumped",
+            format!(
+                "restored{at} without raising the revision: the node had no etcdutl that can --bump-revision \
+                 (etcd 3.5.10 or later); the control plane's API servers are restarted, but clients holding \
+                 resourceVersions newer than the snapshot may miss changes until they relist"
+            ),
+        )
+    })
+}
+
 /// A snapshot restores into the etcd minor version it was taken from.
 fn version_refusal(o: &Observation, restore: &RestoreView) -> Option<Hold> {
     let mismatch = minor_mismatch(o, restore.etcd_version.as_deref())?;
@@ -208,6 +321,8 @@ pub fn record_status(
         location: restore.location.clone(),
         revision: restore.revision,
         time: Some(now.clone()),
+        revision_bumped: Some(revision_bumped(o, restore.revision)),
+        control_plane_rollout: None,
     });
     let revision = restore
         .revision
@@ -222,6 +337,25 @@ pub fn record_status(
     ))
 }
 
+/// The control plane rollout the step asks for, in the record of the restore or recovery it
+/// follows (written before the step).
+pub fn record_rollout(status: &mut EtcdadmClusterStatus, after: &Timestamp) {
+    let owed = |time: Option<&Time>| time.is_some_and(|t| t.0 == *after);
+    if let Some(r) = status
+        .restored_from
+        .as_mut()
+        .filter(|r| r.control_plane_rollout.is_none() && owed(r.time.as_ref()))
+    {
+        r.control_plane_rollout = Some(Time(*after));
+    } else if let Some(r) = status
+        .last_recovery
+        .as_mut()
+        .filter(|r| r.control_plane_rollout.is_none() && owed(r.started.as_ref()))
+    {
+        r.control_plane_rollout = Some(Time(*after));
+    }
+}
+
 // Effects.
 
 /// Presign a GET of the snapshot and apply `<etcdadmcluster>-restore` with it (a renewal
@@ -233,7 +367,13 @@ async fn write_secret(
 ) -> Result<Applied, Error> {
     let etcd = &o.etcd_cluster;
     let url = download.store.presigned_get(&download.key, RESTORE_URL_TTL);
-    let mut data = BTreeMap::from([(names::RESTORE_URL_KEY.to_string(), bytes(url.as_str()))]);
+    let mut data = BTreeMap::from([
+        (names::RESTORE_URL_KEY.to_string(), bytes(url.as_str())),
+        (
+            names::RESTORE_BUMP_REVISION_KEY.to_string(),
+            bytes(&RESTORE_REVISION_BUMP.to_string()),
+        ),
+    ]);
     if let Some(sha256) = &download.sha256 {
         data.insert(names::RESTORE_SHA256_KEY.to_string(), bytes(sha256));
     }
@@ -354,6 +494,92 @@ mod tests {
         // A problem with the source no longer matters: the Machine has its URL.
         o.restore.as_mut().unwrap().problem = Some("EtcdadmSnapshot c0-snap not found".into());
         assert_eq!(wait_reason(&plan(&o)), reason::WAITING_FOR_MACHINE_ADDRESS);
+    }
+
+    /// `running(3)` restored from `c0-snap` at revision 1042 (`bumped` or not), now at
+    /// `revision`, Ready, with a KubeadmControlPlane using it last rolled for `rolled`.
+    fn restored(bumped: bool, revision: i64, rolled: Option<&str>) -> Observation {
+        let mut o = running(3);
+        for m in members_mut(&mut o) {
+            m.revision = Some(revision);
+        }
+        let urls = voting_endpoints(&o);
+        let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+        o.kcp = kcp(&refs, false, true);
+        if let KcpView::Found { rollout_after, .. } = &mut o.kcp {
+            *rollout_after = rolled.map(|t| t.parse().unwrap());
+        }
+        o.creation_complete = true;
+        o.etcd_cluster.status = Some(EtcdadmClusterStatus {
+            restored_from: Some(RestoredFrom {
+                snapshot: Some("c0-snap".into()),
+                revision: Some(1042),
+                time: Some(Time("2026-11-25T10:00:00Z".parse().unwrap())),
+                revision_bumped: Some(bumped),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        o
+    }
+
+    #[test]
+    fn the_restore_secret_asks_for_the_bump_and_the_member_tells_whether_it_happened() {
+        let o = restored(true, 1042 + RESTORE_REVISION_BUMP + 7, None);
+        assert!(revision_bumped(&o, Some(1042)));
+        let not = restored(false, 1049, None);
+        assert!(!revision_bumped(&not, Some(1042)));
+        // An object with no known revision: bumped when above the bump itself.
+        assert!(revision_bumped(&o, None) && !revision_bumped(&not, None));
+        let bumped = revisions_condition(o.etcd_cluster.status.as_ref().unwrap()).unwrap();
+        assert_eq!(bumped.status, etcdadm_shared::api::ConditionStatus::True);
+        let fallback = revisions_condition(not.etcd_cluster.status.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            (fallback.reason.as_str(), fallback.severity),
+            ("RevisionsNotBumped", Some(Severity::Warning))
+        );
+        assert!(fallback.message.contains("etcd 3.5.10"), "{}", fallback.message);
+        // Nothing restored: no condition.
+        assert_eq!(revisions_condition(&EtcdadmClusterStatus::default()), None);
+    }
+
+    #[test]
+    fn the_control_plane_is_rolled_once_after_a_restore_bumped_or_not() {
+        for bumped in [true, false] {
+            let o = restored(bumped, 2_000_000_000, None);
+            let step = plan(&o);
+            let Step::Restore(RestoreStep::RollControlPlane { kcp, after }) = &step else {
+                panic!("{step:?}")
+            };
+            assert_eq!(
+                (kcp.as_str(), after.to_string().as_str()),
+                ("c1-cp", "2026-11-25T10:00:00Z")
+            );
+            assert!(step.event(&o).unwrap().note.contains("watch caches"));
+            // Status records it before the step; the KCP then carries it: never again.
+            let mut status = o.etcd_cluster.status.clone().unwrap();
+            record_rollout(&mut status, after);
+            assert_eq!(
+                status.restored_from.as_ref().unwrap().control_plane_rollout,
+                Some(Time(*after))
+            );
+            let mut recorded = o.clone();
+            recorded.etcd_cluster.status = Some(status);
+            assert_eq!(plan(&recorded), Step::Steady);
+            assert_eq!(
+                plan(&restored(bumped, 2_000_000_000, Some("2026-11-25T10:00:00Z"))),
+                Step::Steady
+            );
+        }
+        // Not before the cluster is Ready, and never for a restore an earlier version recorded.
+        let mut sick = restored(true, 2_000_000_000, None);
+        members_mut(&mut sick)[0].healthy = false;
+        assert_eq!(control_plane_rollout(&sick), None);
+        let mut older = restored(true, 2_000_000_000, None);
+        if let Some(status) = older.etcd_cluster.status.as_mut() {
+            status.restored_from.as_mut().unwrap().revision_bumped = None;
+        }
+        assert_eq!(plan(&older), Step::Steady);
     }
 
     #[test]

@@ -31,6 +31,9 @@
 //!   data dir, as a one-member cluster of this name and peer URL, checking the hash unless
 //!   `--skip-hash-check`), then configures and starts etcd on it; the stand-in runs the
 //!   installed release's `etcdutl snapshot restore` (`etcdctl` for 3.4) with the same values.
+//!   A restore whose revision the user data raised first (`restore-bump.sh`, docs/day2.md,
+//!   "Revisions after a restore") hands over a database copied out of a data directory with
+//!   `--skip-hash-check`, which both restore the same way.
 
 pub mod certs;
 pub mod cli;
