@@ -110,8 +110,8 @@ impl Observation {
     /// The observation at `now`: what `reads` holds, the etcd side from this round's health
     /// check.
     pub fn new(reads: &Reads, checked: Checked, now: Timestamp) -> Observation {
-        let Checked { view: etcd, alarms } = checked;
         // One struct literal, every field of the observation from what was read.
+        let Checked { view: etcd, alarms } = checked;
         let clock = reads.clock(now);
         let mut machines = reads.machine_views(&clock);
         let e = &reads.etcd_cluster;

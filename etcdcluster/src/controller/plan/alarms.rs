@@ -14,7 +14,6 @@ use etcdadm_shared::api::quantity::human;
 use etcdadm_shared::error::Error;
 use etcdadm_shared::etcd::{Refusal, defragment_timeout, member_id_hex};
 
-use crate::controller::apply::amend_status;
 use crate::controller::decision::{After, Applied, ConcernStep, EventNote, Hold, Outputs};
 use crate::controller::observation::{AlarmKind, MemberView, Observation, member_client_url};
 use crate::controller::rules::quorum;
@@ -145,10 +144,10 @@ impl ConcernStep for AlarmStep {
                     size_before: i64::try_from(*db_size).unwrap_or(i64::MAX),
                     size_after: i64::try_from(after.db_size).unwrap_or(i64::MAX),
                 };
-                amend_status(out, o, |status| {
-                    record_defragmentation(status, *member_id, record)
-                })
-                .await?;
+                // Recorded once done: only the outcome tells it.
+                let mut status = o.etcd_cluster.status.clone().unwrap_or_default();
+                record_defragmentation(&mut status, *member_id, record);
+                out.write_status(&o.etcd_cluster, &status).await?;
                 Ok(Applied::Done)
             }
             AlarmStep::Disarm {

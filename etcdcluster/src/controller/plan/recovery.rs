@@ -263,6 +263,7 @@ fn recover(record: RecoveryRecord, action: RecoveryAction) -> Decision<RecoveryS
 /// Whether the request may begin: the record it begins with, or why it is refused. `None`
 /// without a request.
 fn check(o: &Observation, view: &RecoveryView) -> Option<Result<RecoveryRecord, String>> {
+    // The checks in the order a person reads the refusals: each one a reason to say no.
     let requested = view.request()?.to_string();
     // An automatic recovery needs the loss observed; silence alone is waited out (`answer`).
     if view.requested.is_none() && !majority_lost_observed(o) {

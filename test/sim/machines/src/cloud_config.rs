@@ -8,6 +8,10 @@ use serde::Deserialize;
 
 use crate::error::MachineError;
 
+/// Where a machine's bootstrap reports success (CAPI's sentinel file), relative to its root: the
+/// user data writes it last, and the runtime reads it.
+pub const BOOTSTRAP_SUCCESS_MARKER: &str = "run/cluster-api/bootstrap-success.complete";
+
 const JINJA_HEADER: &str = "## template: jinja";
 const CLOUD_CONFIG_HEADER: &str = "#cloud-config";
 /// Jinja variables cloud-init offers that this sim answers, all with the machine name.
