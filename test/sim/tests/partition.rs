@@ -80,7 +80,13 @@ async fn a_partition_from_the_controller_deletes_nothing_and_is_named() {
     let etcd = wait_settled(&client, "p1", 3, TIMEOUT, &work).await;
     let machines_before = machine_names(&client, "p1").await;
     let members_before = member_ids(&etcd);
-    let endpoints: Vec<String> = etcd.status.unwrap().endpoints.split(',').map(String::from).collect();
+    let endpoints: Vec<String> = etcd
+        .status
+        .unwrap()
+        .endpoints
+        .split(',')
+        .map(String::from)
+        .collect();
     let tls = demo::etcd_tls(&client, client.default_namespace(), "p1")
         .await
         .unwrap()
@@ -128,7 +134,11 @@ async fn a_partition_from_the_controller_deletes_nothing_and_is_named() {
     // Meanwhile the members serve one another: seen from inside the first member's namespace.
     let certs = work.path().join("client");
     std::fs::create_dir_all(&certs).unwrap();
-    for (file, pem) in [("ca.crt", &tls.ca_pem), ("client.crt", &tls.cert_pem), ("client.key", &tls.key_pem)] {
+    for (file, pem) in [
+        ("ca.crt", &tls.ca_pem),
+        ("client.crt", &tls.cert_pem),
+        ("client.key", &tls.key_pem),
+    ] {
         std::fs::write(certs.join(file), pem).unwrap();
     }
     let first = machines_before.iter().next().unwrap();
@@ -144,14 +154,20 @@ async fn a_partition_from_the_controller_deletes_nothing_and_is_named() {
         .output()
         .expect("etcdctl (Debian package etcd-client, installed by .ci/setup)");
     let said = String::from_utf8_lossy(&health.stdout).to_string() + &String::from_utf8_lossy(&health.stderr);
-    assert!(health.status.success(), "members do not serve one another: {said}");
+    assert!(
+        health.status.success(),
+        "members do not serve one another: {said}"
+    );
     assert_eq!(said.matches("is healthy").count(), 3, "{said}");
 
     // Well past remediation's delay: nothing deleted, no recovery begun.
     let hold_until = cut + UNHEALTHY_AFTER * 6;
     while Instant::now() < hold_until {
         let machines = machines(&client, "p1").await;
-        assert!(machines.iter().all(|m| !m.is_deleting()), "a Machine deleted during the partition");
+        assert!(
+            machines.iter().all(|m| !m.is_deleting()),
+            "a Machine deleted during the partition"
+        );
         let etcd = etcd_api(&client).get("p1-etcd").await.unwrap();
         assert!(
             etcd.status.as_ref().unwrap().recovery.is_none(),
@@ -170,7 +186,9 @@ async fn a_partition_from_the_controller_deletes_nothing_and_is_named() {
     let reasons: Vec<String> = events(&client, "p1").await.into_iter().map(|(r, _)| r).collect();
     assert!(reasons.iter().any(|r| r == "MembersUnreachable"), "{reasons:?}");
     assert!(
-        !reasons.iter().any(|r| r == "MemberRemediation" || r == "MachineDeleted"),
+        !reasons
+            .iter()
+            .any(|r| r == "MemberRemediation" || r == "MachineDeleted"),
         "{reasons:?}"
     );
     save_logs(&work, "partition");
