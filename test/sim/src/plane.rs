@@ -148,6 +148,7 @@ fn wait_gone(pid: u32) {
 
 impl Plane {
     pub async fn start(options: PlaneOptions) -> Result<Plane, SimError> {
+        // Everything the plane starts, in start order, each stopped by the Plane it returns.
         let work_dir = &options.work_dir;
         std::fs::create_dir_all(work_dir)
             .map_err(|e| SimError::Setup(format!("{}: {e}", work_dir.display())))?;

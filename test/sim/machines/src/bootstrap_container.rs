@@ -103,6 +103,7 @@ pub fn run(
     environment: &CommandEnvironment,
     log_path: &Path,
 ) -> Result<bool, MachineError> {
+    // The bootstrap container's steps in the order the image runs them.
     let mut log = open_log(log_path)?;
     let mut note = |line: String| {
         let _ = writeln!(log, "[sim] {line}");

@@ -378,6 +378,7 @@ impl BuiltInRuntime {
 
 impl MachineRuntime for BuiltInRuntime {
     fn boot(&self, spec: &MachineSpec) -> Result<(), MachineError> {
+        // A machine's boot in order (root, network, runner), each undone by stop.
         crate::isolation::check_root(&spec.root)?;
         let mut machines = self.lock();
         if let Some(existing) = machines.get_mut(&spec.name)

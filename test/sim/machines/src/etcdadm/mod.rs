@@ -224,6 +224,7 @@ async fn run_phases(command: &cli::Command, options: &Options, phases: &[Phase])
 }
 
 async fn run_phase(phase: Phase, member: &mut Member<'_>) -> Result<(), String> {
+    // One arm per etcdadm phase, in the order etcdadm runs them.
     let options = member.options;
     match phase {
         Phase::Stop => disable_and_stop(),
