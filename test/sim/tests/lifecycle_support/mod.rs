@@ -802,6 +802,17 @@ pub async fn roll(
     let report = workload.finish().await;
     follower.abort();
     let kcp_writes = plane.kcp_record.lock().unwrap().endpoint_changes.len() - kcp_before;
+    // The recorder polls etcd every 100 ms through the Machines it knows; on a loaded machine its
+    // latest read may still predate the last removal: give it a few seconds to see the end.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline
+        && !watchers
+            .history()
+            .last()
+            .is_some_and(|s| s.names().is_disjoint(&old))
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let history = watchers.history();
     let machine_log = watchers.machines();
     assert!(
