@@ -88,15 +88,15 @@ fn start(etcd: Etcd, flags: &[&str]) -> Cluster {
 }
 
 impl Cluster {
-    /// Every member's health check passes (alarms excluded), within a minute.
+    /// Every member serves, within a minute: its health check (alarms excluded) passes, or it
+    /// failed only for an alarm while the member follows a leader, as the controller judges.
     async fn wait_serving(&self, what: &str) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let mut last = None;
             for member in &self.members {
-                match member.health().await {
-                    Ok(h) if h.healthy => {}
-                    other => last = Some(format!("{}: {other:?}", member.endpoint())),
+                if let Err(seen) = serves(member).await {
+                    last = Some(format!("{}: {seen}", member.endpoint()));
                 }
             }
             match last {
@@ -129,6 +129,30 @@ impl Cluster {
         let url = format!("{}/health", self.etcd.client_urls()[member]);
         self.http.get(url).send().await.unwrap().status().as_u16()
     }
+}
+
+/// Whether one member serves; what it answered when it does not.
+async fn serves(member: &MemberClient) -> Result<(), String> {
+    let health = member.health().await.map_err(|e| e.to_string())?;
+    if health.healthy {
+        return Ok(());
+    }
+    let alarms = member.alarms().await.map_err(|e| e.to_string())?;
+    let status = member.status().await.map_err(|e| e.to_string())?;
+    if !health.serves_despite_alarms(!alarms.is_empty(), status.leader_id.is_some()) {
+        return Err(format!("{health:?}; alarms {alarms:?}; {status:?}"));
+    }
+    // Why an alarm that `exclude` names can fail the check: etcd 3.5.1 excludes one alarm of
+    // each kind, so it happens when two members have raised the same one.
+    let named = health.reason.as_deref().unwrap_or_default();
+    let same_kind = |kind: AlarmKind| alarms.iter().filter(|a| a.kind == kind).count();
+    assert!(
+        !named.starts_with("ALARM ")
+            || same_kind(AlarmKind::NoSpace) > 1
+            || same_kind(AlarmKind::Corrupt) > 1,
+        "{health:?} with alarms {alarms:?}"
+    );
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
