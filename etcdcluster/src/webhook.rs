@@ -14,8 +14,8 @@ use etcdadm_shared::duration;
 use etcdadm_shared::manager::WebhookRoutes;
 use etcdadm_shared::manager::admission::{self, AdmissionRequest, AdmissionResponse, DynamicObject};
 use etcdadm_shared::validation::{
-    FieldError, etcd_version, quoted, validate_backup, validate_config_spec, validate_restore,
-    version_change_problem,
+    FieldError, backup_warnings, etcd_version, quoted, validate_backup, validate_config_spec,
+    validate_restore, version_change_problem,
 };
 
 /// Defaulting webhook path (controller-runtime's naming).
@@ -77,7 +77,8 @@ pub fn validate_cluster(req: AdmissionRequest<DynamicObject>) -> AdmissionRespon
         Some(old) => errors.extend(validate_update(&old.spec, &new.spec)),
         None => errors.extend(restore_needs_cloud_config(&new.spec)),
     }
-    admission::validated(&req, &errors)
+    let warnings = backup_warnings(new.spec.backup.as_ref(), new.spec.restore.as_ref());
+    admission::with_warnings(admission::validated(&req, &errors), warnings)
 }
 
 /// The first member of a cluster created from a snapshot downloads and restores it in its

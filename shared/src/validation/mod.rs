@@ -7,7 +7,9 @@ mod backup;
 mod field;
 mod version;
 
-pub use backup::{validate_backup, validate_restore, validate_store};
+pub use backup::{
+    backup_warnings, is_sha256_hex, store_warnings, validate_backup, validate_restore, validate_store,
+};
 pub use field::{FieldError, QUOTED_CHARS, quoted};
 pub use version::{is_etcd_version, major_minor, version_change_problem};
 
