@@ -443,6 +443,7 @@ fn a_restoring_init_keeps_the_url_in_a_root_only_file_and_is_shellcheck_clean() 
                 .into(),
         sha256: Some("c".repeat(64)),
         ca_pem: None,
+        insecure: false,
     };
     let secrets = ResolvedSecrets::default();
     let render_for = |spec: &EtcdadmConfigSpec| {

@@ -637,7 +637,10 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             cluster(
                 json!({"backup": merged(backup(), json!({"store": {"s3": {"sse": "AES256", "sseKMSKeyID": "k"}}}))}),
             ),
-            &["spec.backup.store.s3.sseKMSKeyID", "sseKMSKeyID needs sse: aws:kms"],
+            &[
+                "spec.backup.store.s3.sseKMSKeyID",
+                "sseKMSKeyID needs sse: aws:kms",
+            ],
         ),
         (
             "an encryption the store does not know",
@@ -646,7 +649,9 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
         ),
         (
             "a restore SHA-256 that is not 64 hex digits",
-            cluster(json!({"restore": {"snapshot": {"store": s3_store(), "key": "k", "sha256": "g".repeat(64)}}})),
+            cluster(
+                json!({"restore": {"snapshot": {"store": s3_store(), "key": "k", "sha256": "g".repeat(64)}}}),
+            ),
             &["spec.restore.snapshot.sha256", "should match"],
         ),
         (

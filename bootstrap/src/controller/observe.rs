@@ -172,6 +172,7 @@ fn snapshot_download(secret: &Secret) -> Result<SnapshotDownload, String> {
         url,
         sha256: text(names::RESTORE_SHA256_KEY)?,
         ca_pem: text(names::RESTORE_CA_KEY)?,
+        insecure: text(names::RESTORE_INSECURE_KEY)?.is_some_and(|v| v.trim() == "true"),
     })
 }
 

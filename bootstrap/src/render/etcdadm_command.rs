@@ -357,9 +357,10 @@ mod tests {
     #[test]
     fn a_restoring_init_downloads_checks_restores_then_forgets_the_snapshot() {
         let download = super::super::SnapshotDownload {
-            url: "http://127.0.0.1:8333/b/k?X-Amz-Signature=1".into(),
+            url: "https://127.0.0.1:8333/b/k?X-Amz-Signature=1".into(),
             sha256: Some("0f".repeat(32)),
             ca_pem: None,
+            insecure: false,
         };
         let line = etcdadm_runcmd(
             &EtcdadmConfigSpec::default(),

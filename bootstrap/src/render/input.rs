@@ -57,6 +57,8 @@ pub struct SnapshotDownload {
     pub sha256: Option<String>,
     /// PEM bundle the store's certificate is checked against, instead of the machine's CAs.
     pub ca_pem: Option<String>,
+    /// The store is `insecure: true`: a plain `http://` URL is allowed.
+    pub insecure: bool,
 }
 
 /// Never prints the URL (it grants access to the snapshot).
@@ -66,6 +68,7 @@ impl std::fmt::Debug for SnapshotDownload {
             .field("url", &"<redacted>")
             .field("sha256", &self.sha256)
             .field("ca_pem", &self.ca_pem.is_some())
+            .field("insecure", &self.insecure)
             .finish()
     }
 }
