@@ -344,9 +344,10 @@ async fn snapshot_scenario(real: Option<&real_apiserver::RealApiServer>, prefix:
 
 /// A snapshot object replaced after its upload by another valid etcd snapshot (with its own
 /// correct etcd checksum, and the metadata keeping the original SHA-256, as an attacker with
-/// write access to the bucket could): a cluster restored from the EtcdadmSnapshot, and one from
-/// the store and key alone, each download it, refuse it at the SHA-256 check, and never run
-/// etcdadm or start etcd.
+/// write access to the bucket could): clusters restored from the EtcdadmSnapshot, from the store
+/// and key alone, and from the store and key with the SHA-256 given, each download it, refuse it
+/// at the SHA-256 check, and never run etcdadm or start etcd. The same bytes as a foreign object
+/// nobody recorded a SHA-256 for restore with one the controller computed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_altered_after_its_upload_is_refused_before_etcd_starts() {
     let _turn = ONE_AT_A_TIME.lock().await;
@@ -399,6 +400,13 @@ async fn a_snapshot_altered_after_its_upload_is_refused_before_etcd_starts() {
     let tampered = format!("{:x}", Sha256::digest(&replacement));
     assert_ne!(tampered, recorded);
 
+    // A foreign object: the same bytes under a key of their own, no SHA-256 recorded anywhere.
+    let foreign_key = "imported/plain.db";
+    let upload = bucket.create_multipart_upload(foreign_key).await.unwrap();
+    let mut writer = etcdadm_shared::store::MultipartWriter::new(&bucket, foreign_key, &upload);
+    writer.write(&replacement).await.unwrap();
+    writer.complete().await.unwrap();
+
     let store = serde_json::to_value(s3.store(BUCKET)).unwrap();
     for (cluster, restore) in [
         ("r1", json!({"snapshot": {"name": "b1-nightly"}})),
@@ -406,12 +414,27 @@ async fn a_snapshot_altered_after_its_upload_is_refused_before_etcd_starts() {
             "r2",
             json!({"snapshot": {"store": {"s3": store}, "key": nightly_key}}),
         ),
+        (
+            "r3",
+            json!({"snapshot": {"store": {"s3": store}, "key": nightly_key, "sha256": recorded}}),
+        ),
+        (
+            "r4",
+            json!({"snapshot": {"store": {"s3": store}, "key": foreign_key}}),
+        ),
     ] {
         create(&client, cluster, 1, false, json!({}), json!({"restore": restore})).await;
     }
+    // With nothing recorded, the controller reads the object once and the member checks that.
+    let computed = wait_settled(&client, "r4", 1, TIMEOUT, &work).await;
+    let from = computed.status.unwrap().restored_from.unwrap();
+    assert_eq!(from.sha256.as_deref(), Some(tampered.as_str()));
+    assert_eq!(from.sha256_source, Some(ChecksumSource::Computed));
+
     for (cluster, from) in [
         ("r1", "from the EtcdadmSnapshot"),
         ("r2", "from the object's metadata"),
+        ("r3", "from spec.restore.snapshot.sha256"),
     ] {
         let machine = wait_for_first_machine(&client, cluster).await;
         let root = work.path().join("machines").join(&machine);
