@@ -187,6 +187,7 @@ fn a_bottlerocket_mirror_login_needs_both_keys() {
         registry_mirror: Some(RegistryMirrorConfiguration {
             endpoint: Some("mirror.example:5000".into()),
             ca_cert: None,
+            insecure_skip_verify: None,
         }),
         ..bottlerocket()
     };

@@ -246,6 +246,13 @@ fn registry_mirror(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldE
     if let Some(message) = registry_endpoint_problem(endpoint) {
         errors.push(FieldError::new(path, format!("{} {message}", quoted(endpoint))));
     }
+    let has_ca = mirror.ca_cert.as_deref().is_some_and(|c| !c.trim().is_empty());
+    if mirror.insecure_skip_verify == Some(true) && has_ca {
+        errors.push(FieldError::new(
+            format!("{base}.registryMirror.insecureSkipVerify"),
+            "skips the certificate check that caCert is for: remove one of them",
+        ));
+    }
 }
 
 fn registry_endpoint_problem(endpoint: &str) -> Option<&'static str> {
