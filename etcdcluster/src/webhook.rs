@@ -13,6 +13,7 @@ use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterSpec, Format};
 use etcdadm_shared::duration;
 use etcdadm_shared::manager::WebhookRoutes;
 use etcdadm_shared::manager::admission::{self, AdmissionRequest, AdmissionResponse, DynamicObject};
+use etcdadm_shared::names;
 use etcdadm_shared::validation::{
     FieldError, backup_warnings, etcd_version, quoted, validate_backup, validate_config_spec,
     validate_restore, version_change_problem,
@@ -110,6 +111,11 @@ pub fn validate_spec(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<
     }
     if template.name.as_deref().unwrap_or_default().is_empty() {
         errors.push(FieldError::new("spec.infrastructureTemplate.name", "required"));
+    }
+    if let Some(api_version) = template.api_version.as_deref()
+        && let Some(problem) = infrastructure_group_problem(api_version)
+    {
+        errors.push(FieldError::new("spec.infrastructureTemplate.apiVersion", problem));
     }
     if let (Some(template_ns), Some(ns)) = (template.namespace.as_deref(), namespace)
         && template_ns != ns
@@ -302,6 +308,19 @@ pub fn validate_update(old: &EtcdadmClusterSpec, new: &EtcdadmClusterSpec) -> Ve
     errors
 }
 
+/// Why `api_version` is not of the infrastructure providers' group, if it is not: the
+/// controller clones only kinds of that group, and its RBAC reaches no other.
+pub fn infrastructure_group_problem(api_version: &str) -> Option<String> {
+    match api_version.split_once('/') {
+        Some((group, version)) if group == names::INFRASTRUCTURE_GROUP && !version.is_empty() => None,
+        _ => Some(format!(
+            "{}: must be {}/<version> (the template of an infrastructure provider)",
+            quoted(api_version),
+            names::INFRASTRUCTURE_GROUP
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,6 +372,33 @@ mod tests {
         let same =
             spec(json!({"infrastructureTemplate": {"kind": "K", "name": "n", "namespace": "default"}}));
         assert!(validate_spec(&same, Some("default")).is_empty());
+    }
+
+    #[test]
+    fn the_template_is_an_infrastructure_providers() {
+        let of = |api_version: &str| {
+            spec(json!({"infrastructureTemplate": {"apiVersion": api_version, "kind": "K", "name": "n"}}))
+        };
+        assert!(validate_spec(&of("infrastructure.cluster.x-k8s.io/v1beta2"), None).is_empty());
+        for bad in [
+            "v1",
+            "apps/v1",
+            "cluster.x-k8s.io/v1beta2",
+            "infrastructure.cluster.x-k8s.io/",
+            "x.infrastructure.cluster.x-k8s.io/v1",
+        ] {
+            let errors = validate_spec(&of(bad), None);
+            assert_eq!(
+                paths(&errors),
+                ["spec.infrastructureTemplate.apiVersion"],
+                "{bad}"
+            );
+            assert!(
+                errors[0]
+                    .message
+                    .contains("infrastructure.cluster.x-k8s.io/<version>")
+            );
+        }
     }
 
     #[test]

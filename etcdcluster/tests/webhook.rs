@@ -136,7 +136,7 @@ async fn defaults_fill_only_what_is_absent() {
 #[tokio::test]
 async fn invalid_clusters_are_denied_with_every_field_path() {
     let webhooks = Webhooks::start().await;
-    let bad = json!({"replicas": 2, "infrastructureTemplate": {"kind": "K", "name": "n", "namespace": "other"},
+    let bad = json!({"replicas": 2, "infrastructureTemplate": {"apiVersion": "apps/v1", "kind": "K", "name": "n", "namespace": "other"},
         "failureDomains": ["a", "a"], "healthCheck": {"interval": "5s", "timeout": "30s"},
         "etcdadmConfigSpec": {"cipherSuites": "TLS_NOT_A_SUITE"}});
     let response = webhooks
@@ -147,6 +147,7 @@ async fn invalid_clusters_are_denied_with_every_field_path() {
     let message = response["status"]["message"].as_str().unwrap();
     for path in [
         "spec.replicas",
+        "spec.infrastructureTemplate.apiVersion",
         "spec.infrastructureTemplate.namespace",
         "spec.failureDomains[1]",
         "spec.healthCheck.timeout",

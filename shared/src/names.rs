@@ -65,6 +65,9 @@ pub const PRE_TERMINATE_HOOK_ANNOTATION: &str =
     "pre-terminate.delete.hook.machine.cluster.x-k8s.io/etcdadm-cluster";
 /// CAPI's annotation naming the template an infrastructure machine was cloned from.
 pub const CLONED_FROM_NAME_ANNOTATION: &str = "cluster.x-k8s.io/cloned-from-name";
+/// The API group of infrastructure providers' kinds: the only group an EtcdadmCluster's
+/// `spec.infrastructureTemplate` may name (its RBAC covers no other).
+pub const INFRASTRUCTURE_GROUP: &str = "infrastructure.cluster.x-k8s.io";
 /// CAPI's annotation naming the group and kind of that template (`Kind.group`).
 pub const CLONED_FROM_GROUPKIND_ANNOTATION: &str = "cluster.x-k8s.io/cloned-from-groupkind";
 
