@@ -486,6 +486,11 @@ fn webhooks_reach_existing_services_with_ca_injection() {
         );
         for webhook in configuration["webhooks"].as_array().unwrap() {
             let id = webhook["name"].as_str().unwrap();
+            let timeout = webhook["timeoutSeconds"].as_i64();
+            assert!(
+                timeout.is_some_and(|t| (1..=10).contains(&t)),
+                "{id}: timeoutSeconds {timeout:?} must be set, 1 to 10"
+            );
             let service_ref = &webhook["clientConfig"]["service"];
             assert_eq!(service_ref["namespace"], NAMESPACE, "{id}");
             let service_name = service_ref["name"].as_str().unwrap();
