@@ -5,7 +5,8 @@
 # Needs BuildKit (the default builder of current Docker) for the cache mounts.
 
 # Both base images are pinned by digest (the multi-arch index of the tag named beside it), so a
-# rebuild uses the bytes that were reviewed. Refresh them deliberately, together with the tag:
+# rebuild uses the bytes that were reviewed. They were written where no registry could be
+# reached: check them once with the commands below, and refresh them deliberately, with the tag:
 #   docker buildx imagetools inspect rust:1.89-bookworm
 #   docker buildx imagetools inspect gcr.io/distroless/cc-debian12:nonroot
 # The Rust version is the workspace's rust-version (Cargo.toml).

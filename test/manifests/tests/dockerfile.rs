@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! The image's base images are pinned by digest: a rebuild cannot pick up whatever a tag points
-//! to by then. (The development machines have no Docker; the digests were taken from the
-//! registries' published indexes, see the Dockerfile.)
+//! to by then. (The development machines have no Docker or registry access: the digests are
+//! those that several public repositories pin for the same tags, not pulled here.)
 
 #[test]
 fn every_base_image_is_pinned_by_digest() {
