@@ -443,7 +443,22 @@ async fn a_snapshot_altered_after_its_upload_is_refused_before_etcd_starts() {
             output.contains("/var/lib/etcd-restore/snapshot.db: FAILED"),
             "{cluster}: the check did not refuse the file:\n{output}"
         );
-        let downloaded = std::fs::read(root.join("var/lib/etcd-restore/snapshot.db")).unwrap();
+        let file = root.join("var/lib/etcd-restore/snapshot.db");
+        let downloaded = std::fs::read(&file).unwrap();
+        // How long the URL had been presigned when the machine used it (BENCHMARKS.md).
+        let secret = Api::<Secret>::default_namespaced(client.clone())
+            .get(&format!("{cluster}-etcd-restore"))
+            .await
+            .unwrap();
+        let written: k8s_openapi::jiff::Timestamp = secret.metadata.annotations.unwrap()
+            ["etcdcluster.cluster.x-k8s.io/restore-url-written"]
+            .parse()
+            .unwrap();
+        let fetched = k8s_openapi::jiff::Timestamp::try_from(std::fs::metadata(&file).unwrap().modified().unwrap()).unwrap();
+        println!(
+            "{cluster}: the download URL was used {:.1} s after it was presigned",
+            fetched.duration_since(written).as_secs_f64()
+        );
         assert_eq!(
             format!("{:x}", Sha256::digest(&downloaded)),
             tampered,
