@@ -105,29 +105,7 @@ pub fn validate_spec(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<
             format!("{replicas}: must be odd and at least 1 (an even member count adds no fault tolerance)"),
         ));
     }
-    let template = &spec.infrastructure_template;
-    if template.kind.as_deref().unwrap_or_default().is_empty() {
-        errors.push(FieldError::new("spec.infrastructureTemplate.kind", "required"));
-    }
-    if template.name.as_deref().unwrap_or_default().is_empty() {
-        errors.push(FieldError::new("spec.infrastructureTemplate.name", "required"));
-    }
-    if let Some(api_version) = template.api_version.as_deref()
-        && let Some(problem) = infrastructure_group_problem(api_version)
-    {
-        errors.push(FieldError::new("spec.infrastructureTemplate.apiVersion", problem));
-    }
-    if let (Some(template_ns), Some(ns)) = (template.namespace.as_deref(), namespace)
-        && template_ns != ns
-    {
-        errors.push(FieldError::new(
-            "spec.infrastructureTemplate.namespace",
-            format!(
-                "{}: must be the EtcdadmCluster's own namespace {ns:?}",
-                quoted(template_ns)
-            ),
-        ));
-    }
+    errors.extend(template_problems(spec, namespace));
     for (i, domain) in spec.failure_domains.iter().enumerate() {
         if domain.is_empty() {
             errors.push(FieldError::new(
@@ -304,6 +282,35 @@ pub fn validate_update(old: &EtcdadmClusterSpec, new: &EtcdadmClusterSpec) -> Ve
             errors.push(FieldError::new("spec.restore", "is immutable"))
         }
         _ => {}
+    }
+    errors
+}
+
+/// `spec.infrastructureTemplate`: named, an infrastructure provider's kind, in our namespace.
+fn template_problems(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<FieldError> {
+    let template = &spec.infrastructure_template;
+    let mut errors = vec![];
+    if template.kind.as_deref().unwrap_or_default().is_empty() {
+        errors.push(FieldError::new("spec.infrastructureTemplate.kind", "required"));
+    }
+    if template.name.as_deref().unwrap_or_default().is_empty() {
+        errors.push(FieldError::new("spec.infrastructureTemplate.name", "required"));
+    }
+    if let Some(api_version) = template.api_version.as_deref()
+        && let Some(problem) = infrastructure_group_problem(api_version)
+    {
+        errors.push(FieldError::new("spec.infrastructureTemplate.apiVersion", problem));
+    }
+    if let (Some(template_ns), Some(ns)) = (template.namespace.as_deref(), namespace)
+        && template_ns != ns
+    {
+        errors.push(FieldError::new(
+            "spec.infrastructureTemplate.namespace",
+            format!(
+                "{}: must be the EtcdadmCluster's own namespace {ns:?}",
+                quoted(template_ns)
+            ),
+        ));
     }
     errors
 }

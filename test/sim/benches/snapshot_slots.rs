@@ -37,7 +37,11 @@ fn arg(name: &str, default: u64) -> u64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let (clusters, size, slots) = (arg("--clusters", 4), arg("--size-mib", 64) * MIB, arg("--slots", 2));
+    let (clusters, size, slots) = (
+        arg("--clusters", 4),
+        arg("--size-mib", 64) * MIB,
+        arg("--slots", 2),
+    );
     let work = TempDir::new("bench-snapshot-slots");
     let s3 = SeaweedFs::start().await;
     s3.create_bucket(BUCKET).await;
@@ -138,7 +142,10 @@ async fn main() {
     let mut peak_sampled = before.rss_kib;
     loop {
         let listed = snapshots.list(&Default::default()).await.unwrap().items;
-        let running = listed.iter().filter(|s| s.phase() == SnapshotPhase::Running).count();
+        let running = listed
+            .iter()
+            .filter(|s| s.phase() == SnapshotPhase::Running)
+            .count();
         most_running = most_running.max(running);
         if let Some(failed) = listed.iter().find(|s| s.phase() == SnapshotPhase::Failed) {
             panic!("a snapshot failed: {:?}", failed.status);
@@ -146,7 +153,12 @@ async fn main() {
         if let Some(usage) = usage_of(pid) {
             peak_sampled = peak_sampled.max(usage.rss_kib);
         }
-        if listed.iter().filter(|s| s.phase() == SnapshotPhase::Succeeded).count() == names.len() {
+        if listed
+            .iter()
+            .filter(|s| s.phase() == SnapshotPhase::Succeeded)
+            .count()
+            == names.len()
+        {
             break;
         }
         assert!(

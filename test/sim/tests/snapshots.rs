@@ -450,11 +450,13 @@ async fn a_snapshot_altered_after_its_upload_is_refused_before_etcd_starts() {
             .get(&format!("{cluster}-etcd-restore"))
             .await
             .unwrap();
-        let written: k8s_openapi::jiff::Timestamp = secret.metadata.annotations.unwrap()
-            ["etcdcluster.cluster.x-k8s.io/restore-url-written"]
-            .parse()
-            .unwrap();
-        let fetched = k8s_openapi::jiff::Timestamp::try_from(std::fs::metadata(&file).unwrap().modified().unwrap()).unwrap();
+        let written: k8s_openapi::jiff::Timestamp =
+            secret.metadata.annotations.unwrap()["etcdcluster.cluster.x-k8s.io/restore-url-written"]
+                .parse()
+                .unwrap();
+        let fetched =
+            k8s_openapi::jiff::Timestamp::try_from(std::fs::metadata(&file).unwrap().modified().unwrap())
+                .unwrap();
         println!(
             "{cluster}: the download URL was used {:.1} s after it was presigned",
             fetched.duration_since(written).as_secs_f64()
