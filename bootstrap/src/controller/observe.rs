@@ -191,6 +191,7 @@ fn snapshot_download(secret: &Secret) -> Result<SnapshotDownload, String> {
         sha256: text(names::RESTORE_SHA256_KEY)?,
         ca_pem: text(names::RESTORE_CA_KEY)?,
         bump_revision,
+        insecure: text(names::RESTORE_INSECURE_KEY)?.is_some_and(|v| v.trim() == "true"),
     })
 }
 

@@ -451,10 +451,11 @@ mod tests {
     #[test]
     fn a_restore_asking_for_a_bump_runs_etcdadm_through_the_helper() {
         let download = super::super::SnapshotDownload {
-            url: "http://127.0.0.1:8333/b/k?X-Amz-Signature=1".into(),
-            sha256: None,
+            url: "https://127.0.0.1:8333/b/k?X-Amz-Signature=1".into(),
+            sha256: Some("ab".repeat(32)),
             ca_pem: None,
             bump_revision: Some(1_000_000_000),
+            insecure: false,
         };
         let mut spec = EtcdadmConfigSpec::default();
         let line = etcdadm_runcmd(&spec, "etcd-0", &EtcdadmCommand::InitFromSnapshot(&download)).unwrap();
@@ -484,10 +485,11 @@ mod tests {
     #[test]
     fn a_restoring_init_downloads_checks_restores_then_forgets_the_snapshot() {
         let download = super::super::SnapshotDownload {
-            url: "http://127.0.0.1:8333/b/k?X-Amz-Signature=1".into(),
+            url: "https://127.0.0.1:8333/b/k?X-Amz-Signature=1".into(),
             sha256: Some("0f".repeat(32)),
             ca_pem: None,
             bump_revision: None,
+            insecure: false,
         };
         let line = etcdadm_runcmd(
             &EtcdadmConfigSpec::default(),

@@ -59,6 +59,8 @@ pub struct SnapshotDownload {
     pub ca_pem: Option<String>,
     /// Raise the restored revision by this much, where the machine's etcdutl can.
     pub bump_revision: Option<i64>,
+    /// The store is `insecure: true`: a plain `http://` URL is allowed.
+    pub insecure: bool,
 }
 
 /// Never prints the URL (it grants access to the snapshot).
@@ -69,6 +71,7 @@ impl std::fmt::Debug for SnapshotDownload {
             .field("sha256", &self.sha256)
             .field("ca_pem", &self.ca_pem.is_some())
             .field("bump_revision", &self.bump_revision)
+            .field("insecure", &self.insecure)
             .finish()
     }
 }

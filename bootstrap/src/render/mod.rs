@@ -11,6 +11,7 @@ mod error;
 mod etcdadm_command;
 mod files;
 mod input;
+mod jinja;
 mod restore;
 mod secrets;
 mod shell;

@@ -78,7 +78,7 @@ async fn abort_upload(ctx: &Context, snapshot: &EtcdadmSnapshot) -> Result<Strin
         return Ok("it had no upload to abort".into());
     };
     let namespace = snapshot.namespace().unwrap_or_default();
-    match store_client(&ctx.client, &namespace, &store.s3).await? {
+    match store_client(&ctx.client, &namespace, &store.s3, ctx.store_request_deadline).await? {
         Ok(client) => {
             client.abort_multipart_upload(&key, upload_id).await?;
             Ok(format!("its upload of {key} was aborted"))
@@ -146,7 +146,7 @@ pub async fn retire(
 ) -> Result<(), Error> {
     let namespace = cluster.namespace().unwrap_or_default();
     if let Some((store, key)) = object {
-        let client = store_client(&ctx.client, &namespace, store)
+        let client = store_client(&ctx.client, &namespace, store, ctx.store_request_deadline)
             .await?
             .map_err(Error::Store)?;
         client.delete_object(key).await.map_err(Error::Store)?;

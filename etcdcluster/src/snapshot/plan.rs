@@ -39,6 +39,7 @@ pub mod reason {
     pub const MEMBER_NOT_FOUND: &str = "MemberNotFound";
     pub const TOO_MANY_ATTEMPTS: &str = "TooManyAttempts";
     pub const INVALID_SCHEDULE: &str = "InvalidSchedule";
+    pub const WAITING_FOR_SLOT: &str = "WaitingForSnapshotSlot";
 }
 
 /// The cluster and its snapshots, at `now`, and the snapshots a restore or recovery of any
@@ -118,7 +119,7 @@ pub fn plan(o: &Observed) -> Step {
                 return Step::Take {
                     snapshot,
                     target,
-                    store,
+                    store: *store,
                 };
             }
             Pending::Fail(reason, message) => {
@@ -178,7 +179,7 @@ pub fn plan(o: &Observed) -> Step {
 }
 
 enum Pending {
-    Take { target: Target, store: S3Store },
+    Take { target: Target, store: Box<S3Store> },
     Fail(&'static str, String),
     Wait(&'static str, String),
 }
@@ -218,7 +219,7 @@ fn next_for_pending(cluster: &EtcdadmCluster, snapshot: &EtcdadmSnapshot) -> Pen
         return match named_member(cluster, machine) {
             Some(target) => Pending::Take {
                 target,
-                store: backup.store.s3.clone(),
+                store: Box::new(backup.store.s3.clone()),
             },
             None => Pending::Fail(
                 reason::MEMBER_NOT_FOUND,
@@ -238,7 +239,7 @@ fn next_for_pending(cluster: &EtcdadmCluster, snapshot: &EtcdadmSnapshot) -> Pen
     match pick_member(cluster) {
         Some(target) => Pending::Take {
             target,
-            store: backup.store.s3.clone(),
+            store: Box::new(backup.store.s3.clone()),
         },
         None => Pending::Wait(
             reason::NO_HEALTHY_MEMBER,
@@ -339,7 +340,7 @@ pub fn pick_member(cluster: &EtcdadmCluster) -> Option<Target> {
 }
 
 /// Whether the snapshot's Ready condition already says this.
-fn says(snapshot: &EtcdadmSnapshot, reason: &str, message: &str) -> bool {
+pub fn says(snapshot: &EtcdadmSnapshot, reason: &str, message: &str) -> bool {
     snapshot
         .status
         .as_ref()
@@ -412,7 +413,7 @@ mod tests {
             "metadata": {"name": "c1-etcd", "namespace": "default", "generation": 2,
                          "creationTimestamp": "2026-11-24T08:00:00Z"},
             "spec": {"infrastructureTemplate": {},
-                     "backup": {"store": {"s3": {"endpoint": "http://127.0.0.1:8333", "bucket": "snaps",
+                     "backup": {"store": {"s3": {"endpoint": "http://127.0.0.1:8333", "insecure": true, "bucket": "snaps",
                                                  "forcePathStyle": true, "credentialsSecretRef": {"name": "s3"}}}}},
             "status": {"observedGeneration": 2,
                        "conditions": [{"type": "ResizeCompleted", "status": "True", "reason": "ResizeCompleted",
@@ -437,7 +438,7 @@ mod tests {
             name,
             completed,
             json!({"phase": "Succeeded", "completionTime": completed, "location": format!("snaps/k/{name}.db"),
-                   "store": {"s3": {"endpoint": "http://127.0.0.1:8333", "bucket": "snaps",
+                   "store": {"s3": {"endpoint": "http://127.0.0.1:8333", "insecure": true, "bucket": "snaps",
                                     "credentialsSecretRef": {"name": "s3"}}}}),
         )
     }

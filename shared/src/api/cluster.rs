@@ -83,7 +83,8 @@ pub struct EtcdadmClusterSpec {
     #[x_kube(validation = Rule::new("self >= 1 && self % 2 == 1").message("replicas must be odd and at least 1").reason(Reason::FieldValueInvalid))]
     pub replicas: Option<i32>,
 
-    /// Infrastructure machine template cloned for each member; its namespace must be ours.
+    /// Infrastructure machine template cloned for each member: a kind of an infrastructure
+    /// provider (apiVersion `infrastructure.cluster.x-k8s.io/<version>`), in our namespace.
     pub infrastructure_template: ObjectReference,
 
     /// Copied into each member's EtcdadmConfig.

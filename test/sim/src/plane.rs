@@ -446,10 +446,12 @@ pub fn spawn_controller_with_ports(
     Command::new(&binary)
         .arg("run")
         // Several managers share the loopback: no fixed ports, and no webhooks (the sim API
-        // server does not call admission webhooks).
+        // server does not call admission webhooks). Metrics are scraped over loopback by the
+        // sim itself, whose API server reviews no tokens: plain HTTP.
         .args([
             format!("--health-addr={health}"),
             format!("--diagnostics-address={diagnostics}"),
+            "--insecure-diagnostics".to_string(),
             "--webhook-port=0".to_string(),
         ])
         .args(extra)

@@ -3,16 +3,18 @@
 //! store (SeaweedFS): a Ready cluster of three backed up to a bucket, a client writes 1,000 keys,
 //! `kubectl create` of an EtcdadmSnapshot ends Succeeded with the revision of the last write,
 //! taken from a follower, and the object in the bucket is the snapshot file etcd reads back;
-//! a second EtcdadmCluster created from such a snapshot has every key and is Ready, its
-//! revisions raised above the old cluster's (or the documented fallback) and its control plane
-//! rolled once; and a version rollout of a backed-up cluster takes one before-change snapshot.
+//! a second EtcdadmCluster created from such a snapshot (over https, the store's CA on the
+//! node) has every key and is Ready, its revisions raised above the old cluster's (or the
+//! documented fallback) and its control plane rolled once; a snapshot object altered after its
+//! upload is refused by the first member's SHA-256 check before etcd starts; and a version
+//! rollout of a backed-up cluster takes one before-change snapshot.
 
 mod lifecycle_support;
 
 use std::time::{Duration, Instant};
 
 use etcdadm_shared::api::EtcdadmCluster;
-use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
+use etcdadm_shared::api::snapshot::{ChecksumSource, EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::etcd::MemberClient;
 use etcdadm_shared::store::StoreClient;
 use etcdadm_shared::testing::{SeaweedFs, TempDir, etcd_binary};
@@ -46,15 +48,21 @@ async fn the_snapshot_scenario_passes_on_a_real_api_server_under_the_controllers
     snapshot_scenario(Some(&real), 14).await;
 }
 
-/// SeaweedFS with the bucket [`BUCKET`], a plane, and its Ready cluster `b1` of `replicas`
-/// members backed up to the bucket.
+/// SeaweedFS (https with a CA of its own when `tls`, else plain http as an `insecure: true`
+/// store) with the bucket [`BUCKET`], a plane, and its Ready cluster `b1` of `replicas` members
+/// backed up to the bucket.
 async fn backed_up_cluster(
     real: Option<&real_apiserver::RealApiServer>,
     prefix: u8,
     work: &TempDir,
     replicas: usize,
+    tls: bool,
 ) -> (SeaweedFs, StoreClient, Plane, EtcdadmCluster) {
-    let s3 = SeaweedFs::start().await;
+    let s3 = if tls {
+        SeaweedFs::start_tls().await
+    } else {
+        SeaweedFs::start().await
+    };
     let bucket = s3.create_bucket(BUCKET).await;
     let plane = start_plane_on(real, prefix, work, Duration::from_secs(1)).await;
     store_credentials(&plane.client, &s3).await;
@@ -89,7 +97,7 @@ async fn the_restore_scenario_passes_on_a_real_api_server_under_the_controllers_
 
 async fn restore_scenario(real: Option<&real_apiserver::RealApiServer>, prefix: u8) {
     let work = TempDir::new("sim-restore");
-    let (_s3, _bucket, plane, source) = backed_up_cluster(real, prefix, &work, 1).await;
+    let (_s3, _bucket, plane, source) = backed_up_cluster(real, prefix, &work, 1, true).await;
     let client = plane.client.clone();
     let (source_member, written) = write_keys(&client, "b1", &source, 1000).await;
     let taken = take_snapshot(&client, "b1", "b1-nightly", &work).await;
@@ -126,6 +134,9 @@ async fn restore_scenario(real: Option<&real_apiserver::RealApiServer>, prefix: 
     assert_eq!(from.revision, Some(written));
     assert_eq!(from.location, taken.location);
     assert!(from.time.is_some());
+    // The member checked the download against the SHA-256 the snapshot recorded.
+    assert_eq!(from.sha256, taken.sha256);
+    assert_eq!(from.sha256_source, Some(ChecksumSource::EtcdadmSnapshot));
 
     // Every key, through every member of the new cluster (which has a CA of its own).
     let tls = demo::etcd_tls(&client, client.default_namespace(), "r1")
@@ -321,7 +332,7 @@ fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 
 async fn snapshot_scenario(real: Option<&real_apiserver::RealApiServer>, prefix: u8) {
     let work = TempDir::new("sim-snapshots");
-    let (_s3, bucket, plane, etcd) = backed_up_cluster(real, prefix, &work, 3).await;
+    let (_s3, bucket, plane, etcd) = backed_up_cluster(real, prefix, &work, 3, false).await;
     let client = plane.client.clone();
     let members = etcd.status.clone().unwrap().members;
     let leader = members.iter().find(|m| m.is_leader).unwrap().name.clone();
@@ -527,4 +538,186 @@ async fn a_version_rollout_with_a_store_takes_one_before_change_snapshot_and_pro
         rollout.as_secs_f64()
     );
     save_logs(&work, "before-change");
+}
+
+/// A snapshot object replaced after its upload by another valid etcd snapshot (with its own
+/// correct etcd checksum, and the metadata keeping the original SHA-256, as an attacker with
+/// write access to the bucket could): clusters restored from the EtcdadmSnapshot, from the store
+/// and key alone, and from the store and key with the SHA-256 given, each download it, refuse it
+/// at the SHA-256 check, and never run etcdadm or start etcd. The same bytes as a foreign object
+/// nobody recorded a SHA-256 for restore with one the controller computed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_altered_after_its_upload_is_refused_before_etcd_starts() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let work = TempDir::new("sim-tampered");
+    let (s3, bucket, plane, source) = backed_up_cluster(None, 23, &work, 1, true).await;
+    let client = plane.client.clone();
+    write_keys(&client, "b1", &source, 100).await;
+    let nightly = take_snapshot(&client, "b1", "b1-nightly", &work)
+        .await
+        .status
+        .unwrap();
+    write_keys(&client, "b1", &source, 300).await;
+    let later = take_snapshot(&client, "b1", "b1-later", &work)
+        .await
+        .status
+        .unwrap();
+    let recorded = nightly.sha256.clone().unwrap();
+    assert_ne!(later.sha256, nightly.sha256);
+
+    // The attacker: b1-later's bytes under b1-nightly's key, its metadata saying the old hash.
+    let key = |status: &etcdadm_shared::api::snapshot::EtcdadmSnapshotStatus| {
+        status
+            .location
+            .clone()
+            .unwrap()
+            .strip_prefix(&format!("{BUCKET}/"))
+            .unwrap()
+            .to_string()
+    };
+    let (nightly_key, later_key) = (key(&nightly), key(&later));
+    let trusting = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(s3.ca_pem().unwrap().as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let replacement = trusting
+        .get(bucket.presigned_get(&later_key, Duration::from_secs(60)))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let upload = bucket.create_multipart_upload(&nightly_key).await.unwrap();
+    let mut writer = etcdadm_shared::store::MultipartWriter::new(&bucket, &nightly_key, &upload);
+    writer.write(&replacement).await.unwrap();
+    let size = writer.complete().await.unwrap();
+    assert!(bucket.record_sha256(&nightly_key, size, &recorded).await.unwrap());
+    let head = bucket.head_object(&nightly_key).await.unwrap();
+    assert_eq!(head.sha256.as_deref(), Some(recorded.as_str()));
+    let tampered = format!("{:x}", Sha256::digest(&replacement));
+    assert_ne!(tampered, recorded);
+
+    // A foreign object: the same bytes under a key of their own, no SHA-256 recorded anywhere.
+    let foreign_key = "imported/plain.db";
+    let upload = bucket.create_multipart_upload(foreign_key).await.unwrap();
+    let mut writer = etcdadm_shared::store::MultipartWriter::new(&bucket, foreign_key, &upload);
+    writer.write(&replacement).await.unwrap();
+    writer.complete().await.unwrap();
+
+    let store = serde_json::to_value(s3.store(BUCKET)).unwrap();
+    for (cluster, restore) in [
+        ("r1", json!({"snapshot": {"name": "b1-nightly"}})),
+        (
+            "r2",
+            json!({"snapshot": {"store": {"s3": store}, "key": nightly_key}}),
+        ),
+        (
+            "r3",
+            json!({"snapshot": {"store": {"s3": store}, "key": nightly_key, "sha256": recorded}}),
+        ),
+        (
+            "r4",
+            json!({"snapshot": {"store": {"s3": store}, "key": foreign_key}}),
+        ),
+    ] {
+        create(&client, cluster, 1, false, json!({}), json!({"restore": restore})).await;
+    }
+    // With nothing recorded, the controller reads the object once and the member checks that.
+    let computed = wait_settled(&client, "r4", 1, TIMEOUT, &work).await;
+    let from = computed.status.unwrap().restored_from.unwrap();
+    assert_eq!(from.sha256.as_deref(), Some(tampered.as_str()));
+    assert_eq!(from.sha256_source, Some(ChecksumSource::Computed));
+
+    for (cluster, from) in [
+        ("r1", "from the EtcdadmSnapshot"),
+        ("r2", "from the object's metadata"),
+        ("r3", "from spec.restore.snapshot.sha256"),
+    ] {
+        let machine = wait_for_first_machine(&client, cluster).await;
+        let root = work.path().join("machines").join(&machine);
+        let output = wait_for_runcmd(&root, &work).await;
+        assert!(
+            output.contains("/var/lib/etcd-restore/snapshot.db: FAILED"),
+            "{cluster}: the check did not refuse the file:\n{output}"
+        );
+        let file = root.join("var/lib/etcd-restore/snapshot.db");
+        let downloaded = std::fs::read(&file).unwrap();
+        // How long the URL had been presigned when the machine used it (BENCHMARKS.md).
+        let secret = Api::<Secret>::default_namespaced(client.clone())
+            .get(&format!("{cluster}-etcd-restore"))
+            .await
+            .unwrap();
+        let written: k8s_openapi::jiff::Timestamp =
+            secret.metadata.annotations.unwrap()["etcdcluster.cluster.x-k8s.io/restore-url-written"]
+                .parse()
+                .unwrap();
+        let fetched =
+            k8s_openapi::jiff::Timestamp::try_from(std::fs::metadata(&file).unwrap().modified().unwrap())
+                .unwrap();
+        println!(
+            "{cluster}: the download URL was used {:.1} s after it was presigned",
+            fetched.duration_since(written).as_secs_f64()
+        );
+        assert_eq!(
+            format!("{:x}", Sha256::digest(&downloaded)),
+            tampered,
+            "{cluster}"
+        );
+        for never in ["etc/etcd/etcd.env", "run/cluster-api/bootstrap-success.complete"] {
+            assert!(
+                !root.join(never).exists(),
+                "{cluster}: {never} exists: etcdadm ran"
+            );
+        }
+        let etcd = etcd_api(&client).get(&format!("{cluster}-etcd")).await.unwrap();
+        let status = etcd.status.unwrap_or_default();
+        assert!(
+            status.members.iter().all(|m| m.member_id.is_none()),
+            "{cluster}: {:?}",
+            status.members
+        );
+        assert!(!status.initialized && status.restored_from.is_none(), "{cluster}");
+        let written = events(&client, cluster)
+            .await
+            .into_iter()
+            .find(|(reason, _)| reason == "RestoreSecretWritten")
+            .map(|(_, note)| note)
+            .unwrap();
+        assert!(
+            written.contains(&format!("{recorded} ({from})")),
+            "{cluster}: {written}"
+        );
+    }
+    save_logs(&work, "tampered");
+}
+
+/// The name of the first Machine of `<cluster>-etcd`, once it exists.
+async fn wait_for_first_machine(client: &Client, cluster: &str) -> String {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(machine) = machines(client, cluster).await.first() {
+            return machine.metadata.name.clone().unwrap();
+        }
+        assert!(Instant::now() < deadline, "{cluster}: no Machine");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The cloud-init output of the machine at `root`, once its runcmd finished.
+async fn wait_for_runcmd(root: &std::path::Path, work: &TempDir) -> String {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let log = std::fs::read_to_string(root.join("sim/machine.log")).unwrap_or_default();
+        if log.contains("runcmd exit codes") {
+            return std::fs::read_to_string(root.join("var/log/cloud-init-output.log")).unwrap_or_default();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: runcmd did not finish\n{log}\n{}",
+            root.display(),
+            logs(work)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -505,6 +505,12 @@ pub fn infra_machine_kind(etcd: &EtcdadmCluster, namespace: &str) -> (Option<Str
             None,
         );
     }
+    if let Some(problem) = crate::webhook::infrastructure_group_problem(&api_version) {
+        return (
+            Some(format!("spec.infrastructureTemplate.apiVersion {problem}")),
+            None,
+        );
+    }
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version.as_str()));
     let gvk = GroupVersionKind::gvk(group, version, machine_kind);
     (None, Some(ApiResource::from_gvk(&gvk)))

@@ -941,7 +941,7 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(plan(&o), write_restore_secret());
-        o.restore.as_mut().unwrap().secret_age = Some(Duration::from_secs(1));
+        with_our_secret(o.restore.as_mut().unwrap(), Duration::from_secs(1));
         assert!(matches!(
             plan(&o),
             Step::Machines(MachineStep::CreateMachine {
@@ -954,8 +954,13 @@ mod tests {
         ready.recovery = o.recovery.clone();
         ready.restore = o.restore.clone();
         ready.initialized = false;
-        assert_eq!(plan(&ready), Step::Restore(RestoreStep::DeleteRestoreSecret));
-        ready.restore.as_mut().unwrap().secret_age = None;
+        assert_eq!(
+            plan(&ready),
+            Step::Restore(RestoreStep::DeleteRestoreSecret {
+                uid: "restore-uid".into()
+            })
+        );
+        ready.restore.as_mut().unwrap().secret = None;
         ready.kcp = kcp(&["https://10.9.9.9:2379"], false, true);
         ready.creation_complete = true;
         assert!(matches!(
