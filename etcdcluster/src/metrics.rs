@@ -127,6 +127,7 @@ fn defragmentation_histogram() -> Histogram {
 impl EtcdClusterMetrics {
     /// Register every family with the runtime's registry.
     pub fn register(metrics: &Metrics) -> Self {
+        // One registration per family, each with its help text: a list, read top to bottom.
         let this = EtcdClusterMetrics {
             desired: Family::default(),
             ready: Family::default(),

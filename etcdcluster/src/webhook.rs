@@ -15,9 +15,10 @@ use etcdadm_shared::cron::Schedule;
 use etcdadm_shared::duration;
 use etcdadm_shared::manager::WebhookRoutes;
 use etcdadm_shared::manager::admission::{self, AdmissionRequest, AdmissionResponse, DynamicObject};
+use etcdadm_shared::names;
 use etcdadm_shared::validation::{
-    FieldError, etcd_version, quoted, validate_backup, validate_config_spec, validate_restore,
-    version_change_problem,
+    FieldError, backup_warnings, etcd_version, quoted, validate_backup, validate_config_spec,
+    validate_restore, version_change_problem,
 };
 
 /// Defaulting webhook path (controller-runtime's naming).
@@ -79,7 +80,8 @@ pub fn validate_cluster(req: AdmissionRequest<DynamicObject>) -> AdmissionRespon
         Some(old) => errors.extend(validate_update(&old.spec, &new.spec)),
         None => errors.extend(restore_needs_cloud_config(&new.spec)),
     }
-    admission::validated(&req, &errors)
+    let warnings = backup_warnings(new.spec.backup.as_ref(), new.spec.restore.as_ref());
+    admission::with_warnings(admission::validated(&req, &errors), warnings)
 }
 
 /// The first member of a cluster created from a snapshot downloads and restores it in its
@@ -105,24 +107,7 @@ pub fn validate_spec(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<
             format!("{replicas}: must be odd and at least 1 (an even member count adds no fault tolerance)"),
         ));
     }
-    let template = &spec.infrastructure_template;
-    if template.kind.as_deref().unwrap_or_default().is_empty() {
-        errors.push(FieldError::new("spec.infrastructureTemplate.kind", "required"));
-    }
-    if template.name.as_deref().unwrap_or_default().is_empty() {
-        errors.push(FieldError::new("spec.infrastructureTemplate.name", "required"));
-    }
-    if let (Some(template_ns), Some(ns)) = (template.namespace.as_deref(), namespace)
-        && template_ns != ns
-    {
-        errors.push(FieldError::new(
-            "spec.infrastructureTemplate.namespace",
-            format!(
-                "{}: must be the EtcdadmCluster's own namespace {ns:?}",
-                quoted(template_ns)
-            ),
-        ));
-    }
+    errors.extend(template_problems(spec, namespace));
     for (i, domain) in spec.failure_domains.iter().enumerate() {
         if domain.is_empty() {
             errors.push(FieldError::new(
@@ -354,6 +339,48 @@ pub fn validate_update(old: &EtcdadmClusterSpec, new: &EtcdadmClusterSpec) -> Ve
     errors
 }
 
+/// `spec.infrastructureTemplate`: named, an infrastructure provider's kind, in our namespace.
+fn template_problems(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<FieldError> {
+    let template = &spec.infrastructure_template;
+    let mut errors = vec![];
+    if template.kind.as_deref().unwrap_or_default().is_empty() {
+        errors.push(FieldError::new("spec.infrastructureTemplate.kind", "required"));
+    }
+    if template.name.as_deref().unwrap_or_default().is_empty() {
+        errors.push(FieldError::new("spec.infrastructureTemplate.name", "required"));
+    }
+    if let Some(api_version) = template.api_version.as_deref()
+        && let Some(problem) = infrastructure_group_problem(api_version)
+    {
+        errors.push(FieldError::new("spec.infrastructureTemplate.apiVersion", problem));
+    }
+    if let (Some(template_ns), Some(ns)) = (template.namespace.as_deref(), namespace)
+        && template_ns != ns
+    {
+        errors.push(FieldError::new(
+            "spec.infrastructureTemplate.namespace",
+            format!(
+                "{}: must be the EtcdadmCluster's own namespace {ns:?}",
+                quoted(template_ns)
+            ),
+        ));
+    }
+    errors
+}
+
+/// Why `api_version` is not of the infrastructure providers' group, if it is not: the
+/// controller clones only kinds of that group, and its RBAC reaches no other.
+pub fn infrastructure_group_problem(api_version: &str) -> Option<String> {
+    match api_version.split_once('/') {
+        Some((group, version)) if group == names::INFRASTRUCTURE_GROUP && !version.is_empty() => None,
+        _ => Some(format!(
+            "{}: must be {}/<version> (the template of an infrastructure provider)",
+            quoted(api_version),
+            names::INFRASTRUCTURE_GROUP
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -430,6 +457,33 @@ mod tests {
         let same =
             spec(json!({"infrastructureTemplate": {"kind": "K", "name": "n", "namespace": "default"}}));
         assert!(validate_spec(&same, Some("default")).is_empty());
+    }
+
+    #[test]
+    fn the_template_is_an_infrastructure_providers() {
+        let of = |api_version: &str| {
+            spec(json!({"infrastructureTemplate": {"apiVersion": api_version, "kind": "K", "name": "n"}}))
+        };
+        assert!(validate_spec(&of("infrastructure.cluster.x-k8s.io/v1beta2"), None).is_empty());
+        for bad in [
+            "v1",
+            "apps/v1",
+            "cluster.x-k8s.io/v1beta2",
+            "infrastructure.cluster.x-k8s.io/",
+            "x.infrastructure.cluster.x-k8s.io/v1",
+        ] {
+            let errors = validate_spec(&of(bad), None);
+            assert_eq!(
+                paths(&errors),
+                ["spec.infrastructureTemplate.apiVersion"],
+                "{bad}"
+            );
+            assert!(
+                errors[0]
+                    .message
+                    .contains("infrastructure.cluster.x-k8s.io/<version>")
+            );
+        }
     }
 
     #[test]

@@ -169,36 +169,7 @@ fn compaction_mode(spec: &EtcdadmConfigSpec) -> Option<String> {
 /// Every problem with `etcdSettings` and `corruptionChecks` of `spec`, whose path is `base`;
 /// `version` is the etcd version it asks for, if it names one (`validation::etcd_version`).
 pub fn problems(spec: &EtcdadmConfigSpec, base: &str, version: Option<&str>) -> Vec<FieldError> {
-    let mut errors = Vec::new();
-    let mode = compaction_mode(spec);
-    let mut allowed_values = BTreeMap::new();
-    for (name, value) in &spec.etcd_settings {
-        let path = format!("{base}.etcdSettings[{}]", quoted(name));
-        if let Some(bare) = name.strip_prefix("--") {
-            errors.push(FieldError::new(
-                path,
-                format!("name the setting without the leading dashes: {bare}"),
-            ));
-            continue;
-        }
-        if let Some(why) = set_elsewhere(name) {
-            errors.push(FieldError::new(path, format!("is not settable here: {why}")));
-            continue;
-        }
-        match rendered(name, value, mode.as_deref()) {
-            Ok(text) => {
-                allowed_values.insert(name.as_str(), text);
-            }
-            Err(why) if !ALLOWED.iter().any(|(allowed, _)| allowed == name) => errors.push(FieldError::new(
-                path,
-                format!(
-                    "{why}: allowed are {}",
-                    ALLOWED.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
-                ),
-            )),
-            Err(why) => errors.push(FieldError::new(path, why)),
-        }
-    }
+    let (mut errors, allowed_values) = each_setting(spec, base);
     let millis = |name: &str, default: u64| {
         allowed_values
             .get(name)
@@ -253,6 +224,42 @@ pub fn problems(spec: &EtcdadmConfigSpec, base: &str, version: Option<&str>) -> 
         }
     }
     errors
+}
+
+/// Every problem of one setting alone (a name outside the list, a value of the wrong shape),
+/// and the allowed settings' values as rendered.
+fn each_setting<'a>(spec: &'a EtcdadmConfigSpec, base: &str) -> (Vec<FieldError>, BTreeMap<&'a str, String>) {
+    let mut errors = Vec::new();
+    let mode = compaction_mode(spec);
+    let mut allowed_values = BTreeMap::new();
+    for (name, value) in &spec.etcd_settings {
+        let path = format!("{base}.etcdSettings[{}]", quoted(name));
+        if let Some(bare) = name.strip_prefix("--") {
+            errors.push(FieldError::new(
+                path,
+                format!("name the setting without the leading dashes: {bare}"),
+            ));
+            continue;
+        }
+        if let Some(why) = set_elsewhere(name) {
+            errors.push(FieldError::new(path, format!("is not settable here: {why}")));
+            continue;
+        }
+        match rendered(name, value, mode.as_deref()) {
+            Ok(text) => {
+                allowed_values.insert(name.as_str(), text);
+            }
+            Err(why) if !ALLOWED.iter().any(|(allowed, _)| allowed == name) => errors.push(FieldError::new(
+                path,
+                format!(
+                    "{why}: allowed are {}",
+                    ALLOWED.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                ),
+            )),
+            Err(why) => errors.push(FieldError::new(path, why)),
+        }
+    }
+    (errors, allowed_values)
 }
 
 /// `(major, minor, patch)` of an etcd version.

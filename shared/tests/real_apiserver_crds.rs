@@ -98,7 +98,8 @@ fn s3_store() -> Value {
 }
 
 fn backup() -> Value {
-    json!({"store": s3_store(), "schedule": "0 */6 * * *", "retention": {"keep": 7}})
+    json!({"store": s3_store(), "schedule": "0 */6 * * *", "retention": {"keep": 7, "hourly": 24, "daily": 7, "weekly": 4},
+           "beforeChange": {"maxAge": "15m", "keep": 5}})
 }
 
 fn snapshot(spec: Value) -> Value {
@@ -186,6 +187,28 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
         (
             "cluster restored from a store and key",
             cluster(json!({"restore": {"snapshot": {"store": s3_store(), "key": "prod/default/c1/s.db"}}})),
+        ),
+        (
+            "cluster restored from a store and key with its SHA-256",
+            cluster(
+                json!({"restore": {"snapshot": {"store": s3_store(), "key": "k", "sha256": "aB".repeat(32)}}}),
+            ),
+        ),
+        (
+            "a plain http store allowed by insecure",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"endpoint": "http://minio:9000", "insecure": true}}}))}),
+            ),
+        ),
+        (
+            "a store encrypting with a KMS key",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"sse": "aws:kms", "sseKMSKeyID": "alias/etcd"}}}))}),
+            ),
+        ),
+        (
+            "a store encrypting with AES256",
+            cluster(json!({"backup": merged(backup(), json!({"store": {"s3": {"sse": "AES256"}}}))})),
         ),
         ("snapshot", snapshot(json!({"clusterName": "c1-etcd"}))),
         (
@@ -636,6 +659,42 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             ],
         ),
         (
+            "retention with neither keep nor a tier",
+            cluster(
+                json!({"backup": merged(backup(), json!({"retention": {"keep": null, "hourly": null, "daily": null, "weekly": null}}))}),
+            ),
+            &["spec.backup.retention", "set keep or a tier"],
+        ),
+        (
+            "an hourly tier of none",
+            cluster(json!({"backup": merged(backup(), json!({"retention": {"hourly": 0}}))})),
+            &[
+                "spec.backup.retention.hourly",
+                "should be greater than or equal to 1",
+            ],
+        ),
+        (
+            "a weekly tier too long",
+            cluster(json!({"backup": merged(backup(), json!({"retention": {"weekly": 1001}}))})),
+            &[
+                "spec.backup.retention.weekly",
+                "should be less than or equal to 1000",
+            ],
+        ),
+        (
+            "a before-change maxAge that is no duration",
+            cluster(json!({"backup": merged(backup(), json!({"beforeChange": {"maxAge": "ten minutes"}}))})),
+            &["spec.backup.beforeChange.maxAge", "should match"],
+        ),
+        (
+            "keeping no before-change snapshot",
+            cluster(json!({"backup": merged(backup(), json!({"beforeChange": {"keep": 0}}))})),
+            &[
+                "spec.backup.beforeChange.keep",
+                "should be greater than or equal to 1",
+            ],
+        ),
+        (
             "a restore naming nothing",
             cluster(json!({"restore": {"snapshot": {}}})),
             &["spec.restore.snapshot", "set either name, or store and key"],
@@ -649,6 +708,49 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             "a restore key without its store",
             cluster(json!({"restore": {"snapshot": {"key": "k"}}})),
             &["spec.restore.snapshot", "store and key go together"],
+        ),
+        (
+            "a plain http store without insecure",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"endpoint": "http://minio:9000"}}}))}),
+            ),
+            &[
+                "spec.backup.store.s3.endpoint",
+                "endpoint must be an https:// URL; a plain http:// store needs insecure: true",
+            ],
+        ),
+        (
+            "a plain http restore store without insecure",
+            cluster(json!({"restore": {"snapshot": {"key": "k",
+                "store": merged(s3_store(), json!({"s3": {"endpoint": "http://minio:9000"}}))}}})),
+            &["spec.restore.snapshot.store.s3.endpoint", "needs insecure: true"],
+        ),
+        (
+            "a KMS key without aws:kms",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"sse": "AES256", "sseKMSKeyID": "k"}}}))}),
+            ),
+            &[
+                "spec.backup.store.s3.sseKMSKeyID",
+                "sseKMSKeyID needs sse: aws:kms",
+            ],
+        ),
+        (
+            "an encryption the store does not know",
+            cluster(json!({"backup": merged(backup(), json!({"store": {"s3": {"sse": "ROT13"}}}))})),
+            &["spec.backup.store.s3.sse", "Unsupported value"],
+        ),
+        (
+            "a restore SHA-256 that is not 64 hex digits",
+            cluster(
+                json!({"restore": {"snapshot": {"store": s3_store(), "key": "k", "sha256": "g".repeat(64)}}}),
+            ),
+            &["spec.restore.snapshot.sha256", "should match"],
+        ),
+        (
+            "a restore SHA-256 for a named snapshot",
+            cluster(json!({"restore": {"snapshot": {"name": "s", "sha256": "a".repeat(64)}}})),
+            &["spec.restore.snapshot.sha256", "sha256 goes with store and key"],
         ),
         (
             "a snapshot of no cluster",
@@ -687,6 +789,7 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             }
         }
     }
+    println!("{} admission cases", accepted.len() + refused.len());
     assert!(
         failures.is_empty(),
         "{} of {} admission cases went wrong:\n{}",

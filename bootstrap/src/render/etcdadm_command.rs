@@ -118,7 +118,14 @@ pub fn etcdadm_runcmd(
         words.extend(["--snapshot".into(), restore::RESTORE_SNAPSHOT_FILE.into()]);
     }
     match learner_url {
-        None => steps.push(words.join(" ")),
+        None => match command {
+            EtcdadmCommand::InitFromSnapshot(download) => steps.push(restore::init_command(
+                download,
+                &words.join(" "),
+                non_empty(&cloud_init.install_dir),
+            )),
+            _ => steps.push(words.join(" ")),
+        },
         // The member must be listed before etcdadm looks for it, or etcdadm adds a voter; it
         // binds to the address the list names; and etcdadm's own health check fails until the
         // learner is promoted, so it is re-run.
@@ -499,11 +506,47 @@ mod tests {
     }
 
     #[test]
+    fn a_restore_asking_for_a_bump_runs_etcdadm_through_the_helper() {
+        let download = super::super::SnapshotDownload {
+            url: "https://127.0.0.1:8333/b/k?X-Amz-Signature=1".into(),
+            sha256: Some("ab".repeat(32)),
+            ca_pem: None,
+            bump_revision: Some(1_000_000_000),
+            insecure: false,
+        };
+        let mut spec = EtcdadmConfigSpec::default();
+        let line = etcdadm_runcmd(&spec, "etcd-0", &EtcdadmCommand::InitFromSnapshot(&download)).unwrap();
+        assert!(
+            line.contains(
+                "&& sh /run/cluster-api/etcd-restore-bump.sh 1000000000 /var/lib/etcd-restore/snapshot.db /opt/bin/ \
+                 etcdadm init --init-system systemd --name etcd-0 --snapshot /var/lib/etcd-restore/snapshot.db &&"
+            ),
+            "{line}"
+        );
+        spec.cloud_init_config =
+            Some(serde_json::from_value(serde_json::json!({"installDir": "/usr/local/bin"})).unwrap());
+        let line = etcdadm_runcmd(&spec, "etcd-0", &EtcdadmCommand::InitFromSnapshot(&download)).unwrap();
+        assert!(line.contains("snapshot.db /usr/local/bin etcdadm init"), "{line}");
+        let files = super::super::restore::files(&download).unwrap();
+        let script = files
+            .iter()
+            .find(|f| f.path == super::super::restore::RESTORE_BUMP_SCRIPT)
+            .unwrap();
+        assert_eq!(script.permissions.as_deref(), Some("0755"));
+        assert!(script.content.starts_with("#!/bin/sh\n"));
+        for opener in ["{{", "{%", "{#"] {
+            assert!(!script.content.contains(opener), "{opener}");
+        }
+    }
+
+    #[test]
     fn a_restoring_init_downloads_checks_restores_then_forgets_the_snapshot() {
         let download = super::super::SnapshotDownload {
-            url: "http://127.0.0.1:8333/b/k?X-Amz-Signature=1".into(),
+            url: "https://127.0.0.1:8333/b/k?X-Amz-Signature=1".into(),
             sha256: Some("0f".repeat(32)),
             ca_pem: None,
+            bump_revision: None,
+            insecure: false,
         };
         let line = etcdadm_runcmd(
             &EtcdadmConfigSpec::default(),

@@ -7,18 +7,14 @@
 //! remove what an earlier writer added.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
-use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;
-use serde_json::json;
 use tracing::{debug, info};
 
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
 use etcdadm_shared::error::Error;
 use etcdadm_shared::manager::reconcile::Next;
-use etcdadm_shared::ssa;
 
-use super::decision::{Applied, EventNote, JOIN_POLL, MEMBERSHIP_RETRY, Outputs, STATUS_MANAGER};
+use super::decision::{Applied, EventNote, JOIN_POLL, MEMBERSHIP_RETRY, Outputs};
 use super::observation::Observation;
 use super::plan::Step;
 use super::status;
@@ -96,18 +92,7 @@ async fn write_status(
     let old: EtcdadmClusterStatus = etcd.status.clone().unwrap_or_default();
     let mut written = None;
     if status != old {
-        // The whole status, every time: its fields are this controller's alone.
-        let body =
-            ssa::configuration::<EtcdadmCluster>(&etcd.name_any(), json!({}), json!({ "status": status }));
-        written = Some(
-            Api::<EtcdadmCluster>::namespaced(out.client.clone(), &o.namespace)
-                .patch_status(
-                    &etcd.name_any(),
-                    &ssa::params(STATUS_MANAGER, true),
-                    &Patch::Apply(body),
-                )
-                .await?,
-        );
+        written = Some(out.write_status(etcd, &status).await?);
     }
     for t in transitions {
         out.publish(etcd, t).await;

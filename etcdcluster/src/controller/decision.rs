@@ -114,9 +114,6 @@ impl<S> From<Hold> for Decision<S> {
     }
 }
 
-/// The apply site of the status: its fields are this controller's alone.
-pub const STATUS_MANAGER: &str = "etcdadm-controller/status";
-
 /// Where a step's effects go: the API server, Events, etcd, metrics.
 pub struct Outputs<'a> {
     pub client: &'a Client,
@@ -139,27 +136,25 @@ impl Outputs<'_> {
         self.recorder.note(etcd, "Reconcile", note).await;
     }
 
-    /// Write `etcd`'s status as last written with `change` made to it: what only a step's
-    /// outcome tells (a defragmentation's result) is recorded once the step is done.
-    pub async fn amend_status(
+    /// Write `status` as `etcd`'s whole status (its fields are this controller's alone); the
+    /// object as written.
+    pub async fn write_status(
         &self,
         etcd: &EtcdadmCluster,
-        change: impl FnOnce(&mut EtcdadmClusterStatus),
-    ) -> Result<(), Error> {
-        let mut status = etcd.status.clone().unwrap_or_default();
-        change(&mut status);
-        let body =
-            ssa::configuration::<EtcdadmCluster>(&etcd.name_any(), json!({}), json!({ "status": status }));
-        Api::<EtcdadmCluster>::namespaced(self.client.clone(), &etcd.namespace().unwrap_or_default())
-            .patch_status(
-                &etcd.name_any(),
-                &ssa::params(STATUS_MANAGER, true),
-                &Patch::Apply(body),
-            )
-            .await?;
-        Ok(())
+        status: &EtcdadmClusterStatus,
+    ) -> Result<EtcdadmCluster, Error> {
+        let name = etcd.name_any();
+        let body = ssa::configuration::<EtcdadmCluster>(&name, json!({}), json!({ "status": status }));
+        Ok(
+            Api::<EtcdadmCluster>::namespaced(self.client.clone(), &etcd.namespace().unwrap_or_default())
+                .patch_status(&name, &ssa::params(STATUS_MANAGER, true), &Patch::Apply(body))
+                .await?,
+        )
     }
 }
+
+/// The apply site of the status.
+const STATUS_MANAGER: &str = "etcdadm-controller/status";
 
 /// What every concern's step says and does; `plan::Step` dispatches to it.
 pub(crate) trait ConcernStep {

@@ -84,7 +84,8 @@ pub struct EtcdadmClusterSpec {
     #[x_kube(validation = Rule::new("self >= 1 && self % 2 == 1").message("replicas must be odd and at least 1").reason(Reason::FieldValueInvalid))]
     pub replicas: Option<i32>,
 
-    /// Infrastructure machine template cloned for each member; its namespace must be ours.
+    /// Infrastructure machine template cloned for each member: a kind of an infrastructure
+    /// provider (apiVersion `infrastructure.cluster.x-k8s.io/<version>`), in our namespace.
     pub infrastructure_template: ObjectReference,
 
     /// Copied into each member's EtcdadmConfig.
@@ -308,6 +309,9 @@ pub mod condition {
     pub const MACHINES_SPEC_UP_TO_DATE: &str = "MachinesSpecUpToDate";
     /// While the `recover` annotation is set: the answer to it (shown even when Ready).
     pub const RECOVERY: &str = "Recovery";
+    /// After a restore or recovery: whether the restored revision was raised above the old
+    /// cluster's (False, severity Warning, when the node's etcd tooling could not).
+    pub const REVISIONS_BUMPED: &str = "RevisionsBumped";
     /// Negative polarity, like `Paused`: True (severity Warning) while a certificate is inside
     /// its window.
     pub const CERTIFICATES_EXPIRING: &str = "CertificatesExpiring";
@@ -593,6 +597,11 @@ pub struct EtcdadmClusterStatus {
     /// The last quorum-loss recovery that finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_recovery: Option<LastRecovery>,
+    /// The disruptive change under way (a rolling replacement or a scale-down) and the snapshot
+    /// taken before its first removal: recorded when the change is decided, so a restarted
+    /// controller waits for the same snapshot; cleared when the change is done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_change: Option<BeforeChangeStatus>,
     /// `Ready` summary and the detailed conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -655,6 +664,34 @@ pub struct LastRecovery {
     /// When the cluster was Ready again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
+    /// Whether the restored revision was raised above every revision the lost cluster served,
+    /// with the older ones marked compacted (see `restoredFrom.revisionBumped`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_bumped: Option<bool>,
+    /// The `spec.rollout.after` given to the KubeadmControlPlane once the cluster was Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_rollout: Option<Time>,
+}
+
+/// A disruptive change and its before-change snapshot.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BeforeChangeStatus {
+    /// `before-rollout` or `before-scale-down`.
+    pub reason: String,
+    /// The cluster's revision when the change was decided: the snapshot holds at least it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// When the change was decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided: Option<Time>,
+    /// The EtcdadmSnapshot the change waits for (created, or a fresh one reused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// An operator let this change go ahead without a snapshot
+    /// (`etcdcluster.cluster.x-k8s.io/proceed-without-snapshot`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub proceeded_without: bool,
 }
 
 /// What the controller last saw of one member.

@@ -423,9 +423,19 @@ pub struct RegistryMirrorConfiguration {
     /// Mirror endpoint (host[:port][/path]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
-    /// PEM CA certificate of the mirror.
+    /// PEM CA certificate of the mirror. Without it (and without `insecureSkipVerify`),
+    /// containerd checks the mirror's certificate against the machine's trusted CAs.
     #[serde(rename = "caCert", default, skip_serializing_if = "Option::is_none")]
     pub ca_cert: Option<String>,
+    /// Pull from the mirror without checking its certificate (containerd's
+    /// `insecure_skip_verify`): whoever can intercept the traffic can serve any image. An
+    /// explicit opt-in, refused with `caCert` and on Bottlerocket. Default false.
+    #[serde(
+        rename = "insecureSkipVerify",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub insecure_skip_verify: Option<bool>,
 }
 
 /// NTP settings (CAPI kubeadm `NTP`).

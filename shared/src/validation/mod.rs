@@ -7,7 +7,9 @@ mod backup;
 mod field;
 mod version;
 
-pub use backup::{validate_backup, validate_restore, validate_store};
+pub use backup::{
+    backup_warnings, is_sha256_hex, store_warnings, validate_backup, validate_restore, validate_store,
+};
 pub use field::{FieldError, QUOTED_CHARS, quoted};
 pub use version::{is_etcd_version, major_minor, version_change_problem};
 
@@ -265,6 +267,13 @@ fn registry_mirror(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldE
     }
     if let Some(message) = registry_endpoint_problem(endpoint) {
         errors.push(FieldError::new(path, format!("{} {message}", quoted(endpoint))));
+    }
+    let has_ca = mirror.ca_cert.as_deref().is_some_and(|c| !c.trim().is_empty());
+    if mirror.insecure_skip_verify == Some(true) && has_ca {
+        errors.push(FieldError::new(
+            format!("{base}.registryMirror.insecureSkipVerify"),
+            "skips the certificate check that caCert is for: remove one of them",
+        ));
     }
 }
 

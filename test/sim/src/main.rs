@@ -127,6 +127,7 @@ enum Bench {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // One arm per subcommand, each a call: the command line read at once.
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();

@@ -148,6 +148,7 @@ fn wait_gone(pid: u32) {
 
 impl Plane {
     pub async fn start(options: PlaneOptions) -> Result<Plane, SimError> {
+        // Everything the plane starts, in start order, each stopped by the Plane it returns.
         let work_dir = &options.work_dir;
         std::fs::create_dir_all(work_dir)
             .map_err(|e| SimError::Setup(format!("{}: {e}", work_dir.display())))?;
@@ -445,10 +446,12 @@ pub fn spawn_controller_with_ports(
     Command::new(&binary)
         .arg("run")
         // Several managers share the loopback: no fixed ports, and no webhooks (the sim API
-        // server does not call admission webhooks).
+        // server does not call admission webhooks). Metrics are scraped over loopback by the
+        // sim itself, whose API server reviews no tokens: plain HTTP.
         .args([
             format!("--health-addr={health}"),
             format!("--diagnostics-address={diagnostics}"),
+            "--insecure-diagnostics".to_string(),
             "--webhook-port=0".to_string(),
         ])
         .args(extra)

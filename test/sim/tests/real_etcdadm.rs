@@ -74,7 +74,7 @@ async fn create_three_with_learner_joins_then_scale_to_five_and_back() {
         "e1",
         3,
         true,
-        config(json!({"cipherSuites": CIPHERS})),
+        config(json!({"cipherSuites": CIPHERS, "quotaBackendBytes": "64Mi"})),
         json!({}),
     )
     .await;
@@ -92,7 +92,8 @@ async fn create_three_with_learner_joins_then_scale_to_five_and_back() {
     );
 
     // What etcd runs with, read from each member: the addresses etcdadm chose on the machine's
-    // own interface, the cipher suites the user data set after etcdadm, the default quota.
+    // own interface, the cipher suites and the backend quota the user data set after etcdadm
+    // (etcd's own metric says the quota it enforces), and the quota status reports.
     assert_members_advertise_machine_addresses(&plane, "e1").await;
     let runtime = plane.built_in.as_ref().unwrap();
     for member in &status.members {
@@ -102,11 +103,12 @@ async fn create_three_with_learner_joins_then_scale_to_five_and_back() {
             "{}",
             member.name
         );
+        let quota = runtime
+            .etcd_metric(&member.name, "etcd_server_quota_backend_bytes")
+            .unwrap();
+        assert_eq!(quota, 64.0 * 1024.0 * 1024.0, "{}'s quota", member.name);
+        assert_eq!(member.quota_backend_bytes, Some(64 << 20), "{member:?}");
     }
-    let quota = runtime
-        .etcd_metric(&status.members[0].name, "etcd_server_quota_backend_bytes")
-        .unwrap();
-    assert_eq!(quota, 2.0 * 1024.0 * 1024.0 * 1024.0, "etcd's default quota");
 
     let kcp_writes = || plane.kcp_record.lock().unwrap().endpoint_changes.len();
     for (from, to) in [(3, 5), (5, 3)] {

@@ -113,10 +113,10 @@ pub async fn defragment(
         size_before: i64::try_from(target.db_size).unwrap_or(i64::MAX),
         size_after: i64::try_from(after.db_size).unwrap_or(i64::MAX),
     };
-    out.amend_status(&o.etcd_cluster, |status| {
-        record_defragmentation(status, target.member_id, record)
-    })
-    .await?;
+    // Recorded once done: only the outcome tells it.
+    let mut status = o.etcd_cluster.status.clone().unwrap_or_default();
+    record_defragmentation(&mut status, target.member_id, record);
+    out.write_status(&o.etcd_cluster, &status).await?;
     let reclaimed = target.db_size.saturating_sub(after.db_size);
     out.metrics(&o.etcd_cluster, |m, ns, name| {
         m.defragmented(ns, name, trigger.as_str(), reclaimed, took)

@@ -22,6 +22,7 @@ pub mod recovery;
 pub mod remediation;
 pub mod restore;
 pub mod rollout;
+pub mod safe_changes;
 pub mod secrets;
 pub mod versions;
 
@@ -40,6 +41,7 @@ use self::membership::MembershipStep;
 use self::recovery::RecoveryStep;
 use self::restore::RestoreStep;
 use self::rollout::Want;
+use self::safe_changes::SafeChangeStep;
 use self::secrets::SecretStep;
 use super::decision::reason::READY;
 use super::decision::{
@@ -139,6 +141,7 @@ steps!(
     Recover(RecoveryStep),
     Alarms(AlarmStep),
     Maintenance(MaintenanceStep),
+    SafeChanges(SafeChangeStep),
 );
 
 impl From<Hold> for Step {
@@ -192,7 +195,16 @@ pub fn concern_status(
         None
     };
     recovery::record_status(status, o, recovering, now);
+    let safe_change = if let Step::SafeChanges(step) = step {
+        Some(step)
+    } else {
+        None
+    };
+    safe_changes::record_status(status, o, safe_change, now);
     status.certificates = Some(certificates::status(o, &status.members));
+    if let Step::Restore(RestoreStep::RollControlPlane { after, .. }) = step {
+        restore::record_rollout(status, after);
+    }
     restore::record_status(status, o, initialized, now)
         .into_iter()
         .collect()
@@ -271,7 +283,9 @@ fn act(o: &Observation, allowed: &[String], wanted: Want<'_>) -> Step {
             let blocked = remove_first
                 .then(|| machines::creation_blocked(o).err())
                 .flatten();
+            // A rollout's or a scale-down's removal waits for its before-change snapshot.
             step(blocked)
+                .or_else(|| step(safe_changes::before_removal(o)))
                 .or_else(|| step(machines::remove_one(o, allowed, &candidates, purpose)))
                 .unwrap_or_else(|| settled(o))
         }
@@ -293,6 +307,7 @@ fn act(o: &Observation, allowed: &[String], wanted: Want<'_>) -> Step {
 fn settled(o: &Observation) -> Step {
     step(control_plane::hand_over(o))
         .or_else(|| step(machines::leftovers(o)))
+        .or_else(|| step(restore::control_plane_rollout(o)))
         .or_else(|| step(certificates::client_renewal(o)))
         .unwrap_or_else(|| {
             if is_ready(o) {

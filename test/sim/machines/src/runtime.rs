@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+pub use crate::cloud_config::BOOTSTRAP_SUCCESS_MARKER;
 use crate::error::MachineError;
 use crate::etcdadm::certs::CERT_VALIDITY_ENV;
 use crate::isolation::RECORDS_VIEW;
@@ -19,9 +20,6 @@ use crate::network::{FIRST_HOST, LAST_MACHINE_HOST, Lab, Namespace, PRIMARY_NET}
 use crate::runner::{RunnerArgs, pid_dir, records_dir, status_path, write_status};
 use crate::systemd::manager::{recorded_main_pid, signal};
 use crate::systemd::unit::parse_env_file;
-
-/// Where a machine's bootstrap reports success (CAPI's sentinel file), relative to its root.
-pub const BOOTSTRAP_SUCCESS_MARKER: &str = "run/cluster-api/bootstrap-success.complete";
 
 /// A machine to boot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -380,6 +378,7 @@ impl BuiltInRuntime {
 
 impl MachineRuntime for BuiltInRuntime {
     fn boot(&self, spec: &MachineSpec) -> Result<(), MachineError> {
+        // A machine's boot in order (root, network, runner), each undone by stop.
         crate::isolation::check_root(&spec.root)?;
         let mut machines = self.lock();
         if let Some(existing) = machines.get_mut(&spec.name)
