@@ -62,6 +62,9 @@ pub struct PlaneOptions {
     pub controller_args: Vec<String>,
     /// Extra environment of every controller process (e.g. a crash test's exit point).
     pub controller_env: Vec<(String, String)>,
+    /// Programs the image of [`Machines::RealEtcdadm`] machines carries besides etcdadm (e.g.
+    /// an etcdutl that can raise a restored revision), on their PATH by file name.
+    pub image_tools: Vec<PathBuf>,
 }
 
 impl Default for PlaneOptions {
@@ -78,6 +81,7 @@ impl Default for PlaneOptions {
             controller_kubeconfigs: Default::default(),
             controller_args: vec![],
             controller_env: vec![],
+            image_tools: vec![],
         }
     }
 }
@@ -210,6 +214,7 @@ impl Plane {
                     sibling_binary("etcdadm-sim-machine")?,
                     etcdadm,
                     created,
+                    options.image_tools.clone(),
                 )))
             }
         };

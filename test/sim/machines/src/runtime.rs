@@ -133,6 +133,8 @@ struct BuiltInMachine {
 struct RealEtcdadm {
     etcdadm: PathBuf,
     lab: Arc<Lab>,
+    /// Programs the machines' image carries besides etcdadm.
+    image_tools: Vec<PathBuf>,
 }
 
 /// Machines as local `etcdadm-sim-machine` processes, each leading its own process group so a
@@ -156,17 +158,19 @@ impl BuiltInRuntime {
     }
 
     /// A runtime whose machines run the real `etcdadm` at `etcdadm`, each in a network namespace
-    /// on `lab`'s bridge (addresses `10.213.<lab>.N`).
+    /// on `lab`'s bridge (addresses `10.213.<lab>.N`), their image carrying `image_tools` too.
     pub fn real_etcdadm(
         runner: impl Into<PathBuf>,
         etcdadm: impl Into<PathBuf>,
         lab: Arc<Lab>,
+        image_tools: Vec<PathBuf>,
     ) -> BuiltInRuntime {
         BuiltInRuntime {
             runner: runner.into(),
             real: Some(RealEtcdadm {
                 etcdadm: etcdadm.into(),
                 lab,
+                image_tools,
             }),
             machines: Mutex::new(HashMap::new()),
         }
@@ -407,6 +411,11 @@ impl MachineRuntime for BuiltInRuntime {
             root: spec.root.clone(),
             user_data,
             etcdadm: self.real.as_ref().map(|real| real.etcdadm.clone()),
+            image_tools: self
+                .real
+                .as_ref()
+                .map(|real| real.image_tools.clone())
+                .unwrap_or_default(),
         };
         let env: Vec<_> = spec.certificate_validity_env().into_iter().collect();
         let netns = match &self.real {
