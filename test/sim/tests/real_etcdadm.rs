@@ -75,7 +75,8 @@ async fn create_three_with_learner_joins_then_scale_to_five_and_back() {
         "e1",
         3,
         true,
-        config(json!({"cipherSuites": CIPHERS, "quotaBackendBytes": "64Mi"})),
+        config(json!({"cipherSuites": CIPHERS, "quotaBackendBytes": "64Mi",
+                      "etcdSettings": {"snapshot-count": 20000, "experimental-corrupt-check-time": "3h"}})),
         json!({}),
     )
     .await;
@@ -93,8 +94,9 @@ async fn create_three_with_learner_joins_then_scale_to_five_and_back() {
     );
 
     // What etcd runs with, read from each member: the addresses etcdadm chose on the machine's
-    // own interface, the cipher suites and the backend quota the user data set after etcdadm
-    // (etcd's own metric says the quota it enforces), and the quota status reports.
+    // own interface, the cipher suites, the backend quota, the corruption check and the etcd
+    // settings the user data set after etcdadm (etcd's own metric says the quota it enforces),
+    // and the quota status reports.
     assert_members_advertise_machine_addresses(&plane, "e1").await;
     let runtime = plane.built_in.as_ref().unwrap();
     for member in &status.members {
@@ -109,6 +111,21 @@ async fn create_three_with_learner_joins_then_scale_to_five_and_back() {
             .unwrap();
         assert_eq!(quota, 64.0 * 1024.0 * 1024.0, "{}'s quota", member.name);
         assert_eq!(member.quota_backend_bytes, Some(64 << 20), "{member:?}");
+        // The corruption check a new member gets by default (etcd 3.5.1 has the initial one,
+        // not yet the compacted-revision hash check) and the etcdSettings, as etcd reads them.
+        for (key, value) in [
+            ("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", Some("true")),
+            ("ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED", None),
+            ("ETCD_SNAPSHOT_COUNT", Some("20000")),
+            ("ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME", Some("3h0m0s")),
+        ] {
+            assert_eq!(
+                etcd_setting(&plane, &member.name, key).as_deref(),
+                value,
+                "{}: {key}",
+                member.name
+            );
+        }
     }
 
     let kcp_writes = || plane.kcp_record.lock().unwrap().endpoint_changes.len();
