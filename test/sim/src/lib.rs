@@ -5,6 +5,7 @@ pub mod bench;
 pub mod bench_scale;
 pub mod bench_steps;
 pub mod capi;
+pub mod dashboard_svg;
 pub mod demo;
 pub mod error;
 pub mod fake_etcd;

@@ -9,7 +9,8 @@
 //!   change), though the old members are fragmented and the policy asks for it; once the
 //!   cluster is settled again it is.
 //!
-//! `DEFRAG_MIB=500` runs the first with 500 MiB, and `DEFRAG_KEEP_HALF=1` keeps every other
+//! `DASHBOARD_SVG=<path>` writes the dashboard's panels over the first scenario's scrapes of the
+//! controller's metrics there (the README's picture). `DEFRAG_MIB=500` runs the first with 500 MiB, and `DEFRAG_KEEP_HALF=1` keeps every other
 //! value (half the database live, so etcd's defragment has that much to copy): BENCHMARKS.md.
 
 mod lifecycle_support;
@@ -19,7 +20,9 @@ use std::time::{Duration, Instant};
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::etcd::MemberClient;
 use etcdadm_shared::testing::TempDir;
+use etcdadm_sim::dashboard_svg::{self, Scrape};
 use etcdadm_sim::demo;
+use etcdadm_sim::plane::Plane;
 use k8s_openapi::api::events::v1::Event;
 use lifecycle_support::*;
 use serde_json::json;
@@ -92,6 +95,23 @@ async fn defragmented_events(client: &kube::Client, cluster: &str) -> (i32, Vec<
     (count, found.into_iter().filter_map(|e| e.note).collect())
 }
 
+/// The controller's metrics now.
+async fn scrape(plane: &Plane, since: Instant) -> Scrape {
+    Scrape {
+        at: since.elapsed().as_secs_f64(),
+        text: plane.scrape_metrics(CONTROLLER).await.unwrap(),
+    }
+}
+
+/// The controller's metrics every half second for `how_long`.
+async fn scrape_for(plane: &Plane, since: Instant, how_long: Duration, scrapes: &mut Vec<Scrape>) {
+    let until = Instant::now() + how_long;
+    while Instant::now() < until {
+        scrapes.push(scrape(plane, since).await);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// The value of the sample `name{...cluster...}` in the controller's metrics.
 fn sample(metrics: &str, name: &str, cluster: &str) -> Option<f64> {
     let label = format!("name=\"{cluster}-etcd\"");
@@ -121,9 +141,21 @@ async fn fragmented_members_are_defragmented_one_at_a_time_the_leader_last_losin
     tokio::time::sleep(Duration::from_millis(400)).await;
     let workload = Workload::start(&client, "d1", endpoints, watchers.started).await;
 
-    fragment(&members, mib, keep_half).await;
+    // The controller's metrics every half second, for the README's picture of the dashboard.
+    let since = Instant::now();
+    let mut scrapes = vec![];
+    scrape_for(&plane, since, Duration::from_secs(3), &mut scrapes).await;
+    let fragmenting = fragment(&members, mib, keep_half);
+    tokio::pin!(fragmenting);
+    loop {
+        tokio::select! {
+            () = &mut fragmenting => break,
+            () = tokio::time::sleep(Duration::from_millis(500)) => scrapes.push(scrape(&plane, since).await),
+        }
+    }
     let fragmented = Instant::now();
     let done = loop {
+        scrapes.push(scrape(&plane, since).await);
         let etcd = etcd_api(&client).get("d1-etcd").await.unwrap();
         let status = etcd.status.clone().unwrap_or_default();
         if status.members.len() == 3 && status.members.iter().all(|m| m.last_defragmentation.is_some()) {
@@ -138,7 +170,15 @@ async fn fragmented_members_are_defragmented_one_at_a_time_the_leader_last_losin
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let wall = fragmented.elapsed();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    scrape_for(&plane, since, Duration::from_secs(3), &mut scrapes).await;
+    if let Some(path) = std::env::var_os("DASHBOARD_SVG") {
+        let dashboard = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/prometheus/dashboard.json"),
+        )
+        .unwrap();
+        let svg = dashboard_svg::render(&serde_json::from_str(&dashboard).unwrap(), &scrapes, "d1-etcd");
+        std::fs::write(&path, svg).unwrap();
+    }
     let report = workload.finish().await;
     follower.abort();
 
