@@ -1,7 +1,7 @@
 //! All API reads of one EtcdadmCluster reconcile, made at once where they do not depend on one
 //! another: the Cluster and what is read through it (CA, init Secret, KubeadmControlPlane), the
-//! member Machines with their EtcdadmConfigs and infra machines, the restore source, the
-//! recovery's snapshots and a snapshot in flight. `assemble` turns them, with the health check, into the observation.
+//! member Machines with their EtcdadmConfigs and infra machines, the restore source and the
+//! recovery's snapshots. `assemble` turns them, with the health check, into the observation.
 
 use std::collections::{BTreeMap, BTreeSet};
 
