@@ -194,7 +194,12 @@ impl Env {
     async fn reconcile_reusing(&self) -> (EtcdadmCluster, u64) {
         let etcd = self.api::<EtcdadmCluster>().get(ETCD).await.unwrap();
         let before = self.server.request_count();
-        reconcile(Arc::new(etcd), self.ctx.clone()).await.unwrap();
+        // A task of its own: polled by the runtime, not inside the test's (large, unoptimised)
+        // future, so the test thread's stack holds one of them at a time.
+        tokio::spawn(reconcile(Arc::new(etcd), self.ctx.clone()))
+            .await
+            .unwrap()
+            .unwrap();
         let requests = self.server.request_count() - before;
         (self.api::<EtcdadmCluster>().get(ETCD).await.unwrap(), requests)
     }
