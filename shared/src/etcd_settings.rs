@@ -10,7 +10,8 @@
 //! `--heartbeat-interval` and at most 50000 ms; `--auto-compaction-retention` is hours (a bare
 //! number) or a Go duration in periodic mode, and a revision count in revision mode; both
 //! versions have `--experimental-initial-corrupt-check` and `--experimental-corrupt-check-time`,
-//! neither has `--experimental-compact-hash-check-enabled` (added in 3.5.5; etcd 3.6 turns both
+//! neither has `--experimental-compact-hash-check-enabled` (added in 3.5.5, and 3.5.16 uses it;
+//! etcd 3.6 turns both
 //! checks on with the feature gates `InitialCorruptCheck` and `CompactHashCheck`, its
 //! replacement for the experimental flags).
 

