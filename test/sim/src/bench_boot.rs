@@ -116,22 +116,21 @@ async fn until_ready(
     }
 }
 
-/// A plane whose Machines boot in `delay`, with the cluster `bench` of `members` created.
-async fn plane_with_cluster(
-    work_dir: &Path,
-    delay: BootDelay,
-    members: i32,
-    provisioning: Provisioning,
-) -> Result<Plane, SimError> {
+/// A plane whose Machines boot in `delay`.
+async fn plane(work_dir: &Path, delay: BootDelay) -> Result<Plane, SimError> {
     let _ = std::fs::remove_dir_all(work_dir);
-    let plane = Plane::start(PlaneOptions {
+    Plane::start(PlaneOptions {
         work_dir: work_dir.to_path_buf(),
         ip_prefix: [127, 0, BENCH_PREFIX],
         kcp_rollout_step: DEFAULT_KCP_ROLLOUT_STEP,
         boot_delay: delay,
         ..Default::default()
     })
-    .await?;
+    .await
+}
+
+/// Create the cluster `bench` of `members` on `plane`.
+async fn create_cluster(plane: &Plane, members: i32, provisioning: Provisioning) -> Result<(), SimError> {
     create_managed_cluster(
         &plane.client,
         NAMESPACE,
@@ -145,8 +144,7 @@ async fn plane_with_cluster(
             extra_spec: provisioning.spec(),
         },
     )
-    .await?;
-    Ok(plane)
+    .await
 }
 
 /// Create a cluster of `members` on Machines that boot in `delay`; time create-to-Ready.
@@ -156,8 +154,10 @@ pub async fn create(
     members: i32,
     provisioning: Provisioning,
 ) -> Result<BootRun, SimError> {
+    let plane = plane(work_dir, delay).await?;
+    // Timed from the creation, the plane already up (as on a management cluster).
     let start = Instant::now();
-    let plane = plane_with_cluster(work_dir, delay, members, provisioning).await?;
+    create_cluster(&plane, members, provisioning).await?;
     let (total, steps) = until_ready(&plane.client, work_dir, members, &[], start).await?;
     drop(plane);
     Ok(BootRun {
@@ -174,7 +174,8 @@ pub async fn scale_up(
     (from, to): (i32, i32),
     provisioning: Provisioning,
 ) -> Result<BootRun, SimError> {
-    let plane = plane_with_cluster(work_dir, delay, from, provisioning).await?;
+    let plane = plane(work_dir, delay).await?;
+    create_cluster(&plane, from, provisioning).await?;
     let client = plane.client.clone();
     until_ready(&client, work_dir, from, &[], Instant::now()).await?;
     let known: Vec<String> = Api::<Machine>::namespaced(client.clone(), NAMESPACE)
