@@ -262,6 +262,7 @@ fn case() -> impl Strategy<Value = Case> {
         .prop_map(|(endpoint, ca_cert)| RegistryMirrorConfiguration {
             endpoint: Some(endpoint),
             ca_cert,
+            insecure_skip_verify: None,
         });
     let ntp = (prop::option::of(Just(true)), prop::collection::vec(nasty(), 0..3))
         .prop_map(|(enabled, servers)| Ntp { servers, enabled });

@@ -244,13 +244,24 @@ fn bottlerocket_join_minimal() {
     );
 }
 
-/// The goldens must be what cloud-init reads: parse them and check the parts machines depend on.
+/// The goldens must be what cloud-init reads: run its Jinja stage (a real Jinja engine, set up
+/// as cloud-init sets it up), parse the result and check the parts machines depend on.
 #[test]
 fn full_golden_parses_to_the_intended_document() {
     let spec = full_spec();
     let text = render(&spec, &full_secrets(&spec), EtcdadmCommand::Init);
-    assert!(text.starts_with("## template: jinja\n#cloud-config\n"));
-    let doc: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    let template = text.strip_prefix("## template: jinja\n").unwrap();
+    assert!(template.starts_with("#cloud-config\n"));
+    let mut env = minijinja::Environment::new();
+    env.set_trim_blocks(true);
+    let hostname = "etcd-a1b2c.example";
+    let rendered = env
+        .render_str(
+            template,
+            minijinja::context! { ds => minijinja::context! { meta_data => minijinja::context! { hostname } } },
+        )
+        .unwrap();
+    let doc: serde_json::Value = serde_saphyr::from_str(&rendered).unwrap();
 
     let runcmd: Vec<&str> = doc["runcmd"]
         .as_array()
@@ -258,12 +269,13 @@ fn full_golden_parses_to_the_intended_document() {
         .iter()
         .map(|c| c.as_str().unwrap())
         .collect();
+    // The user's commands are templates: their Jinja ran.
     assert_eq!(
         runcmd[..2],
-        spec.pre_etcdadm_commands
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>()[..]
+        [
+            "echo \"pre: etcd-a1b2c.example\" > /tmp/pre",
+            spec.pre_etcdadm_commands[1].as_str()
+        ]
     );
     assert_eq!(
         runcmd.last().copied(),
@@ -281,9 +293,10 @@ fn full_golden_parses_to_the_intended_document() {
     assert_eq!(file("/etc/etcd/pki/ca.crt")["content"], CA_CERT);
     assert_eq!(file("/etc/etcd/pki/ca.key")["permissions"], "0600");
     assert_eq!(file("/etc/etcd/token")["content"], "token-from-secret\n");
+    // Everything else is literal, braces included.
     assert_eq!(
         file("/etc/motd")["content"],
-        "etcd member\nmanaged by \"etcdadm\"\n"
+        "etcd member\nmanaged by \"etcdadm\", not by {{ jinja }} or {% raw %}\n"
     );
     assert_eq!(file("/etc/sysctl.d/90-etcd.conf")["append"], true);
     assert_eq!(file("/etc/etcd/extra.b64")["encoding"], "base64");

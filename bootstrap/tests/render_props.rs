@@ -1,6 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! Whatever users write into a spec, the rendered document parses as YAML and hands cloud-init
-//! back exactly what they wrote: commands in order, file fields, user fields. Proxy values sit
+//! Whatever users write into a spec, the rendered document goes through cloud-init's Jinja stage
+//! (a real Jinja engine, configured as cloud-init configures it) and parses as YAML, handing
+//! cloud-init back exactly what they wrote: file fields and user fields whatever braces they
+//! hold, and commands in order, the only text whose Jinja is expanded. Proxy values sit
 //! inside a systemd drop-in; they are checked by undoing the systemd escaping of the drop-in's
 //! `Environment=` lines (NO_PROXY as the comma-joined list).
 
@@ -62,6 +64,13 @@ fn nasty() -> impl Strategy<Value = String> {
         "}",
         ",",
         "$(x)",
+        "{%",
+        "%}",
+        "{#",
+        "#}",
+        "{% endraw %}",
+        "{%- raw -%}",
+        "{{ '{{' }}",
     ]);
     let piece = prop_oneof![
         3 => any::<char>().prop_map(String::from),
@@ -154,11 +163,53 @@ fn proxy() -> impl Strategy<Value = ProxyConfiguration> {
         })
 }
 
+/// A command: the user's commands are Jinja templates (docs/bootstrap.md), so any text without
+/// Jinja delimiters, sometimes with the hostname expression in it.
+fn command() -> impl Strategy<Value = String> {
+    (nasty(), any::<bool>()).prop_map(|(text, hostname)| {
+        let mut text = text;
+        while ["{{", "{%", "{#"].iter().any(|o| text.contains(o)) {
+            text = text
+                .replace("{{", "{ {")
+                .replace("{%", "{ %")
+                .replace("{#", "{ #");
+        }
+        if hostname {
+            text.push_str(" {{ ds.meta_data.hostname }}");
+        }
+        text
+    })
+}
+
+/// What a command becomes once cloud-init's Jinja stage ran on a machine called [`HOSTNAME`].
+fn expanded(command: &str) -> String {
+    command.replace("{{ ds.meta_data.hostname }}", HOSTNAME)
+}
+
+const HOSTNAME: &str = "etcd-0.example";
+
+/// The user data as cloud-init hands it to its YAML reader: the `## template: jinja` header
+/// taken off and the rest rendered by Jinja as cloud-init configures it (trim_blocks; Jinja's
+/// default of dropping the final newline).
+fn cloud_init_jinja(text: &str) -> String {
+    let template = text
+        .strip_prefix("## template: jinja\n")
+        .expect("the Jinja header");
+    let mut env = minijinja::Environment::new();
+    env.set_trim_blocks(true);
+    env.set_keep_trailing_newline(false);
+    env.render_str(
+        template,
+        minijinja::context! { ds => minijinja::context! { meta_data => minijinja::context! { hostname => HOSTNAME } } },
+    )
+    .unwrap_or_else(|e| panic!("cloud-init's Jinja stage would fail: {e:#}\n{text}"))
+}
+
 fn spec() -> impl Strategy<Value = EtcdadmConfigSpec> {
     (
-        prop::collection::vec(nasty(), 0..4),
-        prop::collection::vec(nasty(), 0..4),
-        prop::collection::vec(nasty(), 0..3),
+        prop::collection::vec(command(), 0..4),
+        prop::collection::vec(command(), 0..4),
+        prop::collection::vec(command(), 0..3),
         files(),
         prop::collection::vec(user(), 0..3),
         opt(proxy()),
@@ -274,22 +325,25 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn user_strings_round_trip_through_yaml(spec in spec(), learner in any::<bool>()) {
+    fn user_strings_round_trip_through_jinja_and_yaml(spec in spec(), learner in any::<bool>()) {
         let text = render(&spec, learner).unwrap();
         prop_assert!(text.starts_with("## template: jinja\n#cloud-config\n"));
-        let doc: Value = serde_saphyr::from_str(&text)
-            .unwrap_or_else(|e| panic!("rendered document is not YAML: {e}\n{text}"));
+        let rendered = cloud_init_jinja(&text);
+        let doc: Value = serde_saphyr::from_str(&rendered)
+            .unwrap_or_else(|e| panic!("rendered document is not YAML: {e}\n{rendered}"));
 
-        // Commands: pre first, install right after, post last, each exactly as written.
+        // Commands: pre first, install right after, post last, each as written with its
+        // Jinja expanded.
         let runcmd = strings(&doc["runcmd"]);
-        let pre = &spec.pre_etcdadm_commands;
-        let post = &spec.post_etcdadm_commands;
+        let pre: Vec<String> = spec.pre_etcdadm_commands.iter().map(|c| expanded(c)).collect();
+        let post: Vec<String> = spec.post_etcdadm_commands.iter().map(|c| expanded(c)).collect();
+        let install: Vec<String> = spec.etcdadm_install_commands.iter().map(|c| expanded(c)).collect();
         prop_assert_eq!(&runcmd[..pre.len()], &pre[..]);
         let after_pre = &runcmd[pre.len()..];
-        if spec.etcdadm_install_commands.is_empty() {
+        if install.is_empty() {
             prop_assert!(after_pre[0].contains("releases/download"));
         } else {
-            prop_assert_eq!(&after_pre[..spec.etcdadm_install_commands.len()], &spec.etcdadm_install_commands[..]);
+            prop_assert_eq!(&after_pre[..install.len()], &install[..]);
         }
         prop_assert_eq!(&runcmd[runcmd.len() - post.len()..], &post[..]);
         let etcdadm = &runcmd[runcmd.len() - post.len() - 1];

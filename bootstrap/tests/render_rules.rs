@@ -187,6 +187,7 @@ fn a_bottlerocket_mirror_login_needs_both_keys() {
         registry_mirror: Some(RegistryMirrorConfiguration {
             endpoint: Some("mirror.example:5000".into()),
             ca_cert: None,
+            insecure_skip_verify: None,
         }),
         ..bottlerocket()
     };
@@ -443,6 +444,8 @@ fn a_restoring_init_keeps_the_url_in_a_root_only_file_and_is_shellcheck_clean() 
                 .into(),
         sha256: Some("c".repeat(64)),
         ca_pem: None,
+        bump_revision: Some(1_000_000_000),
+        insecure: false,
     };
     let secrets = ResolvedSecrets::default();
     let render_for = |spec: &EtcdadmConfigSpec| {

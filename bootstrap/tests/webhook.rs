@@ -228,6 +228,36 @@ async fn an_invalid_config_is_denied_with_every_field_path() {
 }
 
 #[tokio::test]
+async fn etcd_settings_outside_the_list_or_of_the_wrong_shape_are_denied_with_their_paths() {
+    let webhooks = Webhooks::start().await;
+    let allowed = json!({
+        "corruptionChecks": "Enabled",
+        "etcdSettings": {"snapshot-count": 20000, "auto-compaction-retention": "30m", "max-request-bytes": "2Mi"},
+    });
+    let response = webhooks.call(VALIDATE_CONFIG_PATH, &config(allowed)).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let refused = json!({
+        "etcdSettings": {"quota-backend-bytes": "8Gi", "initial-cluster-token": "x", "heartbeat-interval": "fast"},
+    });
+    let response = webhooks.call(VALIDATE_CONFIG_PATH, &config(refused)).await;
+    assert_eq!(response["allowed"], false);
+    assert_eq!(
+        cause_fields(&response),
+        [
+            "spec.etcdSettings[\"heartbeat-interval\"]",
+            "spec.etcdSettings[\"initial-cluster-token\"]",
+            "spec.etcdSettings[\"quota-backend-bytes\"]",
+        ]
+    );
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("it is the field quotaBackendBytes"), "{message}");
+    assert!(
+        message.contains("\"fast\" is not a whole number of milliseconds"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
 async fn an_invalid_template_is_denied_with_template_paths() {
     let webhooks = Webhooks::start().await;
     let response = webhooks

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use etcdadm_shared::manager::{Manager, ManagerArgs};
 
 const DEFAULT_LEADER_ELECTION_ID: &str = "etcdadm-controller-manager-leader-election";
@@ -23,7 +23,7 @@ struct Cli {
 enum Command {
     /// Run the EtcdadmCluster and snapshot controllers (and the admission webhooks) against the
     /// cluster from the kubeconfig or the in-cluster config.
-    Run(Box<ManagerArgs>),
+    Run(Box<RunArgs>),
     /// Print the CRDs this provider serves, or write them into a directory.
     Crd {
         /// Write one `<group>_<plural>.yaml` per CRD here instead of printing.
@@ -32,15 +32,31 @@ enum Command {
     },
 }
 
+/// The manager's flags and this binary's own.
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    manager: ManagerArgs,
+    /// Snapshots taken at once across all clusters; each holds up to 10 MiB of upload buffers.
+    /// A cluster whose snapshot is due waits for a free slot.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=16))]
+    max_concurrent_snapshots: u16,
+}
+
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Run(args) => {
-            let manager = Manager::new(*args, "etcdadm-controller", DEFAULT_LEADER_ELECTION_ID)
+            let RunArgs {
+                manager,
+                max_concurrent_snapshots,
+            } = *args;
+            let manager = Manager::new(manager, "etcdadm-controller", DEFAULT_LEADER_ELECTION_ID)
                 .webhooks(etcdadm_etcdcluster::webhook::routes());
-            manager.main(|ctx| async move {
+            let slots = usize::from(max_concurrent_snapshots);
+            manager.main(move |ctx| async move {
                 futures::join!(
                     etcdadm_etcdcluster::controller::run(ctx.clone()),
-                    etcdadm_etcdcluster::snapshot::run(ctx),
+                    etcdadm_etcdcluster::snapshot::run(ctx, slots),
                 );
             })
         }

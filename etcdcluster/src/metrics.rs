@@ -1,6 +1,8 @@
 //! Per-EtcdadmCluster metrics: what an operator alerts on (members desired/ready/voting,
-//! learners, leader changes, DB size, alarms, health-check latency, membership operations and
-//! remediations, time since each member was last healthy).
+//! learners, a leader, leader changes, DB size, size in use, fragmentation and quota, alarms,
+//! defragmentations, health-check latency, membership operations and remediations, time since
+//! each member was last healthy against the remediation delay), and the snapshots' age and
+//! schedule. `config/prometheus/` alerts on them and draws them.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -13,7 +15,12 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
-use etcdadm_shared::api::EtcdadmClusterStatus;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterSpec, EtcdadmClusterStatus};
+use etcdadm_shared::cron::Schedule;
 use etcdadm_shared::manager::Metrics;
 
 /// The kinds of certificate the controller watches, as the expiry metric and the
@@ -67,6 +74,14 @@ pub struct CertificateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DefragmentationLabels {
+    pub namespace: String,
+    pub name: String,
+    /// `policy` (routine maintenance) or `nospace` (an alarm's repair).
+    pub trigger: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AlarmLabels {
     pub namespace: String,
     pub name: String,
@@ -81,8 +96,15 @@ pub struct EtcdClusterMetrics {
     voting: Family<ClusterLabels, Gauge>,
     learners: Family<ClusterLabels, Gauge>,
     leader_changes: Family<ClusterLabels, Counter>,
+    has_leader: Family<ClusterLabels, Gauge>,
     db_size: Family<MemberLabels, Gauge<f64, AtomicU64>>,
+    db_size_in_use: Family<MemberLabels, Gauge<f64, AtomicU64>>,
+    fragmentation: Family<MemberLabels, Gauge<f64, AtomicU64>>,
     quota: Family<MemberLabels, Gauge<f64, AtomicU64>>,
+    remediation_delay: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    defragmentations: Family<DefragmentationLabels, Counter>,
+    reclaimed: Family<DefragmentationLabels, Counter>,
+    defragmentation_duration: Family<ClusterLabels, Histogram, fn() -> Histogram>,
     since_healthy: Family<MemberLabels, Gauge<f64, AtomicU64>>,
     alarms: Family<AlarmLabels, Gauge>,
     health_latency: Family<ClusterLabels, Histogram, fn() -> Histogram>,
@@ -97,17 +119,30 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 12))
 }
 
+/// 50 ms .. ~100 s: etcd's defragmentation pause grows with the database.
+fn defragmentation_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.05, 2.0, 12))
+}
+
 impl EtcdClusterMetrics {
     /// Register every family with the runtime's registry.
     pub fn register(metrics: &Metrics) -> Self {
+        // One registration per family, each with its help text: a list, read top to bottom.
         let this = EtcdClusterMetrics {
             desired: Family::default(),
             ready: Family::default(),
             voting: Family::default(),
             learners: Family::default(),
             leader_changes: Family::default(),
+            has_leader: Family::default(),
             db_size: Family::default(),
+            db_size_in_use: Family::default(),
+            fragmentation: Family::default(),
             quota: Family::default(),
+            remediation_delay: Family::default(),
+            defragmentations: Family::default(),
+            reclaimed: Family::default(),
+            defragmentation_duration: Family::new_with_constructor(defragmentation_histogram),
             since_healthy: Family::default(),
             alarms: Family::default(),
             health_latency: Family::new_with_constructor(latency_histogram),
@@ -142,9 +177,44 @@ impl EtcdClusterMetrics {
             this.leader_changes.clone(),
         );
         metrics.register(
+            "etcdadm_cluster_has_leader",
+            "1 while the health check found a leader, 0 while no member follows one",
+            this.has_leader.clone(),
+        );
+        metrics.register(
             "etcdadm_member_db_size_bytes",
             "Backend database size reported by each member",
             this.db_size.clone(),
+        );
+        metrics.register(
+            "etcdadm_member_db_size_in_use_bytes",
+            "Bytes of each member's database in use (the rest is free space a defragmentation returns)",
+            this.db_size_in_use.clone(),
+        );
+        metrics.register(
+            "etcdadm_member_fragmentation_ratio",
+            "Share of each member's database that is free space: (size - in use) / size",
+            this.fragmentation.clone(),
+        );
+        metrics.register(
+            "etcdadm_cluster_remediation_delay_seconds",
+            "How long a member may be unhealthy before it is replaced (spec.healthCheck.unhealthyAfter)",
+            this.remediation_delay.clone(),
+        );
+        metrics.register(
+            "etcdadm_defragmentations",
+            "Members defragmented, by trigger (policy, nospace)",
+            this.defragmentations.clone(),
+        );
+        metrics.register(
+            "etcdadm_defragmentation_reclaimed_bytes",
+            "Bytes defragmentations returned to the file system, by trigger",
+            this.reclaimed.clone(),
+        );
+        metrics.register(
+            "etcdadm_defragmentation_duration_seconds",
+            "Time one member's defragmentation took",
+            this.defragmentation_duration.clone(),
         );
         metrics.register(
             "etcdadm_member_quota_backend_bytes",
@@ -191,11 +261,25 @@ impl EtcdClusterMetrics {
         }
     }
 
-    /// Gauges derived from the status just written (members, leader, time since healthy).
-    pub fn observe_status(&self, namespace: &str, name: &str, desired: i32, status: &EtcdadmClusterStatus) {
+    /// Gauges derived from the spec and the status just written (members, leader, time since
+    /// healthy and how long that may last).
+    pub fn observe_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        spec: &EtcdadmClusterSpec,
+        status: &EtcdadmClusterStatus,
+    ) {
         let labels = Self::cluster(namespace, name);
         let voting: Vec<_> = status.members.iter().filter(|m| !m.is_learner).collect();
-        self.desired.get_or_create(&labels).set(i64::from(desired));
+        self.desired
+            .get_or_create(&labels)
+            .set(i64::from(spec.replicas()));
+        self.remediation_delay
+            .get_or_create(&labels)
+            .set(spec.health_settings().unhealthy_after.as_secs_f64());
+        let leader = status.members.iter().any(|m| m.is_leader && m.healthy);
+        self.has_leader.get_or_create(&labels).set(i64::from(leader));
         self.voting.get_or_create(&labels).set(voting.len() as i64);
         self.learners
             .get_or_create(&labels)
@@ -206,8 +290,10 @@ impl EtcdClusterMetrics {
         if let Some(leader) = status.members.iter().find(|m| m.is_leader) {
             let mut leaders = self.leaders.lock().unwrap_or_else(PoisonError::into_inner);
             let previous = leaders.insert(labels.clone(), leader.name.clone());
+            // Served from the first leader on, at 0, so a rate over it has a series to work on.
+            let changes = self.leader_changes.get_or_create(&labels);
             if previous.is_some_and(|p| p != leader.name) {
-                self.leader_changes.get_or_create(&labels).inc();
+                changes.inc();
             }
         }
         for member in &status.members {
@@ -256,10 +342,17 @@ impl EtcdClusterMetrics {
         }
     }
 
-    /// A member's DB size from its Status call.
-    /// A member's database size and the backend quota it runs with (their ratio is how full it
-    /// is: at 1 etcd raises NOSPACE).
-    pub fn observe_db_size(&self, namespace: &str, name: &str, member: &str, bytes: u64, quota: u64) {
+    /// A member's database size, the bytes of it in use (when it said) and the backend quota it
+    /// runs with (size over quota is how full it is: at 1 etcd raises NOSPACE).
+    pub fn observe_db_size(
+        &self,
+        namespace: &str,
+        name: &str,
+        member: &str,
+        bytes: u64,
+        in_use: Option<u64>,
+        quota: u64,
+    ) {
         let labels = MemberLabels {
             namespace: namespace.into(),
             name: name.into(),
@@ -267,6 +360,27 @@ impl EtcdClusterMetrics {
         };
         self.db_size.get_or_create(&labels).set(bytes as f64);
         self.quota.get_or_create(&labels).set(quota as f64);
+        if let Some(in_use) = in_use {
+            self.db_size_in_use.get_or_create(&labels).set(in_use as f64);
+            let free = bytes.saturating_sub(in_use) as f64;
+            let ratio = if bytes == 0 { 0.0 } else { free / bytes as f64 };
+            self.fragmentation.get_or_create(&labels).set(ratio);
+        }
+    }
+
+    /// One member defragmented by `trigger` (`policy`, `nospace`): what it returned and how
+    /// long it took.
+    pub fn defragmented(&self, namespace: &str, name: &str, trigger: &str, reclaimed: u64, took: Duration) {
+        let labels = DefragmentationLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+            trigger: trigger.into(),
+        };
+        self.defragmentations.get_or_create(&labels).inc();
+        self.reclaimed.get_or_create(&labels).inc_by(reclaimed);
+        self.defragmentation_duration
+            .get_or_create(&Self::cluster(namespace, name))
+            .observe(took.as_secs_f64());
     }
 
     /// Active alarms of a cluster, by kind (every known kind is set, so a cleared alarm reads 0).
@@ -308,6 +422,71 @@ impl EtcdClusterMetrics {
     }
 }
 
+/// Per-cluster snapshot metrics, from the snapshot controller's reconciles: when the newest
+/// snapshot succeeded, and how far apart the schedule's snapshots are (an alert compares the
+/// two).
+#[derive(Clone, Debug)]
+pub struct SnapshotMetrics {
+    last_success: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    schedule_interval: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+}
+
+impl SnapshotMetrics {
+    pub fn register(metrics: &Metrics) -> Self {
+        let this = SnapshotMetrics {
+            last_success: Family::default(),
+            schedule_interval: Family::default(),
+        };
+        metrics.register(
+            "etcdadm_snapshot_last_success_timestamp_seconds",
+            "When the newest Succeeded EtcdadmSnapshot of each cluster completed (Unix seconds)",
+            this.last_success.clone(),
+        );
+        metrics.register(
+            "etcdadm_snapshot_schedule_interval_seconds",
+            "Seconds between two snapshots of spec.backup.schedule (the next two runs)",
+            this.schedule_interval.clone(),
+        );
+        this
+    }
+
+    /// What one reconcile of `cluster`'s snapshots saw at `now`.
+    pub fn observe(&self, cluster: &EtcdadmCluster, snapshots: &[EtcdadmSnapshot], now: Timestamp) {
+        let labels =
+            EtcdClusterMetrics::cluster(&cluster.namespace().unwrap_or_default(), &cluster.name_any());
+        let newest = snapshots
+            .iter()
+            .filter(|s| s.phase() == SnapshotPhase::Succeeded)
+            .filter_map(|s| s.status.as_ref()?.completion_time.as_ref().map(|t| t.0))
+            .max();
+        if let Some(newest) = newest {
+            self.last_success
+                .get_or_create(&labels)
+                .set(newest.as_millisecond() as f64 / 1000.0);
+        }
+        let interval = cluster
+            .spec
+            .backup
+            .as_ref()
+            .and_then(|b| Schedule::parse(b.schedule.as_deref()?).ok())
+            .and_then(|schedule| {
+                let next = schedule.next_after(now)?;
+                let after = schedule.next_after(next)?;
+                Some(after.duration_since(next).unsigned_abs())
+            });
+        match interval {
+            Some(interval) => {
+                self.schedule_interval
+                    .get_or_create(&labels)
+                    .set(interval.as_secs_f64());
+            }
+            None => {
+                self.schedule_interval.remove(&labels);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,6 +501,49 @@ mod tests {
             is_leader: leader,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn snapshot_age_and_schedule_are_exported() {
+        let runtime = Metrics::new();
+        let metrics = SnapshotMetrics::register(&runtime);
+        let cluster: EtcdadmCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmCluster",
+            "metadata": {"name": "c1", "namespace": "default"},
+            "spec": {"infrastructureTemplate": {}, "backup": {"schedule": "0 * * * *", "store": {"s3": {
+                "endpoint": "https://s3.example", "bucket": "b", "credentialsSecretRef": {"name": "s"}}}}}}))
+        .unwrap();
+        let snapshot = |name: &str, phase: &str, completed: &str| -> EtcdadmSnapshot {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmSnapshot",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"clusterName": "c1"},
+                "status": {"phase": phase, "completionTime": completed}}))
+            .unwrap()
+        };
+        let snapshots = [
+            snapshot("older", "Succeeded", "2023-11-14T21:13:20Z"),
+            snapshot("newest", "Succeeded", "2023-11-14T22:13:20Z"),
+            snapshot("failed", "Failed", "2023-11-14T23:13:20Z"),
+        ];
+        let now: Timestamp = "2023-11-15T00:00:00Z".parse().unwrap();
+        metrics.observe(&cluster, &snapshots, now);
+        let text = runtime.encode().unwrap();
+        for line in [
+            r#"etcdadm_snapshot_last_success_timestamp_seconds{namespace="default",name="c1"} 1700000000.0"#,
+            r#"etcdadm_snapshot_schedule_interval_seconds{namespace="default",name="c1"} 3600.0"#,
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        let mut unscheduled = cluster.clone();
+        unscheduled.spec.backup = None;
+        metrics.observe(&unscheduled, &[], now);
+        let text = runtime.encode().unwrap();
+        assert!(
+            !text.contains("etcdadm_snapshot_schedule_interval_seconds{"),
+            "{text}"
+        );
+        assert!(text.contains("1700000000.0"), "the last success stays");
     }
 
     #[test]
@@ -348,11 +570,16 @@ mod tests {
         status.members[0].certificate_expiry = Some(in_days(30));
         // The soonest member's certificate counts: one expired a day ago.
         status.members[1].certificate_expiry = Some(in_days(-2));
-        metrics.observe_status("default", "c1", 3, &status);
+        let spec = EtcdadmClusterSpec {
+            replicas: Some(3),
+            ..Default::default()
+        };
+        metrics.observe_status("default", "c1", &spec, &status);
         status.members[0].is_leader = false;
         status.members[1].is_leader = true;
-        metrics.observe_status("default", "c1", 3, &status);
-        metrics.observe_db_size("default", "c1", "a", 20480, 2 << 30);
+        metrics.observe_status("default", "c1", &spec, &status);
+        metrics.observe_db_size("default", "c1", "a", 20480, Some(5120), 2 << 30);
+        metrics.defragmented("default", "c1", "policy", 15360, Duration::from_millis(80));
         metrics.observe_alarms("default", "c1", &["NOSPACE".into()]);
         metrics.observe_health_check("default", "c1", Duration::from_millis(12));
         metrics.membership_operation("default", "c1", "remove", "done");
@@ -364,7 +591,14 @@ mod tests {
             r#"etcdadm_cluster_voting_members{namespace="default",name="c1"} 3"#,
             r#"etcdadm_cluster_learner_members{namespace="default",name="c1"} 0"#,
             r#"etcdadm_cluster_leader_changes_total{namespace="default",name="c1"} 1"#,
+            r#"etcdadm_cluster_has_leader{namespace="default",name="c1"} 1"#,
+            r#"etcdadm_cluster_remediation_delay_seconds{namespace="default",name="c1"} 300.0"#,
             r#"etcdadm_member_db_size_bytes{namespace="default",name="c1",member="a"} 20480.0"#,
+            r#"etcdadm_member_db_size_in_use_bytes{namespace="default",name="c1",member="a"} 5120.0"#,
+            r#"etcdadm_member_fragmentation_ratio{namespace="default",name="c1",member="a"} 0.75"#,
+            r#"etcdadm_defragmentations_total{namespace="default",name="c1",trigger="policy"} 1"#,
+            r#"etcdadm_defragmentation_reclaimed_bytes_total{namespace="default",name="c1",trigger="policy"} 15360"#,
+            r#"etcdadm_defragmentation_duration_seconds_count{namespace="default",name="c1"} 1"#,
             r#"etcdadm_member_quota_backend_bytes{namespace="default",name="c1",member="a"} 2147483648.0"#,
             r#"etcdadm_member_seconds_since_healthy{namespace="default",name="c1",member="a"} 0.0"#,
             r#"etcdadm_cluster_alarms{namespace="default",name="c1",alarm="NOSPACE"} 1"#,

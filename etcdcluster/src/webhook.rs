@@ -8,14 +8,17 @@ use serde_json::{Value, json};
 use etcdadm_shared::api::cluster::{
     DEFAULT_HEALTH_INTERVAL, DEFAULT_HEALTH_TIMEOUT, DEFAULT_REPLICAS, DEFAULT_UNHEALTHY_AFTER,
     MAX_CERTIFICATES_EXPIRY_DAYS, MIN_AUTOMATIC_RECOVERY_AFTER, MIN_CERTIFICATES_EXPIRY_DAYS,
+    MIN_DEFRAGMENT_INTERVAL,
 };
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterSpec, Format};
+use etcdadm_shared::cron::Schedule;
 use etcdadm_shared::duration;
 use etcdadm_shared::manager::WebhookRoutes;
 use etcdadm_shared::manager::admission::{self, AdmissionRequest, AdmissionResponse, DynamicObject};
+use etcdadm_shared::names;
 use etcdadm_shared::validation::{
-    FieldError, etcd_version, quoted, validate_backup, validate_config_spec, validate_restore,
-    version_change_problem,
+    FieldError, backup_warnings, etcd_version, quoted, validate_backup, validate_config_spec,
+    validate_restore, version_change_problem,
 };
 
 /// Defaulting webhook path (controller-runtime's naming).
@@ -77,7 +80,8 @@ pub fn validate_cluster(req: AdmissionRequest<DynamicObject>) -> AdmissionRespon
         Some(old) => errors.extend(validate_update(&old.spec, &new.spec)),
         None => errors.extend(restore_needs_cloud_config(&new.spec)),
     }
-    admission::validated(&req, &errors)
+    let warnings = backup_warnings(new.spec.backup.as_ref(), new.spec.restore.as_ref());
+    admission::with_warnings(admission::validated(&req, &errors), warnings)
 }
 
 /// The first member of a cluster created from a snapshot downloads and restores it in its
@@ -103,24 +107,7 @@ pub fn validate_spec(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<
             format!("{replicas}: must be odd and at least 1 (an even member count adds no fault tolerance)"),
         ));
     }
-    let template = &spec.infrastructure_template;
-    if template.kind.as_deref().unwrap_or_default().is_empty() {
-        errors.push(FieldError::new("spec.infrastructureTemplate.kind", "required"));
-    }
-    if template.name.as_deref().unwrap_or_default().is_empty() {
-        errors.push(FieldError::new("spec.infrastructureTemplate.name", "required"));
-    }
-    if let (Some(template_ns), Some(ns)) = (template.namespace.as_deref(), namespace)
-        && template_ns != ns
-    {
-        errors.push(FieldError::new(
-            "spec.infrastructureTemplate.namespace",
-            format!(
-                "{}: must be the EtcdadmCluster's own namespace {ns:?}",
-                quoted(template_ns)
-            ),
-        ));
-    }
+    errors.extend(template_problems(spec, namespace));
     for (i, domain) in spec.failure_domains.iter().enumerate() {
         if domain.is_empty() {
             errors.push(FieldError::new(
@@ -175,6 +162,7 @@ pub fn validate_spec(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<
         errors.extend(validate_restore(restore, "spec.restore"));
     }
     errors.extend(automatic_recovery(spec));
+    errors.extend(defragmentation(spec));
     errors.extend(validate_config_spec(
         &spec.etcdadm_config_spec,
         "spec.etcdadmConfigSpec",
@@ -207,6 +195,56 @@ fn automatic_recovery(spec: &EtcdadmClusterSpec) -> Vec<FieldError> {
             "spec.recovery.automatic",
             "needs spec.backup.store: an automatic recovery snapshots the surviving member into it",
         ));
+    }
+    errors
+}
+
+/// The defragmentation policy's sizes, interval and window parse (percentages are bounded by
+/// the schema).
+fn defragmentation(spec: &EtcdadmClusterSpec) -> Vec<FieldError> {
+    let Some(policy) = spec.maintenance.as_ref().and_then(|m| m.defragmentation.as_ref()) else {
+        return vec![];
+    };
+    let base = "spec.maintenance.defragmentation";
+    let mut errors = vec![];
+    for (field, value) in [
+        ("minimumSize", &policy.minimum_size),
+        ("minimumReclaimable", &policy.minimum_reclaimable),
+    ] {
+        if let Some(Err(why)) = value.as_ref().map(|q| q.bytes()) {
+            errors.push(FieldError::new(format!("{base}.{field}"), why));
+        }
+    }
+    for (field, value, bound) in [
+        ("fragmentedPercent", policy.fragmented_percent, 99),
+        ("quotaPercent", policy.quota_percent, 100),
+    ] {
+        if let Some(percent) = value
+            && !(1..=bound).contains(&percent)
+        {
+            errors.push(FieldError::new(
+                format!("{base}.{field}"),
+                format!("{percent}: must be 1 to {bound} (percent)"),
+            ));
+        }
+    }
+    let minimum = duration::format(MIN_DEFRAGMENT_INTERVAL);
+    let mut at_least = |field: String, value: &str| match duration::parse(value) {
+        Ok(d) if d >= MIN_DEFRAGMENT_INTERVAL => {}
+        Ok(_) => errors.push(FieldError::new(
+            field,
+            format!("{}: must be at least {minimum}", quoted(value)),
+        )),
+        Err(e) => errors.push(FieldError::new(field, format!("{}: {e}", quoted(value)))),
+    };
+    if let Some(interval) = &policy.interval {
+        at_least(format!("{base}.interval"), interval);
+    }
+    if let Some(window) = &policy.window {
+        at_least(format!("{base}.window.duration"), &window.duration);
+        if let Err(e) = Schedule::parse(&window.start) {
+            errors.push(FieldError::new(format!("{base}.window.start"), e.to_string()));
+        }
     }
     errors
 }
@@ -309,6 +347,48 @@ pub fn validate_update(old: &EtcdadmClusterSpec, new: &EtcdadmClusterSpec) -> Ve
     errors
 }
 
+/// `spec.infrastructureTemplate`: named, an infrastructure provider's kind, in our namespace.
+fn template_problems(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<FieldError> {
+    let template = &spec.infrastructure_template;
+    let mut errors = vec![];
+    if template.kind.as_deref().unwrap_or_default().is_empty() {
+        errors.push(FieldError::new("spec.infrastructureTemplate.kind", "required"));
+    }
+    if template.name.as_deref().unwrap_or_default().is_empty() {
+        errors.push(FieldError::new("spec.infrastructureTemplate.name", "required"));
+    }
+    if let Some(api_version) = template.api_version.as_deref()
+        && let Some(problem) = infrastructure_group_problem(api_version)
+    {
+        errors.push(FieldError::new("spec.infrastructureTemplate.apiVersion", problem));
+    }
+    if let (Some(template_ns), Some(ns)) = (template.namespace.as_deref(), namespace)
+        && template_ns != ns
+    {
+        errors.push(FieldError::new(
+            "spec.infrastructureTemplate.namespace",
+            format!(
+                "{}: must be the EtcdadmCluster's own namespace {ns:?}",
+                quoted(template_ns)
+            ),
+        ));
+    }
+    errors
+}
+
+/// Why `api_version` is not of the infrastructure providers' group, if it is not: the
+/// controller clones only kinds of that group, and its RBAC reaches no other.
+pub fn infrastructure_group_problem(api_version: &str) -> Option<String> {
+    match api_version.split_once('/') {
+        Some((group, version)) if group == names::INFRASTRUCTURE_GROUP && !version.is_empty() => None,
+        _ => Some(format!(
+            "{}: must be {}/<version> (the template of an infrastructure provider)",
+            quoted(api_version),
+            names::INFRASTRUCTURE_GROUP
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,6 +411,31 @@ mod tests {
             "healthCheck": {"interval": "10s", "timeout": "5s", "unhealthyAfter": "5m"},
             "rolloutStrategy": {"rollingUpdate": {"maxSurge": 0}}}));
         assert_eq!(validate_spec(&valid, Some("default")), vec![]);
+    }
+
+    #[test]
+    fn the_defragmentation_policy_is_checked_with_its_field_paths() {
+        let good = spec(json!({"replicas": 3, "maintenance": {"defragmentation": {
+            "mode": "Automatic", "fragmentedPercent": 50, "minimumSize": "200Mi", "quotaPercent": 75,
+            "minimumReclaimable": 104857600, "interval": "30m",
+            "window": {"start": "0 2 * * *", "duration": "4h"}}}}));
+        assert_eq!(validate_spec(&good, None), vec![]);
+        let bad = spec(json!({"maintenance": {"defragmentation": {
+            "fragmentedPercent": 100, "minimumSize": "lots", "quotaPercent": 0, "interval": "30s",
+            "window": {"start": "0 25 * * *", "duration": "forever"}}}}));
+        let errors = validate_spec(&bad, None);
+        assert_eq!(
+            paths(&errors),
+            [
+                "spec.maintenance.defragmentation.minimumSize",
+                "spec.maintenance.defragmentation.fragmentedPercent",
+                "spec.maintenance.defragmentation.quotaPercent",
+                "spec.maintenance.defragmentation.interval",
+                "spec.maintenance.defragmentation.window.duration",
+                "spec.maintenance.defragmentation.window.start",
+            ]
+        );
+        assert!(errors[3].message.contains("must be at least 1m"), "{}", errors[3]);
     }
 
     #[test]
@@ -360,6 +465,33 @@ mod tests {
         let same =
             spec(json!({"infrastructureTemplate": {"kind": "K", "name": "n", "namespace": "default"}}));
         assert!(validate_spec(&same, Some("default")).is_empty());
+    }
+
+    #[test]
+    fn the_template_is_an_infrastructure_providers() {
+        let of = |api_version: &str| {
+            spec(json!({"infrastructureTemplate": {"apiVersion": api_version, "kind": "K", "name": "n"}}))
+        };
+        assert!(validate_spec(&of("infrastructure.cluster.x-k8s.io/v1beta2"), None).is_empty());
+        for bad in [
+            "v1",
+            "apps/v1",
+            "cluster.x-k8s.io/v1beta2",
+            "infrastructure.cluster.x-k8s.io/",
+            "x.infrastructure.cluster.x-k8s.io/v1",
+        ] {
+            let errors = validate_spec(&of(bad), None);
+            assert_eq!(
+                paths(&errors),
+                ["spec.infrastructureTemplate.apiVersion"],
+                "{bad}"
+            );
+            assert!(
+                errors[0]
+                    .message
+                    .contains("infrastructure.cluster.x-k8s.io/<version>")
+            );
+        }
     }
 
     #[test]

@@ -194,7 +194,12 @@ impl Env {
     async fn reconcile_reusing(&self) -> (EtcdadmCluster, u64) {
         let etcd = self.api::<EtcdadmCluster>().get(ETCD).await.unwrap();
         let before = self.server.request_count();
-        reconcile(Arc::new(etcd), self.ctx.clone()).await.unwrap();
+        // A task of its own: polled by the runtime, not inside the test's (large, unoptimised)
+        // future, so the test thread's stack holds one of them at a time.
+        tokio::spawn(reconcile(Arc::new(etcd), self.ctx.clone()))
+            .await
+            .unwrap()
+            .unwrap();
         let requests = self.server.request_count() - before;
         (self.api::<EtcdadmCluster>().get(ETCD).await.unwrap(), requests)
     }
@@ -464,7 +469,10 @@ async fn the_first_member_is_created_whole_and_alone() {
     assert_eq!(machine.spec.version.as_deref(), Some("v1.33.1"), "KCP's version");
 
     let config = env.api::<EtcdadmConfig>().get(&name).await.unwrap();
-    assert_eq!(config.spec, created.spec.etcdadm_config_spec);
+    // The cluster's config spec, with etcd's corruption checks on for the new member.
+    let mut expected = created.spec.etcdadm_config_spec.clone();
+    expected.corruption_checks = Some(etcdadm_shared::api::config::CorruptionChecks::Enabled);
+    assert_eq!(config.spec, expected);
     assert_eq!(config.labels()[names::ETCD_CLUSTER_LABEL], ETCD);
     // Created asking for a learner join (the first member renders `init` regardless).
     assert_eq!(config.annotations()[names::LEARNER_JOIN_ANNOTATION], "true");

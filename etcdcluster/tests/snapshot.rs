@@ -3,7 +3,8 @@
 //! store (SeaweedFS), playing the EtcdadmCluster controller by writing the cluster's status by
 //! hand: on-demand snapshots from a follower, every failure cause named on the snapshot and in an
 //! Event, a corrupted stream (a fake member) failing with nothing in the bucket, an interrupted
-//! attempt resumed, retention keeping exactly N, and the schedule firing.
+//! attempt resumed, retention keeping exactly N, and the schedule firing; a hostile store
+//! stand-in cut off by the request deadline and never quoted; the snapshot slots.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -18,7 +19,9 @@ use etcdadm_shared::etcd::{EtcdTls, MemberClient};
 use etcdadm_shared::names;
 use etcdadm_shared::pki::CertificateAuthority;
 use etcdadm_shared::store::StoreClient;
-use etcdadm_shared::testing::{CREDENTIALS_SECRET, SeaweedFs, TlsEtcd, TlsEtcdCluster};
+use etcdadm_shared::testing::{
+    CREDENTIALS_SECRET, HostileStore, Hostility, SeaweedFs, TlsEtcd, TlsEtcdCluster,
+};
 use etcdadm_sim::fake_etcd::{FakeSnapshot, serve_snapshot};
 use etcdadm_sim_apiserver::{ApiServer, fake_client};
 use k8s_openapi::ByteString;
@@ -572,5 +575,121 @@ async fn retention_keeps_exactly_the_newest_n_and_the_schedule_fires() {
         .items
         .len();
     assert_eq!(left, 2, "retention still keeps 2");
+    drop(etcd);
+}
+
+/// A store the tenant controls, which passes the bucket check and then trickles, sends a 1 GiB
+/// error body or answers with internal-looking text: each snapshot fails by the request
+/// deadline, with only the HTTP status and S3 code in its condition and Event, and the store
+/// got to send no more than the answer cap and the socket buffers hold.
+#[tokio::test]
+async fn a_hostile_store_fails_the_snapshot_by_its_deadline_saying_status_and_code_only() {
+    let env = Env::new().await;
+    let members = vec![member("m0", "https://127.0.0.1:1", true)];
+    let mut ctx = Context::new(env.client.clone());
+    ctx.store_request_deadline = Duration::from_secs(2);
+    let ctx = Arc::new(ctx);
+    let mut cluster_made = false;
+    for (i, (hostility, reason, says)) in [
+        (
+            Hostility::TrickleBody,
+            "StoreUnreachable",
+            "gave no complete answer to CreateMultipartUpload within 2s",
+        ),
+        (
+            Hostility::HugeErrorBody,
+            "StoreError",
+            "answered CreateMultipartUpload with HTTP 500 InternalError",
+        ),
+        (
+            Hostility::InternalText,
+            "AuthRefused",
+            "(CreateMultipartUpload): HTTP 403 AccessDenied;",
+        ),
+        (
+            Hostility::InternalPage,
+            "StoreError",
+            "answered CreateMultipartUpload with HTTP 500 (no S3 error code)",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let store = HostileStore::start(hostility).await;
+        let backup = json!({"store": {"s3": {"endpoint": store.endpoint(), "insecure": true}}});
+        if cluster_made {
+            env.clusters()
+                .patch(
+                    ETCD,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"backup": backup}})),
+                )
+                .await
+                .unwrap();
+            let generation = env.clusters().get(ETCD).await.unwrap().metadata.generation;
+            env.set_members(generation, members.clone(), "True").await;
+        } else {
+            env.cluster(backup, members.clone()).await;
+            cluster_made = true;
+        }
+        let name = format!("hostile-{i}");
+        env.snapshot(&name).await;
+        let cluster = env.clusters().get(ETCD).await.unwrap();
+        let reconciled =
+            tokio::time::timeout(Duration::from_secs(60), reconcile(Arc::new(cluster), ctx.clone())).await;
+        assert!(reconciled.is_ok(), "{hostility:?}: the reconcile did not end");
+        let failed = env.get(&name).await;
+        assert_eq!(failed.phase(), SnapshotPhase::Failed, "{hostility:?}");
+        assert_eq!(ready_reason(&failed), reason, "{hostility:?}");
+        let message = failed
+            .status
+            .as_ref()
+            .and_then(|s| conditions::find(&s.conditions, "Ready"))
+            .and_then(|c| c.message.clone())
+            .unwrap();
+        assert!(message.contains(says), "{hostility:?}: {message}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            store.bytes_sent() < 32 << 20,
+            "{hostility:?}: {} bytes sent",
+            store.bytes_sent()
+        );
+    }
+    for (_, note) in env.events().await {
+        assert!(!note.contains("hunter2"), "{note}");
+        assert!(!note.contains("admin console"), "{note}");
+    }
+    for snapshot in env.snapshots().list(&Default::default()).await.unwrap() {
+        assert!(!format!("{:?}", snapshot.status).contains("hunter2"));
+    }
+}
+
+/// Snapshots take one of the controller's slots: with every slot taken, a due snapshot stays
+/// Pending and says why, and is taken once a slot frees.
+#[tokio::test]
+async fn a_snapshot_waits_for_a_free_slot() {
+    let env = Env::new().await;
+    let (etcd, m0) = one_member().await;
+    env.cluster(json!({}), vec![m0]).await;
+    env.snapshot("s1").await;
+    let held = env
+        .ctx
+        .snapshot_slots
+        .clone()
+        .acquire_many_owned(2)
+        .await
+        .unwrap();
+    let action = env.reconcile().await;
+    let waiting = env.get("s1").await;
+    assert_eq!(waiting.phase(), SnapshotPhase::Pending);
+    assert_eq!(ready_reason(&waiting), "WaitingForSnapshotSlot");
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(Duration::from_secs(5))
+    );
+    assert!(env.objects().await.is_empty());
+    drop(held);
+    env.reconcile().await;
+    assert_eq!(env.get("s1").await.phase(), SnapshotPhase::Succeeded);
     drop(etcd);
 }

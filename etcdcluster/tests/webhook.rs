@@ -136,7 +136,7 @@ async fn defaults_fill_only_what_is_absent() {
 #[tokio::test]
 async fn invalid_clusters_are_denied_with_every_field_path() {
     let webhooks = Webhooks::start().await;
-    let bad = json!({"replicas": 2, "infrastructureTemplate": {"kind": "K", "name": "n", "namespace": "other"},
+    let bad = json!({"replicas": 2, "infrastructureTemplate": {"apiVersion": "apps/v1", "kind": "K", "name": "n", "namespace": "other"},
         "failureDomains": ["a", "a"], "healthCheck": {"interval": "5s", "timeout": "30s"},
         "etcdadmConfigSpec": {"cipherSuites": "TLS_NOT_A_SUITE"}});
     let response = webhooks
@@ -147,6 +147,7 @@ async fn invalid_clusters_are_denied_with_every_field_path() {
     let message = response["status"]["message"].as_str().unwrap();
     for path in [
         "spec.replicas",
+        "spec.infrastructureTemplate.apiVersion",
         "spec.infrastructureTemplate.namespace",
         "spec.failureDomains[1]",
         "spec.healthCheck.timeout",
@@ -182,13 +183,47 @@ async fn backup_settings_are_checked_and_a_restore_is_admitted_with_cloud_config
         assert!(message.contains(path), "{path} missing from {message}");
     }
     let good = json!({"infrastructureTemplate": template(),
-        "backup": {"store": {"s3": {"endpoint": "http://minio:9000", "bucket": "etcd-backups",
-                                    "credentialsSecretRef": {"name": "s3"}}},
+        "backup": {"store": {"s3": {"endpoint": "https://minio:9000", "bucket": "etcd-backups",
+                                    "credentialsSecretRef": {"name": "s3"}, "sse": "AES256"}},
                    "schedule": "0 */6 * * *", "retention": {"keep": 3}}});
     let response = webhooks
         .call(VALIDATE_PATH, &review("CREATE", cluster(good), None))
         .await;
     assert_eq!(response["allowed"], true, "{response}");
+    assert!(response.get("warnings").is_none_or(Value::is_null), "{response}");
+
+    // Plain http: refused, unless the store says insecure: true, which is admitted with a
+    // warning kubectl prints.
+    let http = |insecure: Value| {
+        let mut s3 = json!({"endpoint": "http://minio:9000", "bucket": "etcd-backups",
+                            "credentialsSecretRef": {"name": "s3"}});
+        if !insecure.is_null() {
+            s3["insecure"] = insecure;
+        }
+        cluster(json!({"infrastructureTemplate": template(), "backup": {"store": {"s3": s3}}}))
+    };
+    let response = webhooks
+        .call(VALIDATE_PATH, &review("CREATE", http(Value::Null), None))
+        .await;
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.backup.store.s3.endpoint: \"http://minio:9000\" is plain http"),
+        "{message}"
+    );
+    let response = webhooks
+        .call(VALIDATE_PATH, &review("CREATE", http(json!(true)), None))
+        .await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let warnings = response["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{response}");
+    assert!(
+        warnings[0]
+            .as_str()
+            .unwrap()
+            .starts_with("spec.backup.store.s3.endpoint is plain http (insecure: true)"),
+        "{warnings:?}"
+    );
 
     let restored = cluster(json!({"infrastructureTemplate": template(),
         "restore": {"snapshot": {"name": "c1-snap"}}}));

@@ -76,6 +76,17 @@ pub fn problems(spec: &EtcdadmConfigSpec, base: &str) -> Vec<FieldError> {
             "Bottlerocket always runs its NTP client: remove enabled: false (servers may be set)".into(),
         );
     }
+    if spec
+        .registry_mirror
+        .as_ref()
+        .is_some_and(|m| m.insecure_skip_verify == Some(true))
+    {
+        refuse(
+            format!("{base}.registryMirror.insecureSkipVerify"),
+            "Bottlerocket always checks a registry mirror's certificate: give its CA in caCert instead"
+                .into(),
+        );
+    }
     let mirror_has_ca = spec
         .registry_mirror
         .as_ref()

@@ -35,6 +35,8 @@ pub enum ErrorCategory {
     StoreRefused,
     /// An interrupted multipart upload the store no longer knows.
     StoreNoSuchUpload,
+    /// The object named does not exist in the store.
+    StoreObjectMissing,
     /// The store configuration cannot be used.
     InvalidStore,
     /// A state the code should never reach: a bug, reported instead of guessed around.
@@ -62,6 +64,7 @@ impl ErrorCategory {
             ErrorCategory::StoreTls => "StoreTLSError",
             ErrorCategory::StoreRefused => "StoreError",
             ErrorCategory::StoreNoSuchUpload => "NoSuchUpload",
+            ErrorCategory::StoreObjectMissing => "ObjectMissing",
             ErrorCategory::InvalidStore => "InvalidStore",
             ErrorCategory::Internal => "InternalError",
         }

@@ -13,6 +13,7 @@ pub mod cron;
 pub mod duration;
 pub mod error;
 pub mod etcd;
+pub mod etcd_settings;
 pub mod manager;
 pub mod names;
 pub mod pki;

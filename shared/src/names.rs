@@ -42,8 +42,9 @@ pub const LEARNER_LISTED_WAIT_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/l
 pub const JOIN_STARTED_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/join-started";
 /// On the first member's EtcdadmConfig of a cluster created from a snapshot: the Secret (same
 /// namespace) holding the snapshot's short-lived download URL ([`RESTORE_URL_KEY`]), its
-/// SHA-256 ([`RESTORE_SHA256_KEY`], optional) and the store's CA bundle ([`RESTORE_CA_KEY`],
-/// optional). The bootstrap provider renders `etcdadm init --snapshot` from it.
+/// SHA-256 ([`RESTORE_SHA256_KEY`], required: every restore is checked), the store's CA bundle
+/// ([`RESTORE_CA_KEY`], optional) and whether a plain http URL is allowed
+/// ([`RESTORE_INSECURE_KEY`]). The bootstrap provider renders `etcdadm init --snapshot` from it.
 pub const RESTORE_SECRET_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/restore-secret";
 /// On the restore Secret: when its URL was presigned (RFC 3339), so it is renewed in time.
 pub const RESTORE_URL_WRITTEN_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/restore-url-written";
@@ -53,9 +54,28 @@ pub const RESTORE_URL_KEY: &str = "url";
 pub const RESTORE_SHA256_KEY: &str = "sha256";
 /// Restore Secret key: PEM CA bundle the store's certificate is checked against.
 pub const RESTORE_CA_KEY: &str = "ca.crt";
+/// Restore Secret key: raise the restored revision by this much and mark the older ones
+/// compacted, where the node's etcdutl can (docs/day2.md, "Revisions after a restore").
+pub const RESTORE_BUMP_REVISION_KEY: &str = "bumpRevision";
+/// Restore Secret key: `"true"` when the store is `insecure: true`, the one case a plain
+/// `http://` URL is downloaded from.
+pub const RESTORE_INSECURE_KEY: &str = "insecure";
+/// On the restore Secret: where its SHA-256 came from (a `ChecksumSource`: EtcdadmSnapshot,
+/// Spec, ObjectMetadata or Computed); a computed one is kept when the URL is renewed.
+pub const RESTORE_SHA256_SOURCE_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/sha256-source";
 /// On an EtcdadmCluster: recover from quorum loss from this source (`latest`,
 /// `member/<machine>`, `snapshot/<name>`), docs/day2.md, "Quorum loss".
 pub const RECOVER_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/recover";
+/// On an EtcdadmSnapshot the EtcdadmCluster controller made before a disruptive change: why
+/// (`before-rollout`, `before-scale-down`), docs/day2.md, "Snapshots before changes".
+pub const SNAPSHOT_REASON_LABEL: &str = "etcdcluster.cluster.x-k8s.io/snapshot-reason";
+/// [`SNAPSHOT_REASON_LABEL`] of the snapshot before a rolling replacement's first removal.
+pub const BEFORE_ROLLOUT: &str = "before-rollout";
+/// [`SNAPSHOT_REASON_LABEL`] of the snapshot before a scale-down's first removal.
+pub const BEFORE_SCALE_DOWN: &str = "before-scale-down";
+/// On an EtcdadmCluster: let the change waiting for its before-change snapshot go ahead without
+/// it (one change; the controller removes the annotation when it uses it).
+pub const PROCEED_WITHOUT_SNAPSHOT_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/proceed-without-snapshot";
 /// On a Machine: prefer this one when choosing a scale-down victim.
 pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
 /// Prefix of CAPI's pre-terminate hook annotations: a Machine is not terminated while one is set.
@@ -65,6 +85,9 @@ pub const PRE_TERMINATE_HOOK_ANNOTATION: &str =
     "pre-terminate.delete.hook.machine.cluster.x-k8s.io/etcdadm-cluster";
 /// CAPI's annotation naming the template an infrastructure machine was cloned from.
 pub const CLONED_FROM_NAME_ANNOTATION: &str = "cluster.x-k8s.io/cloned-from-name";
+/// The API group of infrastructure providers' kinds: the only group an EtcdadmCluster's
+/// `spec.infrastructureTemplate` may name (its RBAC covers no other).
+pub const INFRASTRUCTURE_GROUP: &str = "infrastructure.cluster.x-k8s.io";
 /// CAPI's annotation naming the group and kind of that template (`Kind.group`).
 pub const CLONED_FROM_GROUPKIND_ANNOTATION: &str = "cluster.x-k8s.io/cloned-from-groupkind";
 

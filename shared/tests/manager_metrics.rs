@@ -1,5 +1,7 @@
-//! `/metrics` on the diagnostics address, scraped over HTTP from a running manager after a few
-//! reconciles: the exposition parses, and the generic and registered series carry their labels.
+//! `/metrics` on the diagnostics address, scraped over plain HTTP (`--insecure-diagnostics`)
+//! from a running manager after a few reconciles: the exposition parses, and the generic and
+//! registered series carry their labels. The guarded HTTPS default is tested on a real
+//! kube-apiserver (real_apiserver_metrics.rs).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
@@ -40,6 +42,7 @@ async fn metrics_are_scraped_over_http_after_reconciles() {
         "test",
         "--health-addr=0",
         "--diagnostics-address=127.0.0.1:0",
+        "--insecure-diagnostics",
         "--webhook-port=0",
     ])
     .args;

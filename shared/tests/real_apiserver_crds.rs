@@ -98,7 +98,8 @@ fn s3_store() -> Value {
 }
 
 fn backup() -> Value {
-    json!({"store": s3_store(), "schedule": "0 */6 * * *", "retention": {"keep": 7}})
+    json!({"store": s3_store(), "schedule": "0 */6 * * *", "retention": {"keep": 7, "hourly": 24, "daily": 7, "weekly": 4},
+           "beforeChange": {"maxAge": "15m", "keep": 5}})
 }
 
 fn snapshot(spec: Value) -> Value {
@@ -188,6 +189,28 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             "cluster restored from a store and key",
             cluster(json!({"restore": {"snapshot": {"store": s3_store(), "key": "prod/default/c1/s.db"}}})),
         ),
+        (
+            "cluster restored from a store and key with its SHA-256",
+            cluster(
+                json!({"restore": {"snapshot": {"store": s3_store(), "key": "k", "sha256": "aB".repeat(32)}}}),
+            ),
+        ),
+        (
+            "a plain http store allowed by insecure",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"endpoint": "http://minio:9000", "insecure": true}}}))}),
+            ),
+        ),
+        (
+            "a store encrypting with a KMS key",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"sse": "aws:kms", "sseKMSKeyID": "alias/etcd"}}}))}),
+            ),
+        ),
+        (
+            "a store encrypting with AES256",
+            cluster(json!({"backup": merged(backup(), json!({"store": {"s3": {"sse": "AES256"}}}))})),
+        ),
         ("snapshot", snapshot(json!({"clusterName": "c1-etcd"}))),
         (
             "certificatesExpiryDays at its minimum",
@@ -213,6 +236,19 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
         (
             "alarms repaired by hand",
             cluster(json!({"maintenance": {"alarms": "Manual"}})),
+        ),
+        // etcd settings as numbers or strings; corruption checks off; a full defragmentation policy.
+        (
+            "etcd settings",
+            config_with(json!({"corruptionChecks": "Disabled", "etcdSettings": {
+                "snapshot-count": 20000, "auto-compaction-retention": "30m", "max-request-bytes": "2Mi"}})),
+        ),
+        (
+            "a defragmentation policy",
+            cluster(json!({"maintenance": {"defragmentation": {
+                "mode": "Automatic", "fragmentedPercent": 99, "minimumSize": "200Mi", "quotaPercent": 100,
+                "minimumReclaimable": 1048576, "interval": "30m",
+                "window": {"start": "0 2 * * *", "duration": "4h"}}}})),
         ),
         // The latest time the server accepts: the controller must read it too.
         (
@@ -316,6 +352,31 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             "an unknown alarm repair",
             cluster(json!({"maintenance": {"alarms": "Sometimes"}})),
             &["spec.maintenance.alarms", "Unsupported value"],
+        ),
+        (
+            "17 etcd settings",
+            config_with(
+                json!({"etcdSettings": (0..17).map(|i| (format!("s{i}"), json!(i))).collect::<serde_json::Map<_, _>>()}),
+            ),
+            &["spec.etcdSettings", "must have at most 16 items"],
+        ),
+        (
+            "an unknown corruption check setting",
+            config_with(json!({"corruptionChecks": "Sometimes"})),
+            &["spec.corruptionChecks", "Unsupported value"],
+        ),
+        (
+            "an unknown defragmentation mode",
+            cluster(json!({"maintenance": {"defragmentation": {"mode": "Sometimes"}}})),
+            &["spec.maintenance.defragmentation.mode", "Unsupported value"],
+        ),
+        (
+            "fragmentation of 100%",
+            cluster(json!({"maintenance": {"defragmentation": {"fragmentedPercent": 100}}})),
+            &[
+                "spec.maintenance.defragmentation.fragmentedPercent",
+                "less than or equal to 99",
+            ],
         ),
         (
             "a long cipher suite list",
@@ -607,6 +668,42 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             ],
         ),
         (
+            "retention with neither keep nor a tier",
+            cluster(
+                json!({"backup": merged(backup(), json!({"retention": {"keep": null, "hourly": null, "daily": null, "weekly": null}}))}),
+            ),
+            &["spec.backup.retention", "set keep or a tier"],
+        ),
+        (
+            "an hourly tier of none",
+            cluster(json!({"backup": merged(backup(), json!({"retention": {"hourly": 0}}))})),
+            &[
+                "spec.backup.retention.hourly",
+                "should be greater than or equal to 1",
+            ],
+        ),
+        (
+            "a weekly tier too long",
+            cluster(json!({"backup": merged(backup(), json!({"retention": {"weekly": 1001}}))})),
+            &[
+                "spec.backup.retention.weekly",
+                "should be less than or equal to 1000",
+            ],
+        ),
+        (
+            "a before-change maxAge that is no duration",
+            cluster(json!({"backup": merged(backup(), json!({"beforeChange": {"maxAge": "ten minutes"}}))})),
+            &["spec.backup.beforeChange.maxAge", "should match"],
+        ),
+        (
+            "keeping no before-change snapshot",
+            cluster(json!({"backup": merged(backup(), json!({"beforeChange": {"keep": 0}}))})),
+            &[
+                "spec.backup.beforeChange.keep",
+                "should be greater than or equal to 1",
+            ],
+        ),
+        (
             "a restore naming nothing",
             cluster(json!({"restore": {"snapshot": {}}})),
             &["spec.restore.snapshot", "set either name, or store and key"],
@@ -620,6 +717,49 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             "a restore key without its store",
             cluster(json!({"restore": {"snapshot": {"key": "k"}}})),
             &["spec.restore.snapshot", "store and key go together"],
+        ),
+        (
+            "a plain http store without insecure",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"endpoint": "http://minio:9000"}}}))}),
+            ),
+            &[
+                "spec.backup.store.s3.endpoint",
+                "endpoint must be an https:// URL; a plain http:// store needs insecure: true",
+            ],
+        ),
+        (
+            "a plain http restore store without insecure",
+            cluster(json!({"restore": {"snapshot": {"key": "k",
+                "store": merged(s3_store(), json!({"s3": {"endpoint": "http://minio:9000"}}))}}})),
+            &["spec.restore.snapshot.store.s3.endpoint", "needs insecure: true"],
+        ),
+        (
+            "a KMS key without aws:kms",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"sse": "AES256", "sseKMSKeyID": "k"}}}))}),
+            ),
+            &[
+                "spec.backup.store.s3.sseKMSKeyID",
+                "sseKMSKeyID needs sse: aws:kms",
+            ],
+        ),
+        (
+            "an encryption the store does not know",
+            cluster(json!({"backup": merged(backup(), json!({"store": {"s3": {"sse": "ROT13"}}}))})),
+            &["spec.backup.store.s3.sse", "Unsupported value"],
+        ),
+        (
+            "a restore SHA-256 that is not 64 hex digits",
+            cluster(
+                json!({"restore": {"snapshot": {"store": s3_store(), "key": "k", "sha256": "g".repeat(64)}}}),
+            ),
+            &["spec.restore.snapshot.sha256", "should match"],
+        ),
+        (
+            "a restore SHA-256 for a named snapshot",
+            cluster(json!({"restore": {"snapshot": {"name": "s", "sha256": "a".repeat(64)}}})),
+            &["spec.restore.snapshot.sha256", "sha256 goes with store and key"],
         ),
         (
             "a snapshot of no cluster",
@@ -658,6 +798,7 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             }
         }
     }
+    println!("{} admission cases", accepted.len() + refused.len());
     assert!(
         failures.is_empty(),
         "{} of {} admission cases went wrong:\n{}",

@@ -1,12 +1,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! The S3 client against a real S3-compatible server (SeaweedFS on 127.0.0.1): multipart uploads
 //! complete and abort, presigned GETs download, deletes and prefix listings work, and a missing
-//! bucket, refused credentials and an unreachable endpoint each fail with their own cause.
+//! bucket, refused credentials and an unreachable endpoint each fail with their own cause; over
+//! https, server-side encryption and the SHA-256 in an object's metadata.
 
 use std::time::Duration;
 
+use etcdadm_shared::api::snapshot::S3Store;
 use etcdadm_shared::store::{MultipartWriter, PART_SIZE, StoreClient, StoreCredentials, StoreError};
 use etcdadm_shared::testing::SeaweedFs;
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
 /// Deterministic bytes that differ from part to part.
@@ -153,4 +156,110 @@ async fn a_missing_bucket_refused_credentials_and_an_unreachable_endpoint_are_na
         !text.contains("X-Amz-Signature"),
         "no signed URL in errors: {text}"
     );
+}
+
+/// `store` of `s3` with `extra` merged into it.
+fn store_with(s3: &SeaweedFs, bucket: &str, extra: serde_json::Value) -> StoreClient {
+    let mut store = serde_json::to_value(s3.store(bucket)).unwrap();
+    json_patch::merge(&mut store, &extra);
+    let store: S3Store = serde_json::from_value(store).unwrap();
+    StoreClient::new(&store, s3.credentials(), s3.ca_pem()).unwrap()
+}
+
+/// Upload `data` to `key` in parts.
+async fn upload(store: &StoreClient, key: &str, data: &[u8]) -> Result<u64, StoreError> {
+    let upload = store.create_multipart_upload(key).await?;
+    let mut writer = MultipartWriter::new(store, key, &upload);
+    writer.write(data).await?;
+    writer.complete().await
+}
+
+/// Whether any of the 64-byte windows of `data` taken every 256 KiB appears in a file under
+/// `dir`.
+fn appears_under(dir: &std::path::Path, data: &[u8]) -> bool {
+    let windows: Vec<&[u8]> = (0..data.len() - 64)
+        .step_by(256 << 10)
+        .map(|i| &data[i..i + 64])
+        .collect();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            stack.extend(std::fs::read_dir(&path).unwrap().flatten().map(|e| e.path()));
+        } else if let Ok(bytes) = std::fs::read(&path)
+            && windows.iter().any(|w| bytes.windows(64).any(|b| b == *w))
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// Over https (the store's own CA), with `sse: AES256`: the object's SHA-256 is recorded in
+/// its metadata and read back, the controller computes the same by reading it, the presigned
+/// download works with the CA and says it is encrypted, and SeaweedFS's disk holds none of the
+/// plaintext (while an unencrypted upload's plaintext is found there, so the check can fail).
+#[tokio::test]
+async fn over_https_an_aes256_object_is_encrypted_at_rest_and_carries_its_sha256() {
+    let s3 = SeaweedFs::start_tls().await;
+    s3.create_bucket("snapshots").await;
+    let encrypted = store_with(&s3, "snapshots", json!({"sse": "AES256"}));
+    let plain = s3.client("snapshots");
+    let data: Vec<u8> = (0..PART_SIZE + (1 << 20)).map(|_| rand::random::<u8>()).collect();
+    let size = upload(&encrypted, "c1/sse.db", &data).await.unwrap();
+    let sha256 = etcdadm_shared::backup::hex(&Sha256::digest(&data));
+    assert!(encrypted.record_sha256("c1/sse.db", size, &sha256).await.unwrap());
+    let head = encrypted.head_object("c1/sse.db").await.unwrap();
+    assert_eq!((head.size, head.sha256.as_deref()), (size, Some(sha256.as_str())));
+    assert_eq!(encrypted.sha256_of("c1/sse.db", size).await.unwrap(), sha256);
+
+    let trusting = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(s3.ca_pem().unwrap().as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let url = encrypted.presigned_get("c1/sse.db", Duration::from_secs(60));
+    assert!(url.as_str().starts_with("https://"), "{url}");
+    let response = trusting.get(url).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["x-amz-server-side-encryption"],
+        "AES256",
+        "still encrypted after the metadata copy"
+    );
+    assert_eq!(
+        Sha256::digest(response.bytes().await.unwrap()),
+        Sha256::digest(&data)
+    );
+    // Without the CA, the download is refused: the certificate is checked.
+    let url = encrypted.presigned_get("c1/sse.db", Duration::from_secs(60));
+    assert!(reqwest::Client::new().get(url).send().await.is_err());
+
+    let control: Vec<u8> = (0..2 << 20).map(|_| rand::random::<u8>()).collect();
+    upload(&plain, "c1/plain.db", &control).await.unwrap();
+    assert!(
+        appears_under(&s3.data_dir(), &control),
+        "the unencrypted object is on disk as is"
+    );
+    assert!(!appears_under(&s3.data_dir(), &data), "the AES256 object is not");
+}
+
+/// `sse: aws:kms` is sent (with its key ID); SeaweedFS 4.48 without a KMS starts the upload and
+/// refuses its parts, which fails the upload with the status and code only.
+#[tokio::test]
+async fn aws_kms_is_sent_and_a_store_without_a_kms_refuses_the_upload() {
+    let s3 = SeaweedFs::start().await;
+    s3.create_bucket("snapshots").await;
+    let kms = store_with(
+        &s3,
+        "snapshots",
+        json!({"sse": "aws:kms", "sseKMSKeyID": "alias/etcd"}),
+    );
+    let err = upload(&kms, "c1/kms.db", b"data").await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "object store at {} answered UploadPart with HTTP 500 InternalError",
+            s3.endpoint()
+        )
+    );
+    assert!(kms.list("c1/").await.unwrap().is_empty());
 }

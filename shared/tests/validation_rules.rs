@@ -531,6 +531,26 @@ fn user_names_are_unique() {
 }
 
 #[test]
+fn skipping_a_mirrors_certificate_check_is_an_explicit_opt_in_without_a_ca() {
+    valid(json!({"registryMirror": {"endpoint": "mirror.local:5000", "insecureSkipVerify": true}}));
+    valid(
+        json!({"registryMirror": {"endpoint": "mirror.local:5000", "caCert": "PEM", "insecureSkipVerify": false}}),
+    );
+    invalid(
+        json!({"registryMirror": {"endpoint": "mirror.local:5000", "caCert": "PEM", "insecureSkipVerify": true}}),
+        "spec.registryMirror.insecureSkipVerify",
+        "remove one of them",
+    );
+    let mut skipping = bottlerocket();
+    skipping["registryMirror"] = json!({"endpoint": "mirror.local:5000", "insecureSkipVerify": true});
+    invalid(
+        skipping,
+        "spec.registryMirror.insecureSkipVerify",
+        "Bottlerocket always checks",
+    );
+}
+
+#[test]
 fn registry_mirror_needs_an_endpoint() {
     valid(json!({"registryMirror": {"endpoint": "mirror.local:5000"}}));
     invalid(

@@ -168,10 +168,30 @@ fn snapshot_download(secret: &Secret) -> Result<SnapshotDownload, String> {
             names::RESTORE_URL_KEY
         )
     })?;
+    let bump_revision = match text(names::RESTORE_BUMP_REVISION_KEY)? {
+        None => None,
+        Some(value) => Some(
+            value
+                .trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    format!(
+                        "metadata.annotations[{}]: Secret {} has a key {} that is not a positive number",
+                        names::RESTORE_SECRET_ANNOTATION,
+                        secret.name_any(),
+                        names::RESTORE_BUMP_REVISION_KEY
+                    )
+                })?,
+        ),
+    };
     Ok(SnapshotDownload {
         url,
         sha256: text(names::RESTORE_SHA256_KEY)?,
         ca_pem: text(names::RESTORE_CA_KEY)?,
+        bump_revision,
+        insecure: text(names::RESTORE_INSECURE_KEY)?.is_some_and(|v| v.trim() == "true"),
     })
 }
 

@@ -1,5 +1,6 @@
 //! The cloud-config document: decides what goes in it and in which order; the askama template
-//! only lays out values that are already quoted YAML scalars.
+//! only lays out values that are already quoted YAML scalars, made literal for cloud-init's
+//! Jinja stage except the user's own commands (`jinja.rs`).
 
 use askama::Template;
 use etcdadm_shared::api::config::{EtcdadmConfigSpec, Ntp, User};
@@ -14,6 +15,7 @@ use super::files::{
     ETCDADM_CERTS_DIR, FileEntry, ca_files, cert_bundle_files, check_content_sources, check_unique_paths,
     placeholder_file, user_files,
 };
+use super::jinja::literal;
 use super::restore;
 use super::secrets::check_resolved;
 use super::yaml::{double_quoted, scalar};
@@ -97,27 +99,31 @@ pub fn render(input: &RenderInput) -> Result<String, RenderError> {
     }
     check_unique_paths(&files)?;
 
-    let mut runcmd = spec.pre_etcdadm_commands.clone();
+    // Always quoted: the last command may end the document, where a block is unsafe. The
+    // user's own commands are Jinja templates (docs/bootstrap.md); every line we build, though
+    // it holds user values, reaches the shell as written.
+    let theirs = |c: &String| double_quoted(c);
+    let ours = |c: &str| literal(&double_quoted(c)).into_owned();
+    let mut runcmd: Vec<String> = spec.pre_etcdadm_commands.iter().map(theirs).collect();
     if !spec.cert_bundles.is_empty() {
         // Before the install commands, whose downloads may need the extra trust.
-        runcmd.push("update-ca-certificates".into());
+        runcmd.push(ours("update-ca-certificates"));
     }
     if !spec.etcdadm_builtin() {
         if spec.etcdadm_install_commands.is_empty() {
-            runcmd.extend(default_install_commands());
+            runcmd.extend(default_install_commands().iter().map(|c| ours(c)));
         } else {
-            runcmd.extend(spec.etcdadm_install_commands.iter().cloned());
+            runcmd.extend(spec.etcdadm_install_commands.iter().map(theirs));
         }
     }
-    runcmd.push(STOP_KUBELET.into());
-    runcmd.extend(containerd.commands);
-    runcmd.push(etcdadm_runcmd(spec, input.machine_name, &input.command)?);
-    runcmd.extend(spec.post_etcdadm_commands.iter().cloned());
+    runcmd.push(ours(STOP_KUBELET));
+    runcmd.extend(containerd.commands.iter().map(|c| ours(c)));
+    runcmd.push(ours(&etcdadm_runcmd(spec, input.machine_name, &input.command)?));
+    runcmd.extend(spec.post_etcdadm_commands.iter().map(theirs));
 
     let template = CloudConfigTemplate {
         write_files: files.iter().map(file_view).collect(),
-        // Always quoted: the last command may end the document, where a block is unsafe.
-        runcmd: runcmd.iter().map(|c| double_quoted(c)).collect(),
+        runcmd,
         ntp: spec.ntp.as_ref().map(ntp_view),
         users: users(spec, input.secrets)?,
     };
@@ -128,14 +134,19 @@ pub fn render(input: &RenderInput) -> Result<String, RenderError> {
     Ok(out)
 }
 
+/// `s` as a double-quoted YAML scalar that cloud-init's Jinja stage leaves as it is.
+fn quoted_literal(s: &str) -> String {
+    literal(&double_quoted(s)).into_owned()
+}
+
 fn file_view(file: &FileEntry) -> FileView {
     FileView {
-        path: double_quoted(&file.path),
-        owner: file.owner.as_deref().map(double_quoted),
-        permissions: file.permissions.as_deref().map(double_quoted),
+        path: quoted_literal(&file.path),
+        owner: file.owner.as_deref().map(quoted_literal),
+        permissions: file.permissions.as_deref().map(quoted_literal),
         encoding: file.encoding.map(|e| e.as_str()),
         append: file.append,
-        content: scalar(&file.content, FILE_CONTENT_INDENT),
+        content: literal(&scalar(&file.content, FILE_CONTENT_INDENT)).into_owned(),
     }
 }
 
@@ -143,7 +154,7 @@ fn file_view(file: &FileEntry) -> FileView {
 fn ntp_view(ntp: &Ntp) -> NtpView {
     NtpView {
         enabled: ntp.enabled,
-        servers: ntp.servers.iter().map(|s| double_quoted(s)).collect(),
+        servers: ntp.servers.iter().map(|s| quoted_literal(s)).collect(),
     }
 }
 
@@ -183,10 +194,10 @@ fn user_view(index: usize, user: &User, secrets: &ResolvedSecrets) -> Result<Use
         })?),
         None => user.passwd.clone(),
     };
-    let quoted = |value: &Option<String>| value.as_deref().map(double_quoted);
+    let quoted = |value: &Option<String>| value.as_deref().map(quoted_literal);
     Ok(UserView {
-        name: double_quoted(&user.name),
-        passwd: passwd.as_deref().map(double_quoted),
+        name: quoted_literal(&user.name),
+        passwd: passwd.as_deref().map(quoted_literal),
         gecos: quoted(&user.gecos),
         groups: quoted(&user.groups),
         homedir: quoted(&user.home_dir),
@@ -198,7 +209,7 @@ fn user_view(index: usize, user: &User, secrets: &ResolvedSecrets) -> Result<Use
         ssh_authorized_keys: user
             .ssh_authorized_keys
             .iter()
-            .map(|k| double_quoted(k))
+            .map(|k| quoted_literal(k))
             .collect(),
     })
 }

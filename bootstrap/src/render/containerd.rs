@@ -46,10 +46,15 @@ pub fn containerd_setup(
                 ca_cert.to_string(),
             ));
         }
+        let trust = match (ca_cert, mirror.insecure_skip_verify) {
+            (Some(_), _) => MirrorTrust::CaFile,
+            (None, Some(true)) => MirrorTrust::SkipVerify,
+            (None, _) => MirrorTrust::System,
+        };
         setup.files.push(FileEntry::generated(
             MIRROR_CONFIG_APPEND_PATH,
             "0644",
-            mirror_config(endpoint, ca_cert.is_some()),
+            mirror_config(endpoint, trust),
         ));
         // The echo keeps the appended tables off the last line of a config.toml that does not
         // end in a newline.
@@ -137,17 +142,29 @@ fn mirror_ca_path(endpoint: &str) -> String {
     format!("/etc/containerd/certs.d/{endpoint}/ca.crt")
 }
 
-fn mirror_config(endpoint: &str, has_ca: bool) -> String {
+/// How containerd checks the mirror's certificate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MirrorTrust {
+    /// Against `caCert`, written beside the config.
+    CaFile,
+    /// Against the machine's trusted CAs (no `tls` table).
+    System,
+    /// Not at all: only with `insecureSkipVerify: true`.
+    SkipVerify,
+}
+
+fn mirror_config(endpoint: &str, trust: MirrorTrust) -> String {
     const CRI: &str = r#"plugins."io.containerd.grpc.v1.cri""#;
-    let tls = if has_ca {
-        format!("ca_file = \"{}\"", mirror_ca_path(endpoint))
-    } else {
-        "insecure_skip_verify = true".to_string()
-    };
-    format!(
+    let mirrors = format!(
         "[{CRI}.registry.mirrors]\n  [{CRI}.registry.mirrors.\"{MIRRORED_REGISTRY}\"]\n    \
-         endpoint = [\"https://{endpoint}\"]\n  [{CRI}.registry.configs.\"{endpoint}\".tls]\n    {tls}\n"
-    )
+         endpoint = [\"https://{endpoint}\"]\n"
+    );
+    let tls = match trust {
+        MirrorTrust::CaFile => format!("ca_file = \"{}\"", mirror_ca_path(endpoint)),
+        MirrorTrust::SkipVerify => "insecure_skip_verify = true".to_string(),
+        MirrorTrust::System => return mirrors,
+    };
+    format!("{mirrors}  [{CRI}.registry.configs.\"{endpoint}\".tls]\n    {tls}\n")
 }
 
 #[cfg(test)]
@@ -158,6 +175,7 @@ mod tests {
         RegistryMirrorConfiguration {
             endpoint: Some(endpoint.into()),
             ca_cert: None,
+            insecure_skip_verify: None,
         }
     }
 
@@ -188,10 +206,23 @@ mod tests {
     }
 
     #[test]
-    fn mirror_without_ca_skips_verification_like_the_reference() {
+    fn mirror_without_ca_trusts_the_machines_cas_and_skips_verification_only_when_asked() {
         let setup = containerd_setup(None, Some(&mirror("registry.local:5000"))).unwrap();
         assert_eq!(setup.files.len(), 1);
-        assert!(setup.files[0].content.contains("insecure_skip_verify = true"));
+        assert!(
+            !setup.files[0].content.contains("insecure_skip_verify"),
+            "{}",
+            setup.files[0].content
+        );
+        assert!(
+            !setup.files[0].content.contains(".tls]"),
+            "{}",
+            setup.files[0].content
+        );
+        let mut opted_in = mirror("registry.local:5000");
+        opted_in.insecure_skip_verify = Some(true);
+        let skipping = containerd_setup(None, Some(&opted_in)).unwrap();
+        assert!(skipping.files[0].content.contains("insecure_skip_verify = true"));
         assert!(
             setup.files[0]
                 .content
@@ -212,6 +243,7 @@ mod tests {
         let m = RegistryMirrorConfiguration {
             endpoint: Some("harbor.local/eks".into()),
             ca_cert: Some("PEM".into()),
+            insecure_skip_verify: None,
         };
         let setup = containerd_setup(None, Some(&m)).unwrap();
         assert_eq!(

@@ -1,10 +1,12 @@
 //! The etcdadm command lines: which flags each etcdadm build accepts, how the settings etcdadm
-//! has no flag for (cipher suites, the backend quota) reach etcd through its env file, and how a learner join waits around `etcdadm join`.
+//! has no flag for (cipher suites, the backend quota, corruption checks, `etcdSettings`) reach
+//! etcd through its env file, and how a learner join waits around `etcdadm join`.
 
 use etcdadm_shared::api::config::{
     DEFAULT_LEARNER_LISTED_WAIT, EtcdadmConfigSpec, EtcdadmFlavor, QUOTA_BACKEND_BYTES_RANGE,
 };
-use etcdadm_shared::validation::{is_etcd_version, quoted};
+use etcdadm_shared::etcd_settings;
+use etcdadm_shared::validation::{etcd_version, is_etcd_version, quoted};
 
 use super::EtcdadmCommand;
 use super::error::RenderError;
@@ -119,7 +121,14 @@ pub fn etcdadm_runcmd(
         words.extend(["--snapshot".into(), restore::RESTORE_SNAPSHOT_FILE.into()]);
     }
     match learner_join {
-        None => steps.push(words.join(" ")),
+        None => match command {
+            EtcdadmCommand::InitFromSnapshot(download) => steps.push(restore::init_command(
+                download,
+                &words.join(" "),
+                non_empty(&cloud_init.install_dir),
+            )),
+            _ => steps.push(words.join(" ")),
+        },
         // The member must be listed before etcdadm looks for it, or etcdadm adds a voter; it
         // binds to the address the list names; and etcdadm's own health check fails until the
         // learner is promoted, so it is re-run.
@@ -159,15 +168,17 @@ pub fn etcdadm_runcmd(
 }
 
 /// The etcd settings etcdadm has no flag for, as lines of etcd's env file: the cipher suites
-/// for upstream etcdadm (`cipher_suites`, when given) and the backend quota. Values are plain
-/// words (suite names, digits), safe in the shell line unquoted.
+/// for upstream etcdadm (`cipher_suites`, when given), the backend quota, the corruption checks
+/// the etcd version has (unless `corruptionChecks: Disabled`) and `etcdSettings`
+/// (`etcdadm_shared::etcd_settings`). Values are plain words (suite names, digits, Go
+/// durations, `Name=true` lists), safe in the shell line unquoted.
 fn env_settings(
     spec: &EtcdadmConfigSpec,
     cipher_suites: Option<String>,
-) -> Result<Vec<(&'static str, String)>, RenderError> {
+) -> Result<Vec<(String, String)>, RenderError> {
     let mut settings = Vec::new();
     if let Some(list) = cipher_suites {
-        settings.push(("ETCD_CIPHER_SUITES", list));
+        settings.push(("ETCD_CIPHER_SUITES".to_string(), list));
     }
     if let Some(quota) = &spec.quota_backend_bytes {
         let bytes = quota
@@ -180,8 +191,12 @@ fn env_settings(
                     format!("{quota} is not within 16Mi to 32Gi"),
                 )
             })?;
-        settings.push(("ETCD_QUOTA_BACKEND_BYTES", bytes.to_string()));
+        settings.push(("ETCD_QUOTA_BACKEND_BYTES".to_string(), bytes.to_string()));
     }
+    let version = etcd_version(spec).map(|(_, version)| version);
+    let more =
+        etcd_settings::env_lines(spec, version).map_err(|e| RenderError::invalid(e.path, e.message))?;
+    settings.extend(more);
     Ok(settings)
 }
 
@@ -372,6 +387,55 @@ mod tests {
     }
 
     #[test]
+    fn corruption_checks_and_etcd_settings_join_the_env_file_only_when_asked() {
+        use etcdadm_shared::api::config::{CorruptionChecks, SettingValue};
+        let unused = EtcdadmConfigSpec {
+            corruption_checks: Some(CorruptionChecks::Disabled),
+            etcd_settings: Default::default(),
+            ..Default::default()
+        };
+        assert_eq!(init(&unused), init(&EtcdadmConfigSpec::default()));
+        let spec = EtcdadmConfigSpec {
+            cloud_init_config: Some(CloudInitConfig {
+                version: Some("3.5.1".into()),
+                ..Default::default()
+            }),
+            corruption_checks: Some(CorruptionChecks::Enabled),
+            etcd_settings: [
+                ("snapshot-count".to_string(), SettingValue::Number(20000)),
+                (
+                    "auto-compaction-retention".to_string(),
+                    SettingValue::Text("30m".into()),
+                ),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        assert!(
+            init(&spec).ends_with(
+                "&& sed -i '/^ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK=/d' /etc/etcd/etcd.env \
+             && echo ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK=true >> /etc/etcd/etcd.env \
+             && sed -i '/^ETCD_AUTO_COMPACTION_RETENTION=/d' /etc/etcd/etcd.env \
+             && echo ETCD_AUTO_COMPACTION_RETENTION=30m0s >> /etc/etcd/etcd.env \
+             && sed -i '/^ETCD_SNAPSHOT_COUNT=/d' /etc/etcd/etcd.env \
+             && echo ETCD_SNAPSHOT_COUNT=20000 >> /etc/etcd/etcd.env \
+             && systemctl restart etcd && echo success > /run/cluster-api/bootstrap-success.complete"
+            ),
+            "{}",
+            init(&spec)
+        );
+        let refused = EtcdadmConfigSpec {
+            etcd_settings: [("data-dir".to_string(), SettingValue::Text("/tmp".into()))].into(),
+            ..Default::default()
+        };
+        let err = etcdadm_runcmd(&refused, "etcd-0", &EtcdadmCommand::Init).unwrap_err();
+        assert!(
+            err.to_string().starts_with("spec.etcdSettings[\"data-dir\"]: "),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn upstream_cipher_suites_go_to_the_env_file_before_success() {
         let spec = EtcdadmConfigSpec {
             cipher_suites: Some("TLS_A,TLS_B".into()),
@@ -493,11 +557,47 @@ mod tests {
     }
 
     #[test]
+    fn a_restore_asking_for_a_bump_runs_etcdadm_through_the_helper() {
+        let download = super::super::SnapshotDownload {
+            url: "https://127.0.0.1:8333/b/k?X-Amz-Signature=1".into(),
+            sha256: Some("ab".repeat(32)),
+            ca_pem: None,
+            bump_revision: Some(1_000_000_000),
+            insecure: false,
+        };
+        let mut spec = EtcdadmConfigSpec::default();
+        let line = etcdadm_runcmd(&spec, "etcd-0", &EtcdadmCommand::InitFromSnapshot(&download)).unwrap();
+        assert!(
+            line.contains(
+                "&& sh /run/cluster-api/etcd-restore-bump.sh 1000000000 /var/lib/etcd-restore/snapshot.db /opt/bin/ \
+                 etcdadm init --init-system systemd --name etcd-0 --snapshot /var/lib/etcd-restore/snapshot.db &&"
+            ),
+            "{line}"
+        );
+        spec.cloud_init_config =
+            Some(serde_json::from_value(serde_json::json!({"installDir": "/usr/local/bin"})).unwrap());
+        let line = etcdadm_runcmd(&spec, "etcd-0", &EtcdadmCommand::InitFromSnapshot(&download)).unwrap();
+        assert!(line.contains("snapshot.db /usr/local/bin etcdadm init"), "{line}");
+        let files = super::super::restore::files(&download).unwrap();
+        let script = files
+            .iter()
+            .find(|f| f.path == super::super::restore::RESTORE_BUMP_SCRIPT)
+            .unwrap();
+        assert_eq!(script.permissions.as_deref(), Some("0755"));
+        assert!(script.content.starts_with("#!/bin/sh\n"));
+        for opener in ["{{", "{%", "{#"] {
+            assert!(!script.content.contains(opener), "{opener}");
+        }
+    }
+
+    #[test]
     fn a_restoring_init_downloads_checks_restores_then_forgets_the_snapshot() {
         let download = super::super::SnapshotDownload {
-            url: "http://127.0.0.1:8333/b/k?X-Amz-Signature=1".into(),
+            url: "https://127.0.0.1:8333/b/k?X-Amz-Signature=1".into(),
             sha256: Some("0f".repeat(32)),
             ca_pem: None,
+            bump_revision: None,
+            insecure: false,
         };
         let line = etcdadm_runcmd(
             &EtcdadmConfigSpec::default(),

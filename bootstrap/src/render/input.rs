@@ -87,6 +87,10 @@ pub struct SnapshotDownload {
     pub sha256: Option<String>,
     /// PEM bundle the store's certificate is checked against, instead of the machine's CAs.
     pub ca_pem: Option<String>,
+    /// Raise the restored revision by this much, where the machine's etcdutl can.
+    pub bump_revision: Option<i64>,
+    /// The store is `insecure: true`: a plain `http://` URL is allowed.
+    pub insecure: bool,
 }
 
 /// Never prints the URL (it grants access to the snapshot).
@@ -96,6 +100,8 @@ impl std::fmt::Debug for SnapshotDownload {
             .field("url", &"<redacted>")
             .field("sha256", &self.sha256)
             .field("ca_pem", &self.ca_pem.is_some())
+            .field("bump_revision", &self.bump_revision)
+            .field("insecure", &self.insecure)
             .finish()
     }
 }

@@ -11,6 +11,7 @@ mod error;
 mod etcdadm_command;
 mod files;
 mod input;
+mod jinja;
 mod restore;
 mod secrets;
 mod shell;
@@ -25,7 +26,9 @@ pub use etcdadm_command::{
     SUCCESS_SENTINEL,
 };
 pub use input::{CaFiles, EtcdadmCommand, LearnerJoin, RenderInput, SnapshotDownload};
-pub use restore::{RESTORE_CURL_CONFIG, RESTORE_SNAPSHOT_FILE};
+pub use restore::{
+    RESTORE_BUMP_SCRIPT, RESTORE_BUMP_SCRIPT_CONTENT, RESTORE_CURL_CONFIG, RESTORE_SNAPSHOT_FILE,
+};
 pub use secrets::{REGISTRY_CREDENTIALS_SECRET, ResolvedSecrets, SecretRefUse, SecretTarget, secret_refs};
 
 /// The user data for `input`, in the spec's format.

@@ -1,6 +1,8 @@
 //! The first member of a cluster created from a snapshot: the user data downloads it through a
 //! short-lived URL kept in a root-only curl config file (never on a command line, in runcmd or
-//! in a log), checks its SHA-256, and hands it to `etcdadm init --snapshot`.
+//! in a log), over https unless the store is `insecure: true`, checks its SHA-256 (always: a
+//! restore without one is not rendered), raises its revision where the machine's etcdutl can
+//! (`restore-bump.sh`), and hands it to `etcdadm init --snapshot`.
 
 use etcdadm_shared::names;
 
@@ -14,6 +16,12 @@ pub const RESTORE_CURL_CONFIG: &str = "/run/cluster-api/etcd-restore.curlrc";
 pub const RESTORE_CA_FILE: &str = "/run/cluster-api/etcd-restore-ca.crt";
 /// Where the snapshot is downloaded to (outside etcd's data dir, which `etcdadm init` empties).
 pub const RESTORE_SNAPSHOT_FILE: &str = "/var/lib/etcd-restore/snapshot.db";
+/// The helper that raises the restored revision before etcdadm restores:
+/// `templates/cloud-init/restore-bump.sh`.
+pub const RESTORE_BUMP_SCRIPT: &str = "/run/cluster-api/etcd-restore-bump.sh";
+pub const RESTORE_BUMP_SCRIPT_CONTENT: &str = include_str!("../../../templates/cloud-init/restore-bump.sh");
+/// etcdadm's default `--install-dir`, where the helper also looks for etcdutl.
+const ETCDADM_INSTALL_DIR: &str = "/opt/bin/";
 
 fn field() -> String {
     format!("metadata.annotations[{}]", names::RESTORE_SECRET_ANNOTATION)
@@ -34,6 +42,16 @@ pub fn files(download: &SnapshotDownload) -> Result<Vec<FileEntry>, RenderError>
             ),
         ));
     }
+    if url.starts_with("http://") && !download.insecure {
+        return Err(RenderError::invalid(
+            field(),
+            format!(
+                "the restore Secret's {} is plain http and its store is not insecure: true: the \
+                 snapshot (every Secret of the cluster) is not downloaded in clear",
+                names::RESTORE_URL_KEY
+            ),
+        ));
+    }
     let mut config = format!("url = \"{url}\"\noutput = \"{RESTORE_SNAPSHOT_FILE}\"\n");
     let mut files = Vec::with_capacity(2);
     if let Some(ca_pem) = download.ca_pem.as_deref().filter(|pem| !pem.trim().is_empty()) {
@@ -50,36 +68,63 @@ pub fn files(download: &SnapshotDownload) -> Result<Vec<FileEntry>, RenderError>
         files.push(FileEntry::generated(RESTORE_CA_FILE, "0644", ca_pem.to_string()));
     }
     files.push(FileEntry::generated(RESTORE_CURL_CONFIG, "0600", config));
+    if download.bump_revision.is_some() {
+        files.push(FileEntry::generated(
+            RESTORE_BUMP_SCRIPT,
+            "0755",
+            RESTORE_BUMP_SCRIPT_CONTENT.to_string(),
+        ));
+    }
     Ok(files)
 }
 
+/// The `etcdadm init --snapshot` command line, run through the helper that raises the
+/// revision first when the restore asks for it (the install directory is where it also looks
+/// for etcdutl).
+pub fn init_command(download: &SnapshotDownload, etcdadm: &str, install_dir: Option<&str>) -> String {
+    match download.bump_revision {
+        Some(bump) => format!(
+            "sh {RESTORE_BUMP_SCRIPT} {bump} {RESTORE_SNAPSHOT_FILE} {} {etcdadm}",
+            super::shell::word(install_dir.unwrap_or(ETCDADM_INSTALL_DIR))
+        ),
+        None => etcdadm.to_string(),
+    }
+}
+
 /// What runs before `etcdadm init --snapshot`: the download (retried; curl names no URL in its
-/// errors) and the checksum.
+/// errors) and the checksum, joined by `&&` to what follows: a file that is not the one
+/// expected never reaches etcdadm.
 pub fn before_init(download: &SnapshotDownload) -> Result<Vec<String>, RenderError> {
-    let mut steps = vec![format!(
-        "curl -fsS --retry 5 --create-dirs --config {RESTORE_CURL_CONFIG}"
-    )];
-    if let Some(sha256) = download
+    let Some(sha256) = download
         .sha256
         .as_deref()
         .map(str::trim)
         .filter(|s| !s.is_empty())
-    {
-        if sha256.len() != 64 || !sha256.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Err(RenderError::invalid(
-                field(),
-                format!(
-                    "the restore Secret's {} is not a hex SHA-256",
-                    names::RESTORE_SHA256_KEY
-                ),
-            ));
-        }
-        steps.push(format!(
-            "echo '{}  {RESTORE_SNAPSHOT_FILE}' | sha256sum -c --quiet -",
-            sha256.to_ascii_lowercase()
+    else {
+        return Err(RenderError::invalid(
+            field(),
+            format!(
+                "the restore Secret has no {}: every restore is checked against one",
+                names::RESTORE_SHA256_KEY
+            ),
+        ));
+    };
+    if sha256.len() != 64 || !sha256.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(RenderError::invalid(
+            field(),
+            format!(
+                "the restore Secret's {} is not a hex SHA-256",
+                names::RESTORE_SHA256_KEY
+            ),
         ));
     }
-    Ok(steps)
+    Ok(vec![
+        format!("curl -fsS --retry 5 --create-dirs --config {RESTORE_CURL_CONFIG}"),
+        format!(
+            "echo '{}  {RESTORE_SNAPSHOT_FILE}' | sha256sum -c --quiet -",
+            sha256.to_ascii_lowercase()
+        ),
+    ])
 }
 
 /// What runs once etcd is up on the restored data: the URL and the copy are not kept.
@@ -96,14 +141,17 @@ mod tests {
             url: url.into(),
             sha256: sha256.map(str::to_string),
             ca_pem: None,
+            bump_revision: None,
+            insecure: false,
         }
     }
 
-    const URL: &str = "http://127.0.0.1:8333/b/c1/s.db?X-Amz-Signature=ab12&X-Amz-Expires=3600";
+    const URL: &str = "https://127.0.0.1:8333/b/c1/s.db?X-Amz-Signature=ab12&X-Amz-Expires=1200";
+    const SHA: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
     #[test]
     fn the_url_goes_to_a_root_only_curl_config_and_nowhere_else() {
-        let d = download(URL, None);
+        let d = download(URL, Some(SHA));
         let files = files(&d).unwrap();
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].path, RESTORE_CURL_CONFIG);
@@ -156,5 +204,19 @@ mod tests {
         for sha in ["abc", "'; reboot; '", &"g".repeat(64)] {
             assert!(before_init(&download(URL, Some(sha))).is_err(), "{sha}");
         }
+    }
+
+    #[test]
+    fn a_restore_without_a_sha256_or_over_plain_http_is_not_rendered() {
+        for sha in [None, Some(""), Some("  ")] {
+            let err = before_init(&download(URL, sha)).unwrap_err();
+            assert!(err.to_string().contains("has no sha256"), "{err}");
+        }
+        let plain = "http://127.0.0.1:8333/b/c1/s.db?X-Amz-Signature=ab12";
+        let err = files(&download(plain, Some(SHA))).unwrap_err();
+        assert!(err.to_string().contains("is plain http"), "{err}");
+        let mut insecure = download(plain, Some(SHA));
+        insecure.insecure = true;
+        assert!(files(&insecure).is_ok());
     }
 }

@@ -1,7 +1,8 @@
 //! Shell words for values we splice into generated commands (flag values, URLs, file names).
 
 /// `s` as one POSIX shell word: unchanged when it holds only characters the shell never
-/// interprets, else single-quoted. Jinja expressions stay expandable either way.
+/// interprets, else single-quoted. (The line it ends up in is made literal for cloud-init's
+/// Jinja stage by the caller.)
 pub fn word(s: &str) -> String {
     let plain = !s.is_empty()
         && s.chars().all(|c| {

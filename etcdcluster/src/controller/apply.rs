@@ -7,24 +7,17 @@
 //! remove what an earlier writer added.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
-use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;
-use serde_json::json;
 use tracing::{debug, info};
 
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
 use etcdadm_shared::error::Error;
 use etcdadm_shared::manager::reconcile::Next;
-use etcdadm_shared::ssa;
 
 use super::decision::{Applied, EventNote, JOIN_POLL, MEMBERSHIP_RETRY, Outputs};
 use super::observation::Observation;
 use super::plan::Step;
 use super::status;
-
-/// The apply site of the status: its fields are this controller's alone.
-const STATUS_MANAGER: &str = "etcdadm-controller/status";
 
 /// Write the status `o` and `step` make, then perform `step` and report it. Status comes
 /// first, so what the step's consequences rely on (e.g. `status.initialized` for a joining
@@ -72,27 +65,6 @@ pub async fn apply(out: &Outputs<'_>, o: &mut Observation, step: Step) -> Result
     })
 }
 
-/// Write the status as last written with `change` made to it: what only a step's outcome tells
-/// (a defragmentation's result) is recorded once the step is done.
-pub async fn amend_status(
-    out: &Outputs<'_>,
-    o: &Observation,
-    change: impl FnOnce(&mut EtcdadmClusterStatus),
-) -> Result<(), Error> {
-    let etcd = &o.etcd_cluster;
-    let mut status = etcd.status.clone().unwrap_or_default();
-    change(&mut status);
-    let body = ssa::configuration::<EtcdadmCluster>(&etcd.name_any(), json!({}), json!({ "status": status }));
-    Api::<EtcdadmCluster>::namespaced(out.client.clone(), &o.namespace)
-        .patch_status(
-            &etcd.name_any(),
-            &ssa::params(STATUS_MANAGER, true),
-            &Patch::Apply(body),
-        )
-        .await?;
-    Ok(())
-}
-
 /// The Event the plan names for `step`, with a log line saying the same.
 async fn report(out: &Outputs<'_>, o: &Observation, step: &Step) {
     match step.event(o) {
@@ -115,23 +87,12 @@ async fn write_status(
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let (status, transitions) = status::next_status(etcd, o, step, &now);
     out.metrics(etcd, |m, ns, name| {
-        m.observe_status(ns, name, etcd.spec.replicas(), &status)
+        m.observe_status(ns, name, &etcd.spec, &status)
     });
     let old: EtcdadmClusterStatus = etcd.status.clone().unwrap_or_default();
     let mut written = None;
     if status != old {
-        // The whole status, every time: its fields are this controller's alone.
-        let body =
-            ssa::configuration::<EtcdadmCluster>(&etcd.name_any(), json!({}), json!({ "status": status }));
-        written = Some(
-            Api::<EtcdadmCluster>::namespaced(out.client.clone(), &o.namespace)
-                .patch_status(
-                    &etcd.name_any(),
-                    &ssa::params(STATUS_MANAGER, true),
-                    &Patch::Apply(body),
-                )
-                .await?,
-        );
+        written = Some(out.write_status(etcd, &status).await?);
     }
     for t in transitions {
         out.publish(etcd, t).await;

@@ -7,12 +7,15 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
 use etcdadm_shared::etcd::EtcdError;
 pub use etcdadm_shared::manager::events::EventNote;
 use etcdadm_shared::manager::events::Recorder;
 pub use etcdadm_shared::manager::reconcile::{REFUSED_REQUEUE, WAIT_REQUEUE};
+use etcdadm_shared::ssa;
 use kube::Client;
+use kube::api::{Api, Patch};
+use serde_json::json;
 
 use etcdadm_shared::error::Error;
 
@@ -132,7 +135,26 @@ impl Outputs<'_> {
     pub async fn publish(&self, etcd: &EtcdadmCluster, note: EventNote) {
         self.recorder.note(etcd, "Reconcile", note).await;
     }
+
+    /// Write `status` as `etcd`'s whole status (its fields are this controller's alone); the
+    /// object as written.
+    pub async fn write_status(
+        &self,
+        etcd: &EtcdadmCluster,
+        status: &EtcdadmClusterStatus,
+    ) -> Result<EtcdadmCluster, Error> {
+        let name = etcd.name_any();
+        let body = ssa::configuration::<EtcdadmCluster>(&name, json!({}), json!({ "status": status }));
+        Ok(
+            Api::<EtcdadmCluster>::namespaced(self.client.clone(), &etcd.namespace().unwrap_or_default())
+                .patch_status(&name, &ssa::params(STATUS_MANAGER, true), &Patch::Apply(body))
+                .await?,
+        )
+    }
 }
+
+/// The apply site of the status.
+const STATUS_MANAGER: &str = "etcdadm-controller/status";
 
 /// What every concern's step says and does; `plan::Step` dispatches to it.
 pub(crate) trait ConcernStep {

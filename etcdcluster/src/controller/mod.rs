@@ -31,6 +31,7 @@ use tracing::{debug, instrument, warn};
 
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::capi::{Cluster, KubeadmControlPlane, Machine};
+use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
 use etcdadm_shared::error::Error;
 use etcdadm_shared::manager::ManagerContext;
 use etcdadm_shared::manager::events::Recorder;
@@ -43,7 +44,8 @@ use self::observation::health::{self, EtcdClients};
 use self::observation::memo::Observations;
 use self::observation::{Checked, Observation};
 use self::watches::{
-    Guarded, etcd_clusters_in, etcd_clusters_of, etcd_clusters_using, member_of, worth_reconciling,
+    Guarded, etcd_clusters_in, etcd_clusters_of, etcd_clusters_using, member_of, waiting_on,
+    worth_reconciling,
 };
 use crate::metrics::EtcdClusterMetrics;
 
@@ -245,9 +247,16 @@ pub async fn run(manager: ManagerContext) {
     .default_backoff()
     .touched_objects();
     let secret_store = cluster_store.clone();
+    // Before-change snapshots (by their reason label): a change waiting for one goes on as soon
+    // as it is taken.
+    let mut before_change_snapshots = settings.watcher_config();
+    before_change_snapshots.label_selector = Some(match before_change_snapshots.label_selector.take() {
+        Some(filter) => format!("{filter},{}", names::SNAPSHOT_REASON_LABEL),
+        None => names::SNAPSHOT_REASON_LABEL.to_string(),
+    });
     // Every event that triggers a reconcile also ends the reuse of that cluster's observation.
-    let (machines_ctx, clusters_ctx, kcps_ctx, secrets_ctx) =
-        (ctx.clone(), ctx.clone(), ctx.clone(), ctx.clone());
+    let (machines_ctx, clusters_ctx, kcps_ctx, secrets_ctx, snapshots_ctx) =
+        (ctx.clone(), ctx.clone(), ctx.clone(), ctx.clone(), ctx.clone());
     controller
         .watches(
             settings.api::<DeserializeGuard<Machine>>(&client),
@@ -266,6 +275,11 @@ pub async fn run(manager: ManagerContext) {
             settings.api::<DeserializeGuard<KubeadmControlPlane>>(&client),
             settings.watcher_config(),
             move |kcp| kcps_ctx.changed(etcd_clusters_in(&kcp_store, kcp.namespace())),
+        )
+        .watches(
+            settings.api::<DeserializeGuard<EtcdadmSnapshot>>(&client),
+            before_change_snapshots,
+            move |snapshot| snapshots_ctx.changed(waiting_on(&snapshot)),
         )
         .watches_stream(secrets, move |secret| {
             secrets_ctx.changed(etcd_clusters_using(&secret_store, &secret))

@@ -42,7 +42,7 @@ pub fn quorum_lost(o: &Observation) -> Option<Hold> {
         EtcdView::Unreachable { message } if o.initialized => Some(Hold::refusal(
             reason::MEMBERS_UNREACHABLE,
             format!(
-                "no etcd member answers the controller: {message}; the members may be down or cut off                  from the management cluster; nothing is changed until one answers"
+                "no etcd member answers the controller: {message}; the members may be down or cut off from the management cluster; nothing is changed until one answers"
             ),
         )),
         EtcdView::Members(_) if !o.initialized_now() => None,

@@ -159,6 +159,9 @@ fn set_conditions(
     ] {
         conditions::set(&mut status.conditions, condition, generation, now);
     }
+    if let Some(revisions) = plan::restore::revisions_condition(status) {
+        conditions::set(&mut status.conditions, revisions, generation, now);
+    }
     transitions.extend(recovery::condition(status, o, &old.conditions, now));
     transitions
 }

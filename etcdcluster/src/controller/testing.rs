@@ -19,7 +19,7 @@ pub use super::plan::control_plane::ControlPlaneStep;
 pub use super::plan::machines::{Growth, MachineStep, MemberTemplate, Removal};
 pub use super::plan::membership::MembershipStep;
 pub use super::plan::recovery::{RecoveryAction, RecoveryStep};
-pub use super::plan::restore::RestoreStep;
+pub use super::plan::restore::{ChecksumPlan, RestoreStep};
 pub use super::plan::secrets::SecretStep;
 pub use super::plan::{Step, plan};
 pub use super::rules::quorum;
@@ -35,6 +35,7 @@ pub mod reason {
     pub use crate::controller::plan::recovery::reason::*;
     pub use crate::controller::plan::remediation::reason::*;
     pub use crate::controller::plan::restore::reason::*;
+    pub use crate::controller::plan::safe_changes::reason::*;
     pub use crate::controller::plan::secrets::reason::*;
     pub use crate::controller::plan::versions::reason::*;
     pub use crate::controller::rules::reason::*;
@@ -104,14 +105,39 @@ pub fn download() -> RestoreDownload {
     RestoreDownload {
         store: etcdadm_shared::store::StoreClient::new(&store, credentials, None).unwrap(),
         key: "c0/s.db".into(),
-        sha256: None,
+        checksum: Some(snapshot_checksum()),
+        size: Some(4128),
         ca_pem: None,
+        insecure: false,
     }
 }
 
-/// The step writing the fixtures' download URL.
+/// The SHA-256 the fixtures' EtcdadmSnapshot records.
+pub fn snapshot_checksum() -> Checksum {
+    Checksum {
+        sha256: "ab".repeat(32),
+        source: etcdadm_shared::api::snapshot::ChecksumSource::EtcdadmSnapshot,
+    }
+}
+
+/// The step creating the restore Secret with the fixtures' download URL.
 pub fn write_restore_secret() -> Step {
-    Step::Restore(RestoreStep::WriteRestoreSecret { download: download() })
+    Step::Restore(RestoreStep::WriteRestoreSecret {
+        download: Box::new(download()),
+        checksum: ChecksumPlan::Known(snapshot_checksum()),
+        existing: None,
+    })
+}
+
+/// `restore` with our restore Secret (UID `restore-uid`, resourceVersion `7`), written `age` ago.
+pub fn with_our_secret(restore: &mut RestoreView, age: Duration) {
+    restore.secret_age = Some(age);
+    restore.secret = Some(RestoreSecretView {
+        ours: true,
+        uid: "restore-uid".into(),
+        resource_version: "7".into(),
+        checksum: Some(snapshot_checksum()),
+    });
 }
 
 /// The step creating Machine `name` as `purpose` in `failure_domain` (`resume`: finishing an
@@ -211,6 +237,8 @@ pub fn base() -> Observation {
         control_plane_machines: 0,
         restore: None,
         recovery: None,
+        snapshot_in_flight: None,
+        before_change: None,
         new_member_name: "c1-etcd-fresh".into(),
     }
 }
@@ -363,10 +391,18 @@ impl World {
     pub fn new(o: Observation) -> World {
         let members = o.members().len();
         let machines = o.machines.len();
+        // A world made again from a world's observation goes on numbering after what it holds.
+        let next = o
+            .machines
+            .iter()
+            .filter_map(|m| m.name.strip_prefix("c1-etcd-n")?.parse::<usize>().ok())
+            .max()
+            .unwrap_or(0);
+        let next_member = o.members().iter().map(|m| m.id).max().unwrap_or(0).max(100);
         World {
             o,
-            next: 0,
-            next_member: 100,
+            next,
+            next_member,
             kcp_writes: vec![],
             max_members: members,
             max_machines: machines,

@@ -1,6 +1,7 @@
 //! What the controller watches besides EtcdadmClusters, and which EtcdadmClusters an event
 //! reaches: member Machines by label, Clusters by label or reference, KCPs by namespace, the
-//! Secrets it reads by name; and which EtcdadmCluster changes are worth a reconcile at all.
+//! Secrets it reads by name, before-change snapshots by the cluster they are of; and which
+//! EtcdadmCluster changes are worth a reconcile at all.
 
 use std::hash::{Hash, Hasher};
 
@@ -11,6 +12,7 @@ use kube::{Resource, ResourceExt};
 
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::capi::{Cluster, Machine};
+use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
 use etcdadm_shared::names;
 
 /// An EtcdadmCluster as watched: read, or the reason it could not be.
@@ -108,6 +110,16 @@ pub(super) fn etcd_clusters_using(
         .filter(|e| e.namespace() == ns && e.labels().get(names::CLUSTER_NAME_LABEL) == Some(cluster))
         .map(|e| ObjectRef::from_obj(e.as_ref()))
         .collect()
+}
+
+/// The EtcdadmCluster a before-change snapshot is of: a change waits for it.
+pub(super) fn waiting_on(snapshot: &DeserializeGuard<EtcdadmSnapshot>) -> Vec<ObjectRef<Guarded>> {
+    match (snapshot.namespace(), &snapshot.0) {
+        (Some(namespace), Ok(snapshot)) => {
+            vec![ObjectRef::new(&snapshot.spec.cluster_name).within(&namespace)]
+        }
+        _ => vec![],
+    }
 }
 
 /// EtcdadmClusters in the namespace of a KCP (few per namespace; the reconcile filters).

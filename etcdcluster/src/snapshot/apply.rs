@@ -78,7 +78,7 @@ async fn abort_upload(ctx: &Context, snapshot: &EtcdadmSnapshot) -> Result<Strin
         return Ok("it had no upload to abort".into());
     };
     let namespace = snapshot.namespace().unwrap_or_default();
-    match store_client(&ctx.client, &namespace, &store.s3).await? {
+    match store_client(&ctx.client, &namespace, &store.s3, ctx.store_request_deadline).await? {
         Ok(client) => {
             client.abort_multipart_upload(&key, upload_id).await?;
             Ok(format!("its upload of {key} was aborted"))
@@ -136,7 +136,7 @@ pub async fn schedule(
     }
 }
 
-/// Delete a snapshot beyond retention: its object first, so a crash in between leaves the
+/// Delete a snapshot retention keeps no longer: its object first, so a crash in between leaves the
 /// snapshot to be retired again rather than an object nobody knows of.
 pub async fn retire(
     ctx: &Context,
@@ -146,7 +146,7 @@ pub async fn retire(
 ) -> Result<(), Error> {
     let namespace = cluster.namespace().unwrap_or_default();
     if let Some((store, key)) = object {
-        let client = store_client(&ctx.client, &namespace, store)
+        let client = store_client(&ctx.client, &namespace, store, ctx.store_request_deadline)
             .await?
             .map_err(Error::Store)?;
         client.delete_object(key).await.map_err(Error::Store)?;
@@ -159,10 +159,10 @@ pub async fn retire(
     }
     let note = match object {
         Some((store, key)) => format!(
-            "deleted EtcdadmSnapshot {snapshot} and its object {}/{key} (beyond spec.backup.retention.keep)",
+            "deleted EtcdadmSnapshot {snapshot} and its object {}/{key} (retention keeps it no longer)",
             store.bucket
         ),
-        None => format!("deleted EtcdadmSnapshot {snapshot} (beyond spec.backup.retention.keep)"),
+        None => format!("deleted EtcdadmSnapshot {snapshot} (retention keeps it no longer)"),
     };
     ctx.event(cluster, false, "SnapshotRetired", note).await;
     Ok(())

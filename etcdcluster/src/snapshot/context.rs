@@ -1,13 +1,19 @@
 //! What every reconcile of the snapshot controllers shares: the API client, the Event recorder,
-//! the shutdown signal a snapshot being taken is aborted on, and the waits they use.
+//! the shutdown signal a snapshot being taken is aborted on, the slots snapshots are taken in,
+//! and the waits they use.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::Semaphore;
 
 use kube::api::PatchParams;
 use kube::{Client, Resource};
 
 use etcdadm_shared::manager::ShutdownSignal;
 use etcdadm_shared::manager::events::{EventNote, Recorder};
+
+use crate::metrics::SnapshotMetrics;
 
 /// Field manager of this controller's writes.
 pub const FIELD_MANAGER: &str = "etcdadm-controller/snapshots";
@@ -16,6 +22,9 @@ pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a snapshot of a cluster that does not exist waits for it (both may be applied at
 /// once) before it fails.
 pub const MISSING_CLUSTER_GRACE: Duration = Duration::from_secs(30);
+/// Snapshots taken at once by default, whatever the number of clusters: each holds up to two
+/// 5 MiB parts in memory (BENCHMARKS.md, "Concurrent snapshots").
+pub const DEFAULT_SNAPSHOT_SLOTS: usize = 2;
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -27,6 +36,14 @@ pub struct Context {
     pub stream_idle_timeout: Duration,
     /// How long a snapshot of a cluster that does not exist waits for it.
     pub missing_cluster_grace: Duration,
+    /// Snapshot age and schedule, when run by the manager (tests go without).
+    pub metrics: Option<SnapshotMetrics>,
+    /// One permit per snapshot being taken: a cluster whose turn comes with none free waits.
+    pub snapshot_slots: Arc<Semaphore>,
+    slots_total: usize,
+    /// The deadline of each store request but part uploads (a tenant's store must not hold a
+    /// reconcile for as long as it likes).
+    pub store_request_deadline: Duration,
 }
 
 impl Context {
@@ -37,7 +54,23 @@ impl Context {
             shutdown: None,
             stream_idle_timeout: STREAM_IDLE_TIMEOUT,
             missing_cluster_grace: MISSING_CLUSTER_GRACE,
+            metrics: None,
+            snapshot_slots: Arc::new(Semaphore::new(DEFAULT_SNAPSHOT_SLOTS)),
+            slots_total: DEFAULT_SNAPSHOT_SLOTS,
+            store_request_deadline: etcdadm_shared::store::limits::REQUEST_DEADLINE,
         }
+    }
+
+    /// How many snapshots may be taken at once.
+    pub fn snapshot_slots_total(&self) -> usize {
+        self.slots_total
+    }
+
+    /// The same with `slots` snapshots at once.
+    pub fn with_snapshot_slots(mut self, slots: usize) -> Self {
+        self.snapshot_slots = Arc::new(Semaphore::new(slots));
+        self.slots_total = slots;
+        self
     }
 
     /// Publish an Event about `object`; a failure to publish is logged, never fatal.

@@ -4,7 +4,8 @@
 //!
 //! Reconciles are keyed by EtcdadmCluster, and kube-runtime never runs two for one key at once:
 //! that, and taking a snapshot inside the reconcile, is what keeps one snapshot in flight per
-//! cluster. Snapshots naming a cluster that does not exist are failed by a second, small
+//! cluster. Across clusters, snapshots take one of a few slots (`--max-concurrent-snapshots`),
+//! so the memory they hold stays bounded. Snapshots naming a cluster that does not exist are failed by a second, small
 //! controller keyed by snapshot (the first never hears of a cluster it has no object for).
 //!
 //! A controller that dies while taking a snapshot leaves it Running with its upload recorded;
@@ -15,6 +16,7 @@ mod apply;
 mod context;
 mod observe;
 mod plan;
+mod retention;
 mod status;
 mod take;
 
@@ -37,8 +39,12 @@ use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
 use etcdadm_shared::manager::ManagerContext;
 use etcdadm_shared::manager::invalid::report_invalid_object;
 
+use crate::metrics::SnapshotMetrics;
+
 pub use self::apply::new_snapshot;
-pub use self::context::{Context, FIELD_MANAGER, MISSING_CLUSTER_GRACE, STREAM_IDLE_TIMEOUT};
+pub use self::context::{
+    Context, DEFAULT_SNAPSHOT_SLOTS, FIELD_MANAGER, MISSING_CLUSTER_GRACE, STREAM_IDLE_TIMEOUT,
+};
 pub use self::observe::{snapshots_of, store_access};
 pub use self::plan::SCHEDULED_FOR_ANNOTATION;
 use self::plan::{Observed, Step};
@@ -51,6 +57,8 @@ pub const CONTROLLER_NAME: &str = "etcdadmsnapshot";
 const MAX_STEPS: usize = 16;
 /// Retry after an error.
 const ERROR_REQUEUE: Duration = Duration::from_secs(10);
+/// A snapshot that found every slot taken looks again after this.
+const SLOT_RETRY: Duration = Duration::from_secs(5);
 
 type GuardedCluster = DeserializeGuard<EtcdadmCluster>;
 type GuardedSnapshot = DeserializeGuard<EtcdadmSnapshot>;
@@ -65,10 +73,18 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
             return Ok(Action::await_change());
         };
         let snapshots = observe::snapshots_of(&ctx.client, &namespace, &name).await?;
+        if let Some(metrics) = &ctx.metrics {
+            metrics.observe(&cluster, &snapshots, Timestamp::now());
+        }
+        let referenced = match &cluster.spec.backup {
+            Some(_) => observe::referenced_snapshots(&ctx.client, &namespace).await?,
+            None => Vec::new(),
+        };
         let step = plan::plan(&Observed {
             cluster: &cluster,
             snapshots: &snapshots,
             now: Timestamp::now(),
+            referenced: &referenced,
         });
         let find = |wanted: &str| {
             snapshots.iter().find(|s| s.name_any() == wanted).ok_or_else(|| {
@@ -97,7 +113,20 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
                 target,
                 store,
             } => {
-                let outcome = take::take_snapshot(&ctx, &cluster, find(&snapshot)?, &target, &store).await?;
+                let snapshot = find(&snapshot)?;
+                // Snapshots share a few slots across clusters: memory stays bounded however
+                // many fall due at once, and a waiting cluster holds no reconcile slot.
+                let Ok(_slot) = ctx.snapshot_slots.clone().try_acquire_owned() else {
+                    let message = format!(
+                        "all {} snapshot slots of the controller are taken; it is taken when one frees",
+                        ctx.snapshot_slots_total()
+                    );
+                    if !plan::says(snapshot, plan::reason::WAITING_FOR_SLOT, &message) {
+                        apply::wait(&ctx, snapshot, plan::reason::WAITING_FOR_SLOT, &message).await?;
+                    }
+                    return Ok(Action::requeue(SLOT_RETRY));
+                };
+                let outcome = take::take_snapshot(&ctx, &cluster, snapshot, &target, &store).await?;
                 if outcome == Outcome::Stopped {
                     return Ok(Action::await_change());
                 }
@@ -172,8 +201,9 @@ fn cluster_of(snapshot: &GuardedSnapshot) -> Option<ObjectRef<GuardedCluster>> {
     Some(ObjectRef::new(&cluster).within(&namespace))
 }
 
-/// Run both controllers until the manager's shutdown signal.
-pub async fn run(manager: ManagerContext) {
+/// Run both controllers until the manager's shutdown signal, taking at most `slots`
+/// snapshots at once.
+pub async fn run(manager: ManagerContext, slots: usize) {
     let ManagerContext {
         client,
         settings,
@@ -182,8 +212,9 @@ pub async fn run(manager: ManagerContext) {
         metrics,
         ..
     } = manager;
-    let mut context = Context::new(client.clone());
+    let mut context = Context::new(client.clone()).with_snapshot_slots(slots);
     context.shutdown = Some(shutdown.clone());
+    context.metrics = Some(SnapshotMetrics::register(&metrics));
     let ctx = Arc::new(context);
 
     let (clusters, cluster_changes) = settings.watch_own_kind::<GuardedCluster>(&client, readiness.clone());

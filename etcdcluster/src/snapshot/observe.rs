@@ -2,6 +2,8 @@
 //! fresh from the API (a cached list could still show an attempt this controller just finished
 //! as Running), and the Secrets a snapshot needs.
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
@@ -29,6 +31,29 @@ pub async fn snapshots_of(
         .into_iter()
         .filter(|s| s.spec.cluster_name == cluster)
         .collect())
+}
+
+/// The EtcdadmSnapshots a restore or a recovery of any EtcdadmCluster in `namespace` names
+/// (`spec.restore.snapshot.name`, `status.recovery`, `status.lastRecovery`,
+/// `status.restoredFrom`): retention never deletes them.
+pub async fn referenced_snapshots(client: &Client, namespace: &str) -> Result<Vec<String>, Error> {
+    let clusters: Api<EtcdadmCluster> = Api::namespaced(client.clone(), namespace);
+    let mut names = Vec::new();
+    for cluster in clusters.list(&ListParams::default()).await?.items {
+        names.extend(
+            cluster
+                .spec
+                .restore
+                .as_ref()
+                .and_then(|r| r.snapshot.name.clone()),
+        );
+        if let Some(status) = cluster.status {
+            names.extend(status.recovery.map(|r| r.snapshot));
+            names.extend(status.last_recovery.map(|r| r.snapshot));
+            names.extend(status.restored_from.and_then(|r| r.snapshot));
+        }
+    }
+    Ok(names)
 }
 
 /// The CAPI Cluster an EtcdadmCluster serves: its cluster-name label, else the Cluster that owns
@@ -64,16 +89,18 @@ pub async fn cluster_ca(
     })
 }
 
-/// A client of `store` with the credentials (and CA) from its Secrets in `namespace`; a missing
-/// Secret or key is a store problem ([`StoreError::InvalidConfig`]).
+/// A client of `store` with the credentials (and CA) from its Secrets in `namespace`, its
+/// ordinary requests ending within `deadline`; a missing Secret or key is a store problem
+/// ([`StoreError::InvalidConfig`]).
 pub async fn store_client(
     client: &Client,
     namespace: &str,
     store: &S3Store,
+    deadline: Duration,
 ) -> Result<Result<StoreClient, StoreError>, Error> {
     Ok(store_access(client, namespace, store)
         .await?
-        .map(|(store_client, _)| store_client))
+        .map(|(store_client, _)| store_client.with_request_deadline(deadline)))
 }
 
 /// [`store_client`], and the CA bundle it trusts (for a node that downloads from the store too).

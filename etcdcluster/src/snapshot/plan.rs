@@ -1,7 +1,8 @@
 //! What the snapshot controller does next for one EtcdadmCluster, decided purely from the cluster
 //! and its snapshots as just read. One step at a time, in this order: interrupted attempts are
 //! cleaned up, the oldest Pending snapshot is taken (or failed, or told what it waits for),
-//! retention removes what is beyond `keep`, and the schedule creates the next snapshot.
+//! retention removes what it keeps no longer (`retention`), and the schedule creates the next
+//! snapshot.
 //!
 //! "No snapshot during a membership change" is read from what the EtcdadmCluster controller
 //! records (see [`membership_change`]); "one in flight per cluster" holds because one reconcile
@@ -38,13 +39,16 @@ pub mod reason {
     pub const MEMBER_NOT_FOUND: &str = "MemberNotFound";
     pub const TOO_MANY_ATTEMPTS: &str = "TooManyAttempts";
     pub const INVALID_SCHEDULE: &str = "InvalidSchedule";
+    pub const WAITING_FOR_SLOT: &str = "WaitingForSnapshotSlot";
 }
 
-/// The cluster and its snapshots, at `now`.
+/// The cluster and its snapshots, at `now`, and the snapshots a restore or recovery of any
+/// cluster in the namespace names (retention keeps those).
 pub struct Observed<'a> {
     pub cluster: &'a EtcdadmCluster,
     pub snapshots: &'a [EtcdadmSnapshot],
     pub now: Timestamp,
+    pub referenced: &'a [String],
 }
 
 /// The member a snapshot is read from.
@@ -115,7 +119,7 @@ pub fn plan(o: &Observed) -> Step {
                 return Step::Take {
                     snapshot,
                     target,
-                    store,
+                    store: *store,
                 };
             }
             Pending::Fail(reason, message) => {
@@ -138,8 +142,13 @@ pub fn plan(o: &Observed) -> Step {
         }
     }
 
-    if let Some(step) = retention(o) {
-        return step;
+    if let Some(old) = super::retention::doomed(cluster, o.snapshots, o.now, o.referenced) {
+        return Step::Retire {
+            snapshot: old.name_any(),
+            object: (old.phase() == SnapshotPhase::Succeeded)
+                .then(|| object_of(old))
+                .flatten(),
+        };
     }
 
     let mut requeue = waiting.then_some(WAIT_REQUEUE);
@@ -170,7 +179,7 @@ pub fn plan(o: &Observed) -> Step {
 }
 
 enum Pending {
-    Take { target: Target, store: S3Store },
+    Take { target: Target, store: Box<S3Store> },
     Fail(&'static str, String),
     Wait(&'static str, String),
 }
@@ -210,7 +219,7 @@ fn next_for_pending(cluster: &EtcdadmCluster, snapshot: &EtcdadmSnapshot) -> Pen
         return match named_member(cluster, machine) {
             Some(target) => Pending::Take {
                 target,
-                store: backup.store.s3.clone(),
+                store: Box::new(backup.store.s3.clone()),
             },
             None => Pending::Fail(
                 reason::MEMBER_NOT_FOUND,
@@ -220,13 +229,17 @@ fn next_for_pending(cluster: &EtcdadmCluster, snapshot: &EtcdadmSnapshot) -> Pen
             ),
         };
     }
-    if let Some(change) = membership_change(cluster) {
+    // A before-change snapshot is made while no membership change is in flight, and the change
+    // it precedes waits for it: the resize that change is (ResizeCompleted False) is not waited
+    // for, joining members still are.
+    let before_change = snapshot.labels().contains_key(names::SNAPSHOT_REASON_LABEL);
+    if let Some(change) = membership_change(cluster, before_change) {
         return Pending::Wait(reason::MEMBERSHIP_CHANGING, change);
     }
     match pick_member(cluster) {
         Some(target) => Pending::Take {
             target,
-            store: backup.store.s3.clone(),
+            store: Box::new(backup.store.s3.clone()),
         },
         None => Pending::Wait(
             reason::NO_HEALTHY_MEMBER,
@@ -250,7 +263,7 @@ fn is_paused(cluster: &EtcdadmCluster) -> bool {
 /// replicas, none being deleted) and every member entry is a started voting member with a
 /// Machine that has been healthy (a joining member has never been). A member that was healthy
 /// and is down is no change: a snapshot from another member is exactly what is wanted then.
-pub fn membership_change(cluster: &EtcdadmCluster) -> Option<String> {
+pub fn membership_change(cluster: &EtcdadmCluster, resizing_allowed: bool) -> Option<String> {
     let Some(status) = &cluster.status else {
         return Some("the EtcdadmCluster has no status yet".into());
     };
@@ -261,7 +274,7 @@ pub fn membership_change(cluster: &EtcdadmCluster) -> Option<String> {
         ));
     }
     match conditions::find(&status.conditions, RESIZE_COMPLETED) {
-        Some(c) if c.status == ConditionStatus::True => {}
+        Some(c) if c.status == ConditionStatus::True || resizing_allowed => {}
         Some(c) => {
             return Some(format!(
                 "{RESIZE_COMPLETED} is {:?} ({}): {}",
@@ -327,34 +340,12 @@ pub fn pick_member(cluster: &EtcdadmCluster) -> Option<Target> {
 }
 
 /// Whether the snapshot's Ready condition already says this.
-fn says(snapshot: &EtcdadmSnapshot, reason: &str, message: &str) -> bool {
+pub fn says(snapshot: &EtcdadmSnapshot, reason: &str, message: &str) -> bool {
     snapshot
         .status
         .as_ref()
         .and_then(|s| conditions::find(&s.conditions, READY))
         .is_some_and(|c| c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(message))
-}
-
-/// The oldest Succeeded snapshot beyond `keep` (with its object), else the oldest Failed one
-/// beyond `keep`.
-fn retention(o: &Observed) -> Option<Step> {
-    let keep = o.cluster.spec.backup.as_ref()?.retention.as_ref()?.keep;
-    let keep = usize::try_from(keep.max(1)).unwrap_or(1);
-    for phase in [SnapshotPhase::Succeeded, SnapshotPhase::Failed] {
-        let mut of_phase: Vec<&EtcdadmSnapshot> = o.snapshots.iter().filter(|s| s.phase() == phase).collect();
-        if of_phase.len() <= keep {
-            continue;
-        }
-        of_phase.sort_by_key(|s| finished_key(s));
-        let oldest = of_phase[0];
-        return Some(Step::Retire {
-            snapshot: oldest.name_any(),
-            object: (phase == SnapshotPhase::Succeeded)
-                .then(|| object_of(oldest))
-                .flatten(),
-        });
-    }
-    None
 }
 
 /// The store and key of a snapshot's object, from its status.
@@ -398,18 +389,6 @@ fn age_key(s: &EtcdadmSnapshot) -> (Option<Timestamp>, String) {
     (s.metadata.creation_timestamp.as_ref().map(|t| t.0), s.name_any())
 }
 
-/// Finished first, ties by creation, then name.
-fn finished_key(s: &EtcdadmSnapshot) -> (Option<Timestamp>, Option<Timestamp>, String) {
-    (
-        s.status
-            .as_ref()
-            .and_then(|st| st.completion_time.as_ref())
-            .map(|t| t.0),
-        s.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        s.name_any(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -434,7 +413,7 @@ mod tests {
             "metadata": {"name": "c1-etcd", "namespace": "default", "generation": 2,
                          "creationTimestamp": "2026-11-24T08:00:00Z"},
             "spec": {"infrastructureTemplate": {},
-                     "backup": {"store": {"s3": {"endpoint": "http://127.0.0.1:8333", "bucket": "snaps",
+                     "backup": {"store": {"s3": {"endpoint": "http://127.0.0.1:8333", "insecure": true, "bucket": "snaps",
                                                  "forcePathStyle": true, "credentialsSecretRef": {"name": "s3"}}}}},
             "status": {"observedGeneration": 2,
                        "conditions": [{"type": "ResizeCompleted", "status": "True", "reason": "ResizeCompleted",
@@ -459,7 +438,7 @@ mod tests {
             name,
             completed,
             json!({"phase": "Succeeded", "completionTime": completed, "location": format!("snaps/k/{name}.db"),
-                   "store": {"s3": {"endpoint": "http://127.0.0.1:8333", "bucket": "snaps",
+                   "store": {"s3": {"endpoint": "http://127.0.0.1:8333", "insecure": true, "bucket": "snaps",
                                     "credentialsSecretRef": {"name": "s3"}}}}),
         )
     }
@@ -469,6 +448,7 @@ mod tests {
             cluster,
             snapshots,
             now: now(),
+            referenced: &[],
         })
     }
 
@@ -589,6 +569,28 @@ mod tests {
                 other => panic!("{what}: {other:?}"),
             }
         }
+        // A before-change snapshot does not wait for the resize it precedes, but for joins.
+        let mut before = snapshot("s1", "2026-11-24T10:00:00Z", json!({}));
+        before.metadata.labels = Some(
+            [(
+                names::SNAPSHOT_REASON_LABEL.to_string(),
+                "before-scale-down".to_string(),
+            )]
+            .into(),
+        );
+        let resizing = cluster(
+            json!({"status": {"conditions": [{"type": "ResizeCompleted", "status": "False",
+            "reason": "ScalingDown", "message": "5 Machines for 3 replicas", "lastTransitionTime": NOW}]}}),
+        );
+        assert!(matches!(
+            step(&resizing, std::slice::from_ref(&before)),
+            Step::Take { .. }
+        ));
+        let joining_too =
+            cluster(json!({"status": {"conditions": [], "members": [member("m1", true), joining.clone()]}}));
+        assert!(
+            matches!(step(&joining_too, &[before]), Step::Wait { reason, .. } if reason == reason::MEMBERSHIP_CHANGING)
+        );
         // A member that was healthy and is down is no membership change.
         let down = merged(member("m3", false), json!({"healthy": false}));
         let c = cluster(json!({"status": {"members": [member("m1", true), member("m2", false), down]}}));
@@ -740,6 +742,7 @@ mod tests {
                 snapshot("manual", "2026-11-24T10:09:00Z", json!({"phase": "Pending"})),
             ],
             now: "2026-11-24T10:11:00Z".parse().unwrap(),
+            referenced: &[],
         });
         assert!(
             matches!(later, Step::Wait { .. } | Step::Take { .. }),

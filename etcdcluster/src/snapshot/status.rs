@@ -76,6 +76,12 @@ pub fn succeeded(snapshot: &EtcdadmSnapshot, stored: &StoredSnapshot, now: &Time
     if !stored.revision_exact {
         message.push_str(" (at least: writes landed while the snapshot began)");
     }
+    if !stored.sha256_in_metadata {
+        message.push_str(
+            "; the SHA-256 is not in the object's metadata: a restore naming only the store and \
+             key computes it",
+        );
+    }
     let condition = NewCondition::true_(READY, SUCCEEDED).with_message(message);
     patch(json!({
         "phase": SnapshotPhase::Succeeded,
@@ -164,6 +170,7 @@ mod tests {
             database_sha256: "cd".into(),
             revision: 1001,
             revision_exact: false,
+            sha256_in_metadata: false,
         };
         let done = applied(&again, &succeeded(&again, &stored, &at(40)));
         let status = done.status.as_ref().unwrap();

@@ -104,7 +104,7 @@ async fn attempt(
     namespace: &str,
 ) -> Result<Outcome, Error> {
     let failed = |reason: &'static str, message: String| Ok(Outcome::Failed { reason, message });
-    let store_client = match store_client(&ctx.client, namespace, store).await? {
+    let store_client = match store_client(&ctx.client, namespace, store, ctx.store_request_deadline).await? {
         Ok(client) => client,
         Err(e) => return failed(e.category().as_str(), e.to_string()),
     };
@@ -166,7 +166,7 @@ async fn attempt(
 /// The snapshot was deleted while it was taken: its object would be found by nobody.
 async fn forget_object(ctx: &Context, store: &S3Store, snapshot: &EtcdadmSnapshot, namespace: &str) {
     let key = object_key(store, snapshot);
-    let deleted = match store_client(&ctx.client, namespace, store).await {
+    let deleted = match store_client(&ctx.client, namespace, store, ctx.store_request_deadline).await {
         Ok(Ok(client)) => client.delete_object(&key).await.map_err(|e| e.to_string()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(e) => Err(e.to_string()),

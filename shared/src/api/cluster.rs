@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::conditions::Condition;
 use super::config::{EtcdadmConfigSpec, ObjectMetaTemplate};
+use super::quantity::ByteQuantity;
 use super::snapshot::{Backup, Restore, RestoredFrom};
 use crate::duration;
 
@@ -83,7 +84,8 @@ pub struct EtcdadmClusterSpec {
     #[x_kube(validation = Rule::new("self >= 1 && self % 2 == 1").message("replicas must be odd and at least 1").reason(Reason::FieldValueInvalid))]
     pub replicas: Option<i32>,
 
-    /// Infrastructure machine template cloned for each member; its namespace must be ours.
+    /// Infrastructure machine template cloned for each member: a kind of an infrastructure
+    /// provider (apiVersion `infrastructure.cluster.x-k8s.io/<version>`), in our namespace.
     pub infrastructure_template: ObjectReference,
 
     /// Copied into each member's EtcdadmConfig.
@@ -140,7 +142,7 @@ pub struct EtcdadmClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<RecoverySpec>,
 
-    /// What the controller does for etcd's own health: repairing alarms.
+    /// What the controller does for etcd's own health: repairing alarms, defragmenting members.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<Maintenance>,
 }
@@ -155,6 +157,112 @@ pub struct Maintenance {
     /// are reported, and the repair is left to a person.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alarms: Option<AlarmRepair>,
+    /// Routine defragmentation: a member whose database is mostly free space gets it back,
+    /// one member at a time, only while the cluster is Ready and nothing else is under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defragmentation: Option<DefragmentationPolicy>,
+}
+
+/// When members are defragmented without an alarm. A member qualifies when its database is at
+/// least `fragmentedPercent` free space and at least `minimumSize`, or at least `quotaPercent`
+/// of its quota with at least `minimumReclaimable` free.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DefragmentationPolicy {
+    /// `Automatic` or `Off`. Default: Automatic with 3 or more replicas, Off with 1 (defragmenting
+    /// the only member stops every client while it runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<DefragmentationMode>,
+    /// Free space, in percent of the database, that makes a member fragmented: 1 to 99, default
+    /// 45.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 99))]
+    pub fragmented_percent: Option<i32>,
+    /// The smallest database defragmented for fragmentation alone (default 100Mi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum_size: Option<ByteQuantity>,
+    /// Share of its quota, in percent, at which a member is defragmented whatever its
+    /// fragmentation, if `minimumReclaimable` is free: 1 to 100, default 80.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub quota_percent: Option<i32>,
+    /// Free space worth a defragmentation near the quota (default 100Mi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum_reclaimable: Option<ByteQuantity>,
+    /// Least time between two defragmentations of one member: a duration of at least 1m,
+    /// default 10m. At most 64 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub interval: Option<String>,
+    /// Only inside this window (default: at any time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<MaintenanceWindow>,
+}
+
+/// Whether members are defragmented on the policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum DefragmentationMode {
+    Automatic,
+    Off,
+}
+
+/// A recurring time window: it opens at each time of `start` and stays open for `duration`.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceWindow {
+    /// When it opens: a 5-field cron expression, UTC (`0 2 * * *`: at 02:00 every day). At most
+    /// 128 characters.
+    #[schemars(length(max = 128))]
+    pub start: String,
+    /// How long it stays open: a duration of at least 1m (`2h`). At most 64 characters.
+    #[schemars(length(max = 64))]
+    pub duration: String,
+}
+
+/// Defaults of the defragmentation policy (OpenShift's etcd operator's thresholds).
+pub const DEFAULT_FRAGMENTED_PERCENT: u64 = 45;
+pub const DEFAULT_DEFRAGMENT_MINIMUM_SIZE: u64 = 100 << 20;
+pub const DEFAULT_DEFRAGMENT_QUOTA_PERCENT: u64 = 80;
+pub const DEFAULT_DEFRAGMENT_MINIMUM_RECLAIMABLE: u64 = 100 << 20;
+pub const DEFAULT_DEFRAGMENT_INTERVAL: Duration = Duration::from_secs(600);
+/// The shortest interval and window accepted.
+pub const MIN_DEFRAGMENT_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The defragmentation policy after defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DefragmentationSettings {
+    pub enabled: bool,
+    pub fragmented_percent: u64,
+    pub minimum_size: u64,
+    pub quota_percent: u64,
+    pub minimum_reclaimable: u64,
+    pub interval: Duration,
+    pub window: DefragmentationWindow,
+}
+
+/// When defragmentation may run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DefragmentationWindow {
+    /// At any time.
+    Always,
+    /// From each time of the schedule, for the duration.
+    Recurring(crate::cron::Schedule, Duration),
+    /// A window that does not parse (admission refuses it): never.
+    Unreadable,
+}
+
+impl DefragmentationWindow {
+    /// Whether the window is open at `now`.
+    pub fn is_open(&self, now: k8s_openapi::jiff::Timestamp) -> bool {
+        match self {
+            DefragmentationWindow::Always => true,
+            DefragmentationWindow::Unreadable => false,
+            DefragmentationWindow::Recurring(start, open) => start
+                .last_at_or_before(now)
+                .and_then(|opened| now.duration_since(opened).try_into().ok())
+                .is_some_and(|since: Duration| since < *open),
+        }
+    }
 }
 
 /// Who repairs an etcd alarm.
@@ -205,6 +313,9 @@ pub mod condition {
     pub const MACHINES_SPEC_UP_TO_DATE: &str = "MachinesSpecUpToDate";
     /// While the `recover` annotation is set: the answer to it (shown even when Ready).
     pub const RECOVERY: &str = "Recovery";
+    /// After a restore or recovery: whether the restored revision was raised above the old
+    /// cluster's (False, severity Warning, when the node's etcd tooling could not).
+    pub const REVISIONS_BUMPED: &str = "RevisionsBumped";
     /// Negative polarity, like `Paused`: True (severity Warning) while a certificate is inside
     /// its window.
     pub const CERTIFICATES_EXPIRING: &str = "CertificatesExpiring";
@@ -285,6 +396,57 @@ impl EtcdadmClusterSpec {
             .as_ref()
             .and_then(|m| m.alarms)
             .unwrap_or_default()
+    }
+
+    /// The defragmentation policy with defaults applied. A value admission would refuse counts
+    /// as its default, except a window that does not parse: that one never opens (nothing is
+    /// defragmented at times nobody can read).
+    pub fn defragmentation_settings(&self) -> DefragmentationSettings {
+        let policy = self
+            .maintenance
+            .as_ref()
+            .and_then(|m| m.defragmentation.clone())
+            .unwrap_or_default();
+        let percent = |value: Option<i32>, max: u64, default: u64| {
+            value
+                .and_then(|v| u64::try_from(v).ok())
+                .filter(|v| (1..=max).contains(v))
+                .unwrap_or(default)
+        };
+        let bytes = |value: &Option<ByteQuantity>, default: u64| {
+            value.as_ref().and_then(|q| q.bytes().ok()).unwrap_or(default)
+        };
+        let window = match &policy.window {
+            None => DefragmentationWindow::Always,
+            Some(w) => match (
+                crate::cron::Schedule::parse(&w.start),
+                duration::parse(&w.duration),
+            ) {
+                (Ok(start), Ok(open)) => DefragmentationWindow::Recurring(start, open),
+                _ => DefragmentationWindow::Unreadable,
+            },
+        };
+        DefragmentationSettings {
+            enabled: match policy.mode {
+                Some(DefragmentationMode::Automatic) => true,
+                Some(DefragmentationMode::Off) => false,
+                None => self.replicas() >= 3,
+            },
+            fragmented_percent: percent(policy.fragmented_percent, 99, DEFAULT_FRAGMENTED_PERCENT),
+            minimum_size: bytes(&policy.minimum_size, DEFAULT_DEFRAGMENT_MINIMUM_SIZE),
+            quota_percent: percent(policy.quota_percent, 100, DEFAULT_DEFRAGMENT_QUOTA_PERCENT),
+            minimum_reclaimable: bytes(
+                &policy.minimum_reclaimable,
+                DEFAULT_DEFRAGMENT_MINIMUM_RECLAIMABLE,
+            ),
+            interval: policy
+                .interval
+                .as_deref()
+                .and_then(|i| duration::parse(i).ok())
+                .unwrap_or(DEFAULT_DEFRAGMENT_INTERVAL)
+                .max(MIN_DEFRAGMENT_INTERVAL),
+            window,
+        }
     }
 
     /// How long before a certificate expires it is renewed (`rolloutBefore.certificatesExpiryDays`,
@@ -466,6 +628,11 @@ pub struct EtcdadmClusterStatus {
     /// The last quorum-loss recovery that finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_recovery: Option<LastRecovery>,
+    /// The disruptive change under way (a rolling replacement or a scale-down) and the snapshot
+    /// taken before its first removal: recorded when the change is decided, so a restarted
+    /// controller waits for the same snapshot; cleared when the change is done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_change: Option<BeforeChangeStatus>,
     /// `Ready` summary and the detailed conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -528,6 +695,34 @@ pub struct LastRecovery {
     /// When the cluster was Ready again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
+    /// Whether the restored revision was raised above every revision the lost cluster served,
+    /// with the older ones marked compacted (see `restoredFrom.revisionBumped`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_bumped: Option<bool>,
+    /// The `spec.rollout.after` given to the KubeadmControlPlane once the cluster was Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_rollout: Option<Time>,
+}
+
+/// A disruptive change and its before-change snapshot.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BeforeChangeStatus {
+    /// `before-rollout` or `before-scale-down`.
+    pub reason: String,
+    /// The cluster's revision when the change was decided: the snapshot holds at least it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// When the change was decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided: Option<Time>,
+    /// The EtcdadmSnapshot the change waits for (created, or a fresh one reused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// An operator let this change go ahead without a snapshot
+    /// (`etcdcluster.cluster.x-k8s.io/proceed-without-snapshot`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub proceeded_without: bool,
 }
 
 /// What the controller last saw of one member.
@@ -654,6 +849,52 @@ mod tests {
 
     fn spec_with_rollout_after(value: &str) -> Result<EtcdadmClusterSpec, serde_json::Error> {
         serde_json::from_value(serde_json::json!({"infrastructureTemplate": {}, "rolloutAfter": value}))
+    }
+
+    #[test]
+    fn defragmentation_defaults_follow_the_member_count_and_openshifts_thresholds() {
+        let spec = |value: serde_json::Value| -> EtcdadmClusterSpec {
+            let mut base = serde_json::json!({"infrastructureTemplate": {}});
+            base.as_object_mut()
+                .unwrap()
+                .extend(value.as_object().unwrap().clone());
+            serde_json::from_value(base).unwrap()
+        };
+        let one = spec(serde_json::json!({})).defragmentation_settings();
+        assert!(!one.enabled, "one member: off");
+        let three = spec(serde_json::json!({"replicas": 3})).defragmentation_settings();
+        assert_eq!(
+            three,
+            DefragmentationSettings {
+                enabled: true,
+                fragmented_percent: 45,
+                minimum_size: 100 << 20,
+                quota_percent: 80,
+                minimum_reclaimable: 100 << 20,
+                interval: Duration::from_secs(600),
+                window: DefragmentationWindow::Always,
+            }
+        );
+        let forced = spec(serde_json::json!({"maintenance": {"defragmentation": {"mode": "Automatic"}}}));
+        assert!(forced.defragmentation_settings().enabled);
+        let off =
+            spec(serde_json::json!({"replicas": 5, "maintenance": {"defragmentation": {"mode": "Off"}}}));
+        assert!(!off.defragmentation_settings().enabled);
+    }
+
+    #[test]
+    fn a_window_is_open_from_each_start_for_its_duration() {
+        let at = |text: &str| text.parse::<k8s_openapi::jiff::Timestamp>().unwrap();
+        let window = DefragmentationWindow::Recurring(
+            crate::cron::Schedule::parse("0 2 * * *").unwrap(),
+            Duration::from_secs(2 * 3600),
+        );
+        assert!(!window.is_open(at("2026-03-01T01:59:59Z")));
+        assert!(window.is_open(at("2026-03-01T02:00:00Z")));
+        assert!(window.is_open(at("2026-03-01T03:59:59Z")));
+        assert!(!window.is_open(at("2026-03-01T04:00:00Z")));
+        assert!(DefragmentationWindow::Always.is_open(at("2026-03-01T12:00:00Z")));
+        assert!(!DefragmentationWindow::Unreadable.is_open(at("2026-03-01T02:30:00Z")));
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! `bootstrap.cluster.x-k8s.io/v1beta1`: EtcdadmConfig and EtcdadmConfigTemplate, wire-compatible
 //! with the reference (aws/etcdadm-bootstrap-provider) plus the fields this project adds (docs/bootstrap.md).
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kube::{CustomResource, KubeSchema};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
 use super::conditions::Condition;
@@ -120,6 +123,64 @@ pub struct EtcdadmConfigSpec {
     /// etcd's default, 2Gi. Set through etcd's environment file, so cloud-config only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota_backend_bytes: Option<ByteQuantity>,
+
+    /// etcd's corruption checks: `Enabled` turns on what the etcd version has (the check at
+    /// start, before serving, and from 3.5.5 the leader's periodic check of compacted revisions'
+    /// hashes; a mismatch raises CORRUPT, which the EtcdadmCluster controller contains);
+    /// `Disabled` leaves them off. Unset: etcd's default (off), but an EtcdadmCluster gives its
+    /// new members `Enabled` unless its etcdadmConfigSpec says `Disabled`. Cloud-config only
+    /// (Bottlerocket passes etcd no such setting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corruption_checks: Option<CorruptionChecks>,
+
+    /// More etcd settings, by etcd's flag name without `--`, from a short list:
+    /// `auto-compaction-mode` (periodic, revision), `auto-compaction-retention`, `snapshot-count`,
+    /// `heartbeat-interval` and `election-timeout` (milliseconds), `max-request-bytes`,
+    /// `experimental-corrupt-check-time` and `experimental-compact-hash-check-time` (durations).
+    /// Identity, URLs, TLS, the data directory and the initial cluster are etcdadm's and refused;
+    /// the quota is `quotaBackendBytes`. Written to etcd's environment file, so cloud-config
+    /// only; a change replaces the members one at a time. At most 16.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 16))]
+    pub etcd_settings: BTreeMap<String, SettingValue>,
+}
+
+/// Whether etcd checks its data against the other members'.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum CorruptionChecks {
+    #[default]
+    Enabled,
+    Disabled,
+}
+
+/// One etcd setting's value: a number or a string, as a manifest writes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SettingValue {
+    Number(i64),
+    Text(String),
+}
+
+impl std::fmt::Display for SettingValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SettingValue::Number(n) => write!(f, "{n}"),
+            SettingValue::Text(text) => write!(f, "{text}"),
+        }
+    }
+}
+
+impl JsonSchema for SettingValue {
+    fn schema_name() -> Cow<'static, str> {
+        "SettingValue".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "A number or a string (at most 64 characters).",
+            "x-kubernetes-int-or-string": true,
+        })
+    }
 }
 
 impl EtcdadmConfigSpec {
@@ -153,6 +214,21 @@ impl EtcdadmConfigSpec {
             .and_then(|q| q.bytes().ok())
             .filter(|bytes| QUOTA_BACKEND_BYTES_RANGE.contains(bytes))
             .unwrap_or(DEFAULT_QUOTA_BACKEND_BYTES)
+    }
+
+    /// The corruption checks an EtcdadmCluster's members run with: on unless turned off.
+    pub fn corruption_checks(&self) -> CorruptionChecks {
+        self.corruption_checks.unwrap_or_default()
+    }
+
+    /// The spec an EtcdadmCluster gives a new member: its own, with the corruption checks on
+    /// unless it turns them off (cloud-config: Bottlerocket cannot pass them).
+    pub fn for_new_member(&self) -> EtcdadmConfigSpec {
+        let mut spec = self.clone();
+        if spec.format() == Format::CloudConfig {
+            spec.corruption_checks.get_or_insert(CorruptionChecks::Enabled);
+        }
+        spec
     }
 }
 
@@ -379,9 +455,19 @@ pub struct RegistryMirrorConfiguration {
     /// Mirror endpoint (host[:port][/path]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
-    /// PEM CA certificate of the mirror.
+    /// PEM CA certificate of the mirror. Without it (and without `insecureSkipVerify`),
+    /// containerd checks the mirror's certificate against the machine's trusted CAs.
     #[serde(rename = "caCert", default, skip_serializing_if = "Option::is_none")]
     pub ca_cert: Option<String>,
+    /// Pull from the mirror without checking its certificate (containerd's
+    /// `insecure_skip_verify`): whoever can intercept the traffic can serve any image. An
+    /// explicit opt-in, refused with `caCert` and on Bottlerocket. Default false.
+    #[serde(
+        rename = "insecureSkipVerify",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub insecure_skip_verify: Option<bool>,
 }
 
 /// NTP settings (CAPI kubeadm `NTP`).

@@ -154,12 +154,28 @@ pub struct SnapshotStore {
 /// An S3-compatible bucket, and the Secrets holding what the controller needs to reach it.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.endpoint.startsWith('https://') || (has(self.insecure) && self.insecure)").message("endpoint must be an https:// URL; a plain http:// store needs insecure: true").field_path(".endpoint"))]
+#[x_kube(validation = Rule::new("!has(self.sseKMSKeyID) || (has(self.sse) && self.sse == 'aws:kms')").message("sseKMSKeyID needs sse: aws:kms").field_path(".sseKMSKeyID"))]
 pub struct S3Store {
-    /// Base URL of the S3 API, `https://s3.eu-west-1.amazonaws.com` or
-    /// `http://minio.storage:9000`; at most 2048 characters.
+    /// Base URL of the S3 API, `https://s3.eu-west-1.amazonaws.com`; `http://` only with
+    /// `insecure: true`. At most 2048 characters.
     #[schemars(length(min = 1, max = 2048))]
     #[x_kube(validation = Rule::new("self.startsWith('https://') || self.startsWith('http://')").message("endpoint must be an http:// or https:// URL"))]
     pub endpoint: String,
+    /// Allow a plain `http://` endpoint: snapshots (every Secret of the workload cluster) and
+    /// the restore download then travel unencrypted. For a store on a trusted local network or
+    /// a test; admission warns. Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub insecure: Option<bool>,
+    /// Server-side encryption asked for on every upload: `AES256` (keys the store manages) or
+    /// `aws:kms` (a KMS key, `sseKMSKeyID` or the store's default). Recommended; unset: the
+    /// bucket's own default applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sse: Option<ServerSideEncryption>,
+    /// The KMS key (ID or ARN) for `sse: aws:kms`; at most 2048 characters.
+    #[serde(rename = "sseKMSKeyID", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub sse_kms_key_id: Option<String>,
     /// Bucket name (3 to 63 characters); it must exist.
     #[schemars(length(min = 3, max = 63))]
     pub bucket: String,
@@ -183,6 +199,27 @@ pub struct S3Store {
     pub ca_secret_ref: Option<SecretReference>,
 }
 
+/// Server-side encryption of the objects a store holds (S3's `x-amz-server-side-encryption`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum ServerSideEncryption {
+    /// SSE-S3: the store encrypts with keys it manages.
+    #[serde(rename = "AES256")]
+    Aes256,
+    /// SSE-KMS: the store encrypts with a key of its key management service.
+    #[serde(rename = "aws:kms")]
+    AwsKms,
+}
+
+impl ServerSideEncryption {
+    /// The header value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerSideEncryption::Aes256 => "AES256",
+            ServerSideEncryption::AwsKms => "aws:kms",
+        }
+    }
+}
+
 /// Default region requests are signed for.
 pub const DEFAULT_REGION: &str = "us-east-1";
 /// Key of the access key ID in the credentials Secret.
@@ -193,6 +230,11 @@ pub const SECRET_ACCESS_KEY_KEY: &str = "AWS_SECRET_ACCESS_KEY";
 pub const CA_BUNDLE_KEY: &str = "ca.crt";
 
 impl S3Store {
+    /// Whether a plain `http://` endpoint is allowed.
+    pub fn allows_insecure(&self) -> bool {
+        self.insecure.unwrap_or(false)
+    }
+
     /// The region, with the default applied.
     pub fn region(&self) -> &str {
         self.region
@@ -232,18 +274,88 @@ pub struct Backup {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 128))]
     pub schedule: Option<String>,
-    /// Which snapshots are kept. None: all of them.
+    /// Which snapshots are kept. None: all of them (before-change snapshots aside, see
+    /// `beforeChange.keep`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<Retention>,
+    /// Snapshots taken before a rolling replacement or a scale-down removes a member (always,
+    /// while a store is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_change: Option<BeforeChange>,
 }
 
-/// How many snapshots are kept.
+/// Which scheduled and on-demand snapshots are kept: the newest `keep`, and the newest of each
+/// of the last `hourly` hours, `daily` days and `weekly` weeks (UTC; weeks start on Monday). A
+/// snapshot any of them keeps stays; the newest Succeeded one and one a restore or recovery
+/// names always stay. Before-change snapshots are counted apart (`beforeChange.keep`).
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[x_kube(validation = Rule::new("has(self.keep) || has(self.hourly) || has(self.daily) || has(self.weekly)").message("set keep or a tier (hourly, daily, weekly); to keep every snapshot, leave retention out"))]
 pub struct Retention {
-    /// Succeeded snapshots kept (1 to 10000): beyond it the oldest are deleted with their
-    /// objects. Failed ones beyond it are deleted too (they have no object).
+    /// Succeeded snapshots kept (1 to 10000): beyond it (and the tiers) the oldest are deleted
+    /// with their objects. Failed ones beyond it are deleted too (they have no object).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10000))]
-    pub keep: i32,
+    pub keep: Option<i32>,
+    /// Hours (1 to 1000) whose newest Succeeded snapshot is kept, counting the current one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub hourly: Option<i32>,
+    /// Days (1 to 1000) whose newest Succeeded snapshot is kept, counting today.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub daily: Option<i32>,
+    /// Weeks (1 to 1000) whose newest Succeeded snapshot is kept, counting this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub weekly: Option<i32>,
+}
+
+/// Failed snapshots kept when `retention.keep` does not say.
+pub const DEFAULT_FAILED_KEPT: usize = 3;
+
+/// The snapshot taken before a disruptive change (docs/day2.md, "Snapshots before changes").
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BeforeChange {
+    /// A Succeeded snapshot of this cluster younger than this that holds every write up to the
+    /// change's decision is used instead of a new one: a duration (default 10m, at most 64
+    /// characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 64),
+        regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
+    )]
+    pub max_age: Option<String>,
+    /// Before-change snapshots kept (1 to 100, default 3), apart from `retention`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub keep: Option<i32>,
+}
+
+/// Default `beforeChange.maxAge`.
+pub const DEFAULT_BEFORE_CHANGE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+/// Default `beforeChange.keep`.
+pub const DEFAULT_BEFORE_CHANGE_KEEP: usize = 3;
+
+impl Backup {
+    /// `beforeChange.maxAge`, defaulted (one that does not parse counts as the default:
+    /// admission refuses it).
+    pub fn before_change_max_age(&self) -> std::time::Duration {
+        self.before_change
+            .as_ref()
+            .and_then(|b| b.max_age.as_deref())
+            .and_then(|text| crate::duration::parse(text).ok())
+            .unwrap_or(DEFAULT_BEFORE_CHANGE_MAX_AGE)
+    }
+
+    /// `beforeChange.keep`, defaulted.
+    pub fn before_change_keep(&self) -> usize {
+        self.before_change
+            .as_ref()
+            .and_then(|b| b.keep)
+            .and_then(|keep| usize::try_from(keep.max(1)).ok())
+            .unwrap_or(DEFAULT_BEFORE_CHANGE_KEEP)
+    }
 }
 
 /// Where a new cluster's data comes from.
@@ -257,6 +369,7 @@ pub struct Restore {
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[x_kube(validation = Rule::new("has(self.name) != (has(self.store) && has(self.key))").message("set either name, or store and key"))]
 #[x_kube(validation = Rule::new("has(self.store) == has(self.key)").message("store and key go together"))]
+#[x_kube(validation = Rule::new("!has(self.sha256) || has(self.key)").message("sha256 goes with store and key (an EtcdadmSnapshot records its own)").field_path(".sha256"))]
 pub struct RestoreSource {
     /// A Succeeded EtcdadmSnapshot in this namespace (at most 253 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -269,6 +382,49 @@ pub struct RestoreSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
     pub key: Option<String>,
+    /// SHA-256 (64 hex digits) the object must have, what `sha256sum` prints for the file.
+    /// Unset: the one this controller recorded in the object's metadata when it uploaded it,
+    /// else the controller computes it by reading the object once (docs/day2.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 64, max = 64), regex(pattern = "^[0-9a-fA-F]{64}$"))]
+    pub sha256: Option<String>,
+}
+
+/// Where the SHA-256 a restore was checked against came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum ChecksumSource {
+    /// The EtcdadmSnapshot's `status.sha256`, recorded when it was taken.
+    EtcdadmSnapshot,
+    /// `spec.restore.snapshot.sha256`, given by the user.
+    Spec,
+    /// The object's `x-amz-meta-sha256`, recorded when this controller uploaded it.
+    ObjectMetadata,
+    /// Computed by the controller reading the object once, before the download URL was given
+    /// to the first member: only a change after that read is caught.
+    Computed,
+}
+
+impl ChecksumSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChecksumSource::EtcdadmSnapshot => "EtcdadmSnapshot",
+            ChecksumSource::Spec => "Spec",
+            ChecksumSource::ObjectMetadata => "ObjectMetadata",
+            ChecksumSource::Computed => "Computed",
+        }
+    }
+
+    /// The source named by `text` (as [`ChecksumSource::as_str`] writes it).
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            ChecksumSource::EtcdadmSnapshot,
+            ChecksumSource::Spec,
+            ChecksumSource::ObjectMetadata,
+            ChecksumSource::Computed,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
 }
 
 /// Where a restored cluster's data came from.
@@ -284,10 +440,31 @@ pub struct RestoredFrom {
     /// The revision of the restored data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<i64>,
+    /// The SHA-256 the first member checked the downloaded file against before etcd started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Where that SHA-256 came from: EtcdadmSnapshot, Spec, ObjectMetadata or Computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256_source: Option<ChecksumSource>,
     /// When the first member was restored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
+    /// Whether the restored member's revision was raised by [`RESTORE_REVISION_BUMP`] with
+    /// every older one marked compacted (the node had an etcdutl that can, etcd 3.5.10+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_bumped: Option<bool>,
+    /// The `spec.rollout.after` given to the KubeadmControlPlane once the restored cluster was
+    /// Ready, so its API servers restart and drop their watch caches (once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_rollout: Option<Time>,
 }
+
+/// How far a restore raises the revision (`etcdutl snapshot restore --bump-revision`): further
+/// than any cluster writes between a snapshot and a restore (a billion revisions are eleven
+/// days at a thousand writes a second, the upper end of a Kubernetes cluster's rate), the
+/// margin etcd's and Kubernetes' restore documentation use; int64 leaves room for billions of
+/// restores.
+pub const RESTORE_REVISION_BUMP: i64 = 1_000_000_000;
 
 #[cfg(test)]
 mod tests {

@@ -5,6 +5,10 @@
 //! etcd's 32-byte SHA-256 of it), so `snapshot restore` and `etcdadm init --snapshot` take it
 //! and check it again.
 //!
+//! Once complete, the object's SHA-256 is recorded in its metadata (a copy onto itself: S3
+//! fixes metadata when an upload starts, before the stream's hash is known), so a restore that
+//! names only the store and key can check what it downloads.
+//!
 //! The revision: etcd's snapshot answer carries none, so the member's own revision is read (a
 //! serializable read, which needs no quorum) before asking for the snapshot and again once its
 //! first message arrived, when the snapshot's read transaction is already open. The snapshot
@@ -35,6 +39,10 @@ pub struct StoredSnapshot {
     pub revision: i64,
     /// The snapshot holds exactly `revision` (no write landed while it began).
     pub revision_exact: bool,
+    /// `sha256` is in the object's metadata too (`x-amz-meta-etcdadm-sha256`), so a restore
+    /// from the store and key alone checks it; false when the store refused to record it, or
+    /// the object is over S3's 5 GiB single-copy limit.
+    pub sha256_in_metadata: bool,
 }
 
 /// Why a snapshot was not stored; the upload was aborted.
@@ -85,12 +93,21 @@ pub async fn stream_to_store(
                     return Err(e.into());
                 }
             };
+            let sha256 = hex(&object_sha256);
+            let sha256_in_metadata = match store.record_sha256(key, size, &sha256).await {
+                Ok(recorded) => recorded,
+                Err(e) => {
+                    warn!(key, error = %e, "the snapshot is stored; recording its SHA-256 in the object's metadata failed");
+                    false
+                }
+            };
             Ok(StoredSnapshot {
                 size,
-                sha256: hex(&object_sha256),
+                sha256,
                 database_sha256: hex(&verified.sha256),
                 revision,
                 revision_exact,
+                sha256_in_metadata,
             })
         }
         Err(e) => {

@@ -438,8 +438,9 @@ impl MemberClient {
 }
 
 /// Where `/health` is served, on the client port beside gRPC. Alarms are excluded from the
-/// verdict (etcd 3.4.23+ and 3.5 honour `exclude`): a member that serves with an alarm raised is
-/// up, and the alarm is read apart (`alarms`), so an alarm is never mistaken for a member down.
+/// verdict (etcd 3.4.23+ and 3.5 honour `exclude`, not always fully: see
+/// [`Health::serves_despite_alarms`]): a member that serves with an alarm raised is up, and the
+/// alarm is read apart (`alarms`), so an alarm is never mistaken for a member down.
 const HEALTH_PATH: &str = "/health?exclude=NOSPACE&exclude=CORRUPT";
 
 /// The deadline of a defragmentation of a `db_size`-byte database: etcd rewrites the whole

@@ -9,6 +9,25 @@ pub struct Health {
     pub reason: Option<String>,
 }
 
+impl Health {
+    /// Whether a member serves although `/health` (alarms excluded) answered false because of
+    /// an alarm: etcd 3.4 before 3.4.23 ignores `exclude`, and etcd 3.5.1 excludes one alarm of
+    /// each kind only (measured: once two members have raised NOSPACE it answers
+    /// `ALARM NOSPACE`). Such a member serves when alarms are raised, its only complaint is an
+    /// alarm (etcd's reason names one, or it gave none, as 3.4 does) and its Status follows a
+    /// leader; the alarm is reported apart.
+    pub fn serves_despite_alarms(&self, alarms_raised: bool, follows_leader: bool) -> bool {
+        let alarm_only = self
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("ALARM ") || r.ends_with(WITHOUT_REASON));
+        !self.healthy && alarm_only && alarms_raised && follows_leader
+    }
+}
+
+/// How a verdict of false without etcd's reason ends.
+const WITHOUT_REASON: &str = "health not true";
+
 /// How much of an unexpected body ends up in a reason: enough to recognise it, short enough
 /// for a status message.
 const BODY_EXCERPT: usize = 200;
@@ -35,7 +54,7 @@ pub fn health_from_response(status: u16, body: &[u8]) -> Health {
         },
         (_, Some(_)) => Health {
             healthy: false,
-            reason: Some(etcd_reason.unwrap_or_else(|| format!("HTTP {status}, health not true"))),
+            reason: Some(etcd_reason.unwrap_or_else(|| format!("HTTP {status}, {WITHOUT_REASON}"))),
         },
         (_, None) => Health {
             healthy: false,
@@ -95,6 +114,31 @@ mod tests {
         assert_eq!(
             health_from_response(200, br#"{"health":"false"}"#),
             unhealthy("HTTP 200, health not true")
+        );
+    }
+
+    #[test]
+    fn an_alarm_only_verdict_serves_while_alarms_are_raised_and_a_leader_is_followed() {
+        let nospace = health_from_response(503, br#"{"health":"false","reason":"ALARM NOSPACE"}"#);
+        let bare = health_from_response(503, br#"{"health":"false"}"#);
+        for alarm in [&nospace, &bare] {
+            assert!(alarm.serves_despite_alarms(true, true), "{alarm:?}");
+            assert!(
+                !alarm.serves_despite_alarms(false, true),
+                "no alarm raised: {alarm:?}"
+            );
+            assert!(!alarm.serves_despite_alarms(true, false), "no leader: {alarm:?}");
+        }
+        let no_leader = health_from_response(503, br#"{"health":"false","reason":"RAFT NO LEADER"}"#);
+        assert!(!no_leader.serves_despite_alarms(true, true));
+        let range = health_from_response(503, br#"{"health":"false","reason":"RANGE ERROR:timeout"}"#);
+        assert!(!range.serves_despite_alarms(true, true));
+        let garbage = health_from_response(502, b"bad gateway");
+        assert!(!garbage.serves_despite_alarms(true, true));
+        let healthy = health_from_response(200, br#"{"health":"true"}"#);
+        assert!(
+            !healthy.serves_despite_alarms(true, true),
+            "healthy needs no excuse"
         );
     }
 

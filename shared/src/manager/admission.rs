@@ -73,6 +73,14 @@ pub fn validated(req: &AdmissionRequest<DynamicObject>, errors: &[FieldError]) -
     response
 }
 
+/// `response` with `warnings` shown to the client (kubectl prints them), if there are any.
+pub fn with_warnings(mut response: AdmissionResponse, warnings: Vec<String>) -> AdmissionResponse {
+    if !warnings.is_empty() {
+        response.warnings = Some(warnings);
+    }
+    response
+}
+
 /// Deny a request that could not be understood at all.
 pub fn rejected(req: &AdmissionRequest<DynamicObject>, message: impl Into<String>) -> AdmissionResponse {
     let message = message.into();

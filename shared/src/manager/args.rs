@@ -60,10 +60,16 @@ pub struct ManagerArgs {
     #[arg(long, default_value = ":9440", value_parser = parse_listen_address)]
     pub health_addr: ListenAddress,
 
-    /// `/metrics` listens here, as plain HTTP (no TLS, no authentication: keep the port inside
-    /// the cluster network); `0` disables.
+    /// `/metrics` listens here, over HTTPS, answering only callers whose bearer token the API
+    /// server accepts and allows `get` on `/metrics` (TokenReview, SubjectAccessReview); `0`
+    /// disables.
     #[arg(long, default_value = ":8443", value_parser = parse_listen_address)]
     pub diagnostics_address: ListenAddress,
+
+    /// Serve `/metrics` as plain HTTP to anyone who reaches the port, without authentication or
+    /// authorization: for local use (tests, the sim, a port-forward), not in a cluster.
+    #[arg(long)]
+    pub insecure_diagnostics: bool,
 
     /// HTTPS port of the admission webhooks; 0 disables them.
     #[arg(long, default_value_t = 9443)]
@@ -333,6 +339,10 @@ mod tests {
             ListenAddress::At("0.0.0.0:8443".parse().unwrap())
         );
         assert_eq!(args.webhook_port, 9443);
+        assert!(
+            !args.insecure_diagnostics,
+            "metrics are guarded unless asked otherwise"
+        );
         assert_eq!(
             args.webhook_cert_dir,
             PathBuf::from("/tmp/k8s-webhook-server/serving-certs")
@@ -357,6 +367,7 @@ mod tests {
             "--sync-period=1m",
             "--health-addr=127.0.0.1:0",
             "--diagnostics-address=0",
+            "--insecure-diagnostics",
             "--webhook-port=0",
             "--webhook-cert-dir=/certs",
             "--kube-api-qps=20",
@@ -373,6 +384,7 @@ mod tests {
             Some("cluster.x-k8s.io/watch-filter=blue")
         );
         assert_eq!(args.diagnostics_address, ListenAddress::Disabled);
+        assert!(args.insecure_diagnostics);
         assert_eq!(args.log_format, LogFormat::Json);
         assert_eq!(args.verbosity, 2);
         assert_eq!(args.kube_api_qps, Some(20.0));

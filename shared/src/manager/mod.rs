@@ -19,7 +19,8 @@
 //!
 //! What [`Manager::run`] does, in order: checks the flags; installs the ring crypto provider;
 //! builds the client; starts `/healthz` + `/readyz` (`--health-addr`) and `/metrics`
-//! (`--diagnostics-address`); starts the webhook server once its certificate exists; with
+//! (`--diagnostics-address`, over HTTPS for callers the API server authorizes unless
+//! `--insecure-diagnostics`); starts the webhook server once its certificate exists; with
 //! `--leader-elect`, campaigns for the Lease and starts the controllers only once it leads. On
 //! SIGINT/SIGTERM the controllers stop first, then the lease is released, then the servers
 //! stop. If leadership is lost, it returns an error at once (the binary exits non-zero and
@@ -28,6 +29,7 @@
 pub mod admission;
 pub mod args;
 pub mod client;
+pub mod diagnostics;
 pub mod events;
 pub mod health;
 pub mod invalid;
@@ -363,8 +365,18 @@ impl Manager {
             None => None,
         };
         let diagnostics_addr = match args.diagnostics_address.socket_addr() {
-            Some(addr) => {
+            Some(addr) if args.insecure_diagnostics => {
+                warn!(%addr, "--insecure-diagnostics: metrics are served over plain HTTP to anyone who reaches the port");
                 Some(spawn_http(&mut servers, "metrics", addr, metrics.router(), shutdown.signal()).await?)
+            }
+            Some(addr) => {
+                let router = diagnostics::guarded(metrics.router(), client.clone());
+                Some(spawn_guarded_metrics(
+                    &mut servers,
+                    addr,
+                    router,
+                    shutdown.signal(),
+                )?)
             }
             None => None,
         };
@@ -455,6 +467,35 @@ async fn spawn_http(
             .await
             .map_err(|source| ManagerError::Server {
                 what,
+                addr: local,
+                source,
+            })
+    });
+    Ok(local)
+}
+
+/// Bind `addr` now and serve the guarded `/metrics` over HTTPS until shutdown.
+fn spawn_guarded_metrics(
+    servers: &mut JoinSet<Result<(), ManagerError>>,
+    addr: SocketAddr,
+    router: axum::Router,
+    shutdown: ShutdownSignal,
+) -> Result<SocketAddr, ManagerError> {
+    const WHAT: &str = "metrics";
+    let error = |source| ManagerError::Server {
+        what: WHAT,
+        addr,
+        source,
+    };
+    let tls = diagnostics::self_signed_tls().map_err(ManagerError::Setup)?;
+    let listener = std::net::TcpListener::bind(addr).map_err(error)?;
+    listener.set_nonblocking(true).map_err(error)?;
+    let local = listener.local_addr().map_err(error)?;
+    servers.spawn(async move {
+        diagnostics::serve_tls(listener, local, tls, router, shutdown)
+            .await
+            .map_err(|source| ManagerError::Server {
+                what: WHAT,
                 addr: local,
                 source,
             })

@@ -9,17 +9,16 @@ use std::time::Duration;
 use k8s_openapi::ByteString;
 use rusty_s3::actions::{CreateMultipartUpload, ListObjectsV2};
 use rusty_s3::{Bucket, Credentials, S3Action, UrlStyle};
+use tracing::debug;
 
-use super::error::{StoreError, error_code_and_message, is_auth_code};
-use crate::api::snapshot::{ACCESS_KEY_ID_KEY, S3Store, SECRET_ACCESS_KEY_KEY};
+use super::answer::{Answer, read_capped};
+use super::error::{NO_CODE, StoreError, error_code_and_message, is_auth_code};
+use super::limits::{CONNECT_TIMEOUT, LIST_PAGE_KEYS, PART_DEADLINE, READ_TIMEOUT, REQUEST_DEADLINE};
+use crate::api::snapshot::{ACCESS_KEY_ID_KEY, S3Store, SECRET_ACCESS_KEY_KEY, ServerSideEncryption};
 
 /// How long the signature of one request stays valid: longer than any request takes, short
 /// enough that a leaked URL is soon useless.
-const REQUEST_SIGNATURE_TTL: Duration = Duration::from_secs(300);
-/// Dialling the endpoint gives up after this.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// A request whose answer stops arriving for this long fails.
-const READ_TIMEOUT: Duration = Duration::from_secs(60);
+pub(super) const REQUEST_SIGNATURE_TTL: Duration = Duration::from_secs(300);
 
 /// The access key pair of a store. Its `Debug` shows neither key.
 #[derive(Clone)]
@@ -77,10 +76,14 @@ pub struct StoredObject {
 /// endpoint and bucket only.
 #[derive(Clone)]
 pub struct StoreClient {
-    endpoint: String,
-    bucket: Arc<Bucket>,
-    credentials: Arc<Credentials>,
-    http: reqwest::Client,
+    pub(super) endpoint: String,
+    pub(super) bucket: Arc<Bucket>,
+    pub(super) credentials: Arc<Credentials>,
+    pub(super) http: reqwest::Client,
+    /// The server-side encryption headers of every upload.
+    sse_headers: Arc<Vec<(&'static str, String)>>,
+    /// The deadline of requests other than part uploads and whole-object reads.
+    pub(super) deadline: Duration,
 }
 
 impl std::fmt::Debug for StoreClient {
@@ -125,9 +128,11 @@ impl StoreClient {
         // kube and reqwest are built without a default crypto provider; the managers install
         // ring at start, tests and tools may not have.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        // No redirects: a store must not send the controller's requests somewhere else.
         let mut http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
-            .read_timeout(READ_TIMEOUT);
+            .read_timeout(READ_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none());
         if let Some(ca_pem) = ca_pem {
             http = http.use_preconfigured_tls(tls_trusting(ca_pem).map_err(invalid)?);
         }
@@ -142,7 +147,20 @@ impl StoreClient {
                 credentials.secret_access_key,
             )),
             http,
+            sse_headers: Arc::new(sse_headers(store)),
+            deadline: REQUEST_DEADLINE,
         })
+    }
+
+    /// The same client with another deadline for ordinary requests (tests of slow stores).
+    pub fn with_request_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The headers that ask the store to encrypt what an upload writes (empty without `sse`).
+    pub(super) fn upload_headers(&self) -> &[(&'static str, String)] {
+        &self.sse_headers
     }
 
     /// `<bucket>/<key>`, as EtcdadmSnapshot `status.location` shows it.
@@ -155,7 +173,8 @@ impl StoreClient {
         let action = self.bucket.create_bucket(&self.credentials);
         let body = action.body();
         let url = action.sign(REQUEST_SIGNATURE_TTL);
-        self.send("CreateBucket", self.http.put(url).body(body)).await?;
+        self.send("CreateBucket", self.http.put(url).body(body), self.deadline)
+            .await?;
         Ok(())
     }
 
@@ -166,7 +185,7 @@ impl StoreClient {
             .bucket
             .head_bucket(Some(&self.credentials))
             .sign(REQUEST_SIGNATURE_TTL);
-        match self.send("HeadBucket", self.http.head(url)).await {
+        match self.send("HeadBucket", self.http.head(url), self.deadline).await {
             // A HEAD answer has no body to name the error: its status has to.
             Err(StoreError::Refused { status: 404, .. }) => Err(StoreError::BucketMissing {
                 endpoint: self.endpoint.clone(),
@@ -177,17 +196,20 @@ impl StoreClient {
         }
     }
 
-    /// Start a multipart upload of `key`; returns its upload ID.
+    /// Start a multipart upload of `key` (encrypted as the store's `sse` says); returns its
+    /// upload ID.
     pub async fn create_multipart_upload(&self, key: &str) -> Result<String, StoreError> {
         const OPERATION: &str = "CreateMultipartUpload";
-        let url = self
-            .bucket
-            .create_multipart_upload(Some(&self.credentials), key)
-            .sign(REQUEST_SIGNATURE_TTL);
-        let body = self.send(OPERATION, self.http.post(url)).await?.text().await;
-        let body = body.map_err(|e| self.transport(OPERATION, &e))?;
+        let mut action = self.bucket.create_multipart_upload(Some(&self.credentials), key);
+        for (name, value) in self.upload_headers() {
+            action.headers_mut().insert(*name, value.as_str());
+        }
+        let url = action.sign(REQUEST_SIGNATURE_TTL);
+        let request = with_headers(self.http.post(url), self.upload_headers());
+        let response = self.send(OPERATION, request, self.deadline).await?;
+        let body = self.answer_text(OPERATION, response).await?;
         let parsed = CreateMultipartUpload::parse_response(&body)
-            .map_err(|e| self.unexpected(OPERATION, format!("unreadable answer: {e}")))?;
+            .map_err(|e| self.unexpected(OPERATION, &format!("unreadable answer: {e}")))?;
         Ok(parsed.upload_id().to_string())
     }
 
@@ -204,15 +226,17 @@ impl StoreClient {
             .bucket
             .upload_part(Some(&self.credentials), key, number, upload_id)
             .sign(REQUEST_SIGNATURE_TTL);
+        let request = self.http.put(url).body(bytes);
         let response = self
-            .send_upload(OPERATION, key, upload_id, self.http.put(url).body(bytes))
+            .send_upload(OPERATION, key, upload_id, request, PART_DEADLINE)
             .await?;
         response
             .headers()
             .get("etag")
             .and_then(|v| v.to_str().ok())
+            .filter(|etag| etag.len() <= 256)
             .map(str::to_string)
-            .ok_or_else(|| self.unexpected(OPERATION, "no ETag in the answer".into()))
+            .ok_or_else(|| self.unexpected(OPERATION, "no ETag in the answer"))
     }
 
     /// Complete an upload from its parts' ETags, in part order: only now does `key` exist.
@@ -231,16 +255,13 @@ impl StoreClient {
         );
         let url = action.sign(REQUEST_SIGNATURE_TTL);
         let body = action.body();
+        let request = self.http.post(url).body(body);
         let response = self
-            .send_upload(OPERATION, key, upload_id, self.http.post(url).body(body))
+            .send_upload(OPERATION, key, upload_id, request, self.deadline)
             .await?;
         // S3 may answer 200 and still fail, with an error document as the body.
-        let body = response.text().await.map_err(|e| self.transport(OPERATION, &e))?;
-        if body.contains("<Error>") {
-            let (code, message) = error_code_and_message(&body);
-            return Err(self.classify(OPERATION, 200, code, message));
-        }
-        Ok(())
+        let body = self.answer_text(OPERATION, response).await?;
+        self.error_document(OPERATION, &body)
     }
 
     /// Abort an upload, dropping its parts. An upload that no longer exists is fine.
@@ -251,7 +272,7 @@ impl StoreClient {
             .abort_multipart_upload(Some(&self.credentials), key, upload_id)
             .sign(REQUEST_SIGNATURE_TTL);
         match self
-            .send_upload(OPERATION, key, upload_id, self.http.delete(url))
+            .send_upload(OPERATION, key, upload_id, self.http.delete(url), self.deadline)
             .await
         {
             Ok(_) | Err(StoreError::NoSuchUpload { .. }) => Ok(()),
@@ -270,7 +291,8 @@ impl StoreClient {
             .bucket
             .delete_object(Some(&self.credentials), key)
             .sign(REQUEST_SIGNATURE_TTL);
-        self.send("DeleteObject", self.http.delete(url)).await?;
+        self.send("DeleteObject", self.http.delete(url), self.deadline)
+            .await?;
         Ok(())
     }
 
@@ -282,14 +304,15 @@ impl StoreClient {
         loop {
             let mut action = self.bucket.list_objects_v2(Some(&self.credentials));
             action.with_prefix(prefix);
+            action.with_max_keys(LIST_PAGE_KEYS);
             if let Some(token) = &token {
                 action.with_continuation_token(token.clone());
             }
             let url = action.sign(REQUEST_SIGNATURE_TTL);
-            let body = self.send(OPERATION, self.http.get(url)).await?.text().await;
-            let body = body.map_err(|e| self.transport(OPERATION, &e))?;
+            let response = self.send(OPERATION, self.http.get(url), self.deadline).await?;
+            let body = self.answer_text(OPERATION, response).await?;
             let page = ListObjectsV2::parse_response(&body)
-                .map_err(|e| self.unexpected(OPERATION, format!("unreadable answer: {e}")))?;
+                .map_err(|e| self.unexpected(OPERATION, &format!("unreadable answer: {e}")))?;
             objects.extend(page.contents.into_iter().map(|o| StoredObject {
                 key: o.key,
                 size: o.size.unwrap_or(0),
@@ -308,114 +331,180 @@ impl StoreClient {
         key: &str,
         upload_id: &str,
         request: reqwest::RequestBuilder,
+        deadline: Duration,
     ) -> Result<reqwest::Response, StoreError> {
-        self.send(operation, request).await.map_err(|e| match e {
-            StoreError::NoSuchUpload { operation, .. } => StoreError::NoSuchUpload {
-                key: key.to_string(),
-                upload_id: upload_id.to_string(),
-                operation,
-            },
-            e => e,
-        })
+        self.send(operation, request, deadline)
+            .await
+            .map_err(|e| match e {
+                StoreError::NoSuchUpload { operation, .. } => StoreError::NoSuchUpload {
+                    key: key.to_string(),
+                    upload_id: upload_id.to_string(),
+                    operation,
+                },
+                e => e,
+            })
     }
 
-    async fn send(
+    /// Send `request`, which must end (answer and body) within `deadline`; a failure answer is
+    /// sorted by its status and S3 error code, its body read no further than the answer cap.
+    pub(super) async fn send(
         &self,
         operation: &'static str,
         request: reqwest::RequestBuilder,
+        deadline: Duration,
     ) -> Result<reqwest::Response, StoreError> {
-        let response = request.send().await.map_err(|e| self.transport(operation, &e))?;
+        let response = request
+            .timeout(deadline)
+            .send()
+            .await
+            .map_err(|e| self.transport(operation, deadline, &e))?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);
         }
-        let body = response.text().await.unwrap_or_default();
-        let (code, message) = error_code_and_message(&body);
-        Err(self.classify(operation, status.as_u16(), code, message))
+        let answer = read_capped(response).await.map(|a| a.text()).unwrap_or_default();
+        let (code, message) = error_code_and_message(&answer);
+        debug!(endpoint = %self.endpoint, operation, status = status.as_u16(), code = ?code,
+               message = %clipped(&message), "the object store refused a request");
+        Err(self.classify(operation, status.as_u16(), code))
     }
 
-    fn classify(&self, operation: &'static str, status: u16, code: String, message: String) -> StoreError {
+    /// A successful answer's body as text; one over the answer cap is refused.
+    pub(super) async fn answer_text(
+        &self,
+        operation: &'static str,
+        response: reqwest::Response,
+    ) -> Result<String, StoreError> {
+        let answer: Answer = read_capped(response)
+            .await
+            .map_err(|e| self.transport(operation, self.deadline, &e))?;
+        if answer.truncated {
+            return Err(self.unexpected(operation, "an answer larger than 64 KiB"));
+        }
+        Ok(answer.text())
+    }
+
+    /// A 200 answer that is an S3 error document (CompleteMultipartUpload, CopyObject) fails.
+    pub(super) fn error_document(&self, operation: &'static str, body: &str) -> Result<(), StoreError> {
+        if !body.contains("<Error>") {
+            return Ok(());
+        }
+        let (code, message) = error_code_and_message(body);
+        debug!(endpoint = %self.endpoint, operation, code = ?code, message = %clipped(&message),
+               "the object store answered 200 with an error");
+        Err(self.classify(operation, 200, code))
+    }
+
+    pub(super) fn classify(&self, operation: &'static str, status: u16, code: Option<String>) -> StoreError {
         let bucket = self.bucket.name().to_string();
         let endpoint = self.endpoint.clone();
-        match code.as_str() {
-            "NoSuchBucket" => StoreError::BucketMissing {
+        match code.as_deref() {
+            Some("NoSuchBucket") => StoreError::BucketMissing {
                 endpoint,
                 bucket,
                 operation,
             },
-            "NoSuchUpload" => StoreError::NoSuchUpload {
+            Some("NoSuchUpload") => StoreError::NoSuchUpload {
                 key: String::new(),
                 upload_id: String::new(),
                 operation,
             },
-            code if is_auth_code(code) || (code.is_empty() && matches!(status, 401 | 403)) => {
-                StoreError::AuthRefused {
-                    endpoint,
-                    bucket,
-                    operation,
-                    code: if code.is_empty() {
-                        format!("HTTP {status}")
-                    } else {
-                        code.to_string()
-                    },
-                    message,
-                }
-            }
+            Some(code) if is_auth_code(code) => StoreError::AuthRefused {
+                endpoint,
+                bucket,
+                operation,
+                status,
+                code: code.to_string(),
+            },
+            None if matches!(status, 401 | 403) => StoreError::AuthRefused {
+                endpoint,
+                bucket,
+                operation,
+                status,
+                code: NO_CODE.into(),
+            },
             _ => StoreError::Refused {
                 endpoint,
                 operation,
                 status,
-                code,
-                message,
+                code: code.unwrap_or_else(|| NO_CODE.into()),
             },
         }
     }
 
-    /// A request that got no answer. reqwest's message would carry the signed URL: dropped.
-    fn transport(&self, operation: &'static str, error: &reqwest::Error) -> StoreError {
-        let mut message = String::new();
+    /// A request that got no complete answer. What went wrong is only logged (at debug): its
+    /// text names what answered on the endpoint, and reqwest's carries the signed URL.
+    pub(super) fn transport(
+        &self,
+        operation: &'static str,
+        deadline: Duration,
+        error: &reqwest::Error,
+    ) -> StoreError {
+        let mut causes = Vec::new();
         let mut tls = false;
         let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
         while let Some(cause) = source {
             tls |= cause.downcast_ref::<rustls::Error>().is_some();
-            if !message.is_empty() {
-                message.push_str(": ");
-            }
-            message.push_str(&cause.to_string());
+            causes.push(cause.to_string());
             source = cause.source();
         }
-        if message.is_empty() {
-            message = if error.is_timeout() {
-                "timed out".into()
-            } else {
-                "no answer".into()
-            };
-        }
+        debug!(endpoint = %self.endpoint, operation, timed_out = error.is_timeout(),
+               cause = %clipped(&causes.join(": ")), "no answer from the object store");
         let endpoint = self.endpoint.clone();
         if tls {
-            StoreError::Tls {
-                endpoint,
-                operation,
-                message,
-            }
+            StoreError::Tls { endpoint, operation }
         } else {
             StoreError::Unreachable {
                 endpoint,
                 operation,
-                message,
+                deadline,
             }
         }
     }
 
-    fn unexpected(&self, operation: &'static str, message: String) -> StoreError {
+    /// An answer this client cannot use; `what` is our description, never the store's text.
+    pub(super) fn unexpected(&self, operation: &'static str, what: &str) -> StoreError {
         StoreError::Refused {
             endpoint: self.endpoint.clone(),
             operation,
             status: 200,
-            code: "UnexpectedAnswer".into(),
-            message,
+            code: format!("({what})"),
         }
     }
+}
+
+/// The encryption headers `store.sse` asks for on uploads.
+fn sse_headers(store: &S3Store) -> Vec<(&'static str, String)> {
+    let Some(sse) = store.sse else {
+        return vec![];
+    };
+    let mut headers = vec![("x-amz-server-side-encryption", sse.as_str().to_string())];
+    if sse == ServerSideEncryption::AwsKms
+        && let Some(key_id) = store
+            .sse_kms_key_id
+            .as_deref()
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+    {
+        headers.push(("x-amz-server-side-encryption-aws-kms-key-id", key_id.to_string()));
+    }
+    headers
+}
+
+/// `request` with `headers` (the signed ones must be sent as signed).
+pub(super) fn with_headers(
+    mut request: reqwest::RequestBuilder,
+    headers: &[(&'static str, String)],
+) -> reqwest::RequestBuilder {
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    request
+}
+
+/// At most 200 characters of a store's text, for a debug log line.
+fn clipped(text: &str) -> String {
+    text.chars().take(200).collect()
 }
 
 /// TLS trusting exactly the certificates of `ca_pem`.

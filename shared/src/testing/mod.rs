@@ -1,5 +1,6 @@
 //! Real counterparts for tests: etcd members and clusters over TLS, a kube-apiserver, an S3 store
-//! (SeaweedFS), each found the way CI installs it or failing with how to install it.
+//! (SeaweedFS), each found the way CI installs it or failing with how to install it; and a
+//! hostile stand-in for a store a tenant controls.
 //!
 //! Only compiled with the `testing` feature; the helpers panic on setup failures because a test
 //! that cannot set up must fail loudly, never skip.
@@ -12,4 +13,7 @@ pub use etcd::{
 };
 
 mod seaweedfs;
-pub use seaweedfs::{CREDENTIALS_SECRET, SEAWEEDFS_INSTALL_HINT, SeaweedFs, weed_binary};
+pub use seaweedfs::{CA_SECRET, CREDENTIALS_SECRET, SEAWEEDFS_INSTALL_HINT, SeaweedFs, weed_binary};
+
+mod hostile_store;
+pub use hostile_store::{HostileStore, Hostility, INTERNAL_TEXT};

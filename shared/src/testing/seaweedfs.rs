@@ -1,6 +1,7 @@
 //! A real S3-compatible store for tests: SeaweedFS (`weed server -s3`) on 127.0.0.1 (or on an
 //! address inside a network namespace the test made), on free ports, with its own data directory
-//! and credentials, stopped by PID when dropped.
+//! and credentials, stopped by PID when dropped; plain http (an `insecure: true` store), or https
+//! on 127.0.0.1 with a certificate of a CA made for it.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -46,6 +47,8 @@ pub fn weed_binary() -> Result<PathBuf, String> {
 
 /// Name of the Secret [`SeaweedFs::store`] refers to for credentials.
 pub const CREDENTIALS_SECRET: &str = "s3-credentials";
+/// Name of the Secret [`SeaweedFs::store`] refers to for the CA of an https server.
+pub const CA_SECRET: &str = "s3-ca";
 
 /// One SeaweedFS server (master, volume, filer and S3 gateway in one process).
 pub struct SeaweedFs {
@@ -55,6 +58,8 @@ pub struct SeaweedFs {
     process: Child,
     /// gRPC ports, whose unix sockets weed puts in /tmp whatever it is told.
     grpc_ports: Vec<u16>,
+    /// The CA of the server's certificate, when it serves https.
+    ca_pem: Option<String>,
     dir: TempDir,
 }
 
@@ -88,16 +93,30 @@ fn free_ports(n: usize) -> Vec<u16> {
 }
 
 impl SeaweedFs {
-    /// Start SeaweedFS with one identity allowed everything and wait until its S3 API answers
-    /// signed requests. Panics with an install hint when `weed` is missing, and with its log
-    /// when it does not come up.
+    /// Start SeaweedFS serving plain http with one identity allowed everything and wait until
+    /// its S3 API answers signed requests. Panics with an install hint when `weed` is missing,
+    /// and with its log when it does not come up.
     pub async fn start() -> SeaweedFs {
-        SeaweedFs::start_at("127.0.0.1", &[]).await
+        SeaweedFs::start_with("127.0.0.1", &[], false).await
+    }
+
+    /// The same, serving https only, with a certificate for 127.0.0.1 from a CA of its own
+    /// ([`SeaweedFs::ca_pem`]).
+    pub async fn start_tls() -> SeaweedFs {
+        SeaweedFs::start_with("127.0.0.1", &[], true).await
     }
 
     /// [`SeaweedFs::start`] serving on `ip`, run through `launcher` (a command prefix such as
     /// `nsenter --net=/run/netns/<ns> --`, for an address inside a namespace the test made).
     pub async fn start_at(ip: &str, launcher: &[String]) -> SeaweedFs {
+        SeaweedFs::start_with(ip, launcher, false).await
+    }
+
+    async fn start_with(ip: &str, launcher: &[String], tls: bool) -> SeaweedFs {
+        assert!(
+            !tls || ip == "127.0.0.1",
+            "the test certificate names 127.0.0.1 only"
+        );
         let weed = weed_binary().unwrap_or_else(|hint| panic!("{hint}"));
         let dir = TempDir::new("etcdadm-test-seaweedfs");
         let data = dir.path().join("data");
@@ -137,6 +156,18 @@ impl SeaweedFs {
             "-master.volumeSizeLimitMB=1024".into(),
             "-volume.max=32".into(),
         ];
+        let mut args = args.to_vec();
+        let ca_pem = tls.then(|| {
+            let (ca_pem, cert_pem, key_pem) = server_certificate();
+            let cert = dir.path().join("s3.crt");
+            let key = dir.path().join("s3.key");
+            std::fs::write(&cert, cert_pem).expect("write the S3 certificate");
+            std::fs::write(&key, key_pem).expect("write the S3 key");
+            args.push(format!("-s3.cert.file={}", cert.display()));
+            args.push(format!("-s3.key.file={}", key.display()));
+            ca_pem
+        });
+        let scheme = if tls { "https" } else { "http" };
         let mut command = match launcher.split_first() {
             Some((program, leading)) => {
                 let mut command = Command::new(program);
@@ -150,17 +181,20 @@ impl SeaweedFs {
             .current_dir(dir.path())
             // Its own logs (glog writes to the temporary directory) stay in its directory.
             .env("TMPDIR", dir.path())
+            // The key-encryption key of SSE-S3 (`sse: AES256`), which is off without one.
+            .env("WEED_S3_SSE_KEK", crate::backup::hex(&rand::random::<[u8; 32]>()))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log handle"))
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}; {SEAWEEDFS_INSTALL_HINT}", weed.display()));
         let mut server = SeaweedFs {
-            endpoint: format!("http://{ip}:{}", p[6]),
+            endpoint: format!("{scheme}://{ip}:{}", p[6]),
             access_key_id,
             secret_access_key,
             process,
             grpc_ports: vec![p[1], p[3], p[5], p[7]],
+            ca_pem,
             dir,
         };
         server.wait_ready(Duration::from_secs(60)).await;
@@ -199,9 +233,27 @@ impl SeaweedFs {
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
 
-    /// `http://127.0.0.1:<port>` of the S3 API.
+    /// `http(s)://127.0.0.1:<port>` of the S3 API.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// Where the server keeps its data (volumes, filer): what a disk thief would read.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The CA of an https server's certificate.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
+    }
+
+    /// The data of the CA Secret [`CA_SECRET`] of an https server (empty for plain http).
+    pub fn ca_secret_data(&self) -> std::collections::BTreeMap<String, String> {
+        self.ca_pem
+            .iter()
+            .map(|pem| (crate::api::snapshot::CA_BUNDLE_KEY.to_string(), pem.clone()))
+            .collect()
     }
 
     /// The credentials the server accepts.
@@ -224,22 +276,27 @@ impl SeaweedFs {
     }
 
     /// `spec.backup.store.s3` for `bucket` on this server (path style, credentials in the Secret
-    /// [`CREDENTIALS_SECRET`]).
+    /// [`CREDENTIALS_SECRET`]; plain http is `insecure: true`, https trusts the Secret
+    /// [`CA_SECRET`]).
     pub fn store(&self, bucket: &str) -> S3Store {
         S3Store {
             endpoint: self.endpoint.clone(),
             bucket: bucket.to_string(),
             force_path_style: Some(true),
+            insecure: self.ca_pem.is_none().then_some(true),
             credentials_secret_ref: SecretReference {
                 name: CREDENTIALS_SECRET.into(),
             },
+            ca_secret_ref: self.ca_pem.as_ref().map(|_| SecretReference {
+                name: CA_SECRET.into(),
+            }),
             ..Default::default()
         }
     }
 
     /// A client of `bucket` with the server's credentials.
     pub fn client(&self, bucket: &str) -> StoreClient {
-        StoreClient::new(&self.store(bucket), self.credentials(), None).expect("S3 client")
+        StoreClient::new(&self.store(bucket), self.credentials(), self.ca_pem()).expect("S3 client")
     }
 
     /// Create `bucket` and return a client of it.
@@ -251,4 +308,25 @@ impl SeaweedFs {
             .unwrap_or_else(|e| panic!("create bucket {bucket}: {e}; log:\n{}", self.log()));
         client
     }
+}
+
+/// A CA, and a certificate and key for 127.0.0.1 and localhost it signed (PEM).
+fn server_certificate() -> (String, String, String) {
+    use crate::pki::{CertificateAuthority, KeyType, LeafRequest, Usage};
+    let ca = CertificateAuthority::generate("seaweedfs-test-ca").expect("a test CA");
+    let leaf = ca
+        .issue(&LeafRequest {
+            common_name: "seaweedfs".into(),
+            organizations: vec![],
+            dns_names: vec!["localhost".into()],
+            ips: vec![std::net::IpAddr::from([127, 0, 0, 1])],
+            usage: Usage {
+                client: false,
+                server: true,
+            },
+            validity: Duration::from_secs(24 * 3600),
+            key_type: KeyType::EcdsaP256,
+        })
+        .expect("the S3 server certificate");
+    (ca.cert_pem().to_string(), leaf.cert_pem, leaf.key_pem)
 }

@@ -2,7 +2,7 @@
 //! the snapshot controller fails a snapshot with the same words when an object bypassed it.
 
 use super::{FieldError, quoted};
-use crate::api::snapshot::{Backup, Restore, S3Store};
+use crate::api::snapshot::{Backup, Restore, Retention, S3Store, ServerSideEncryption};
 use crate::cron::Schedule;
 
 /// Every problem with `backup` (whose path is `base`, e.g. `spec.backup`).
@@ -13,15 +13,53 @@ pub fn validate_backup(backup: &Backup, base: &str) -> Vec<FieldError> {
     {
         errors.push(FieldError::new(format!("{base}.schedule"), e.to_string()));
     }
-    if let Some(retention) = &backup.retention
-        && retention.keep < 1
-    {
+    if let Some(retention) = &backup.retention {
+        errors.extend(retention_problems(retention, &format!("{base}.retention")));
+    }
+    if let Some(before) = &backup.before_change {
+        let path = format!("{base}.beforeChange");
+        if let Some(text) = before.max_age.as_deref()
+            && let Err(e) = crate::duration::parse(text)
+        {
+            errors.push(FieldError::new(format!("{path}.maxAge"), e.to_string()));
+        }
+        if let Some(keep) = before.keep
+            && !(1..=100).contains(&keep)
+        {
+            errors.push(FieldError::new(
+                format!("{path}.keep"),
+                format!("{keep}: must be 1 to 100"),
+            ));
+        }
+    }
+    errors
+}
+
+/// Every problem with `retention` (whose path is `base`): a count of at least 1 for `keep` and
+/// each tier, and at least one of them.
+fn retention_problems(retention: &Retention, base: &str) -> Vec<FieldError> {
+    let counts = [
+        ("keep", retention.keep, 10_000),
+        ("hourly", retention.hourly, 1_000),
+        ("daily", retention.daily, 1_000),
+        ("weekly", retention.weekly, 1_000),
+    ];
+    let mut errors: Vec<FieldError> = counts
+        .iter()
+        .filter_map(|(field, count, max)| {
+            let count = (*count)?;
+            (!(1..=*max).contains(&count)).then(|| {
+                FieldError::new(
+                    format!("{base}.{field}"),
+                    format!("{count}: must be 1 to {max} (to keep every snapshot, leave retention out)"),
+                )
+            })
+        })
+        .collect();
+    if counts.iter().all(|(_, count, _)| count.is_none()) {
         errors.push(FieldError::new(
-            format!("{base}.retention.keep"),
-            format!(
-                "{}: must be at least 1 (to keep every snapshot, leave retention out)",
-                retention.keep
-            ),
+            base.to_string(),
+            "set keep or a tier (hourly, daily, weekly); to keep every snapshot, leave retention out",
         ));
     }
     errors
@@ -32,6 +70,29 @@ pub fn validate_store(store: &S3Store, base: &str) -> Vec<FieldError> {
     let mut errors = vec![];
     if let Some(problem) = endpoint_problem(&store.endpoint) {
         errors.push(FieldError::new(format!("{base}.endpoint"), problem));
+    } else if store.endpoint.starts_with("http://") && !store.allows_insecure() {
+        errors.push(FieldError::new(
+            format!("{base}.endpoint"),
+            format!(
+                "{} is plain http: snapshots hold every Secret of the workload cluster; use \
+                 https:// (caSecretRef for a private CA), or set insecure: true to accept this",
+                quoted(&store.endpoint)
+            ),
+        ));
+    }
+    if store.sse_kms_key_id.is_some() && store.sse != Some(ServerSideEncryption::AwsKms) {
+        errors.push(FieldError::new(
+            format!("{base}.sseKMSKeyID"),
+            "names a KMS key, which only sse: aws:kms uses: set sse: aws:kms, or remove it",
+        ));
+    }
+    if let Some(key_id) = store.sse_kms_key_id.as_deref()
+        && (key_id.trim().is_empty() || key_id.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        errors.push(FieldError::new(
+            format!("{base}.sseKMSKeyID"),
+            format!("{} is not a KMS key ID or ARN", quoted(key_id)),
+        ));
     }
     if let Some(problem) = bucket_problem(&store.bucket) {
         errors.push(FieldError::new(format!("{base}.bucket"), problem));
@@ -73,7 +134,20 @@ pub fn validate_restore(restore: &Restore, base: &str) -> Vec<FieldError> {
     let mut errors = vec![];
     match (by_name, by_key, &source.store) {
         (true, false, None) => {}
-        (false, true, Some(store)) => errors.extend(validate_store(&store.s3, &format!("{path}.store.s3"))),
+        (false, true, Some(store)) => {
+            errors.extend(validate_store(&store.s3, &format!("{path}.store.s3")));
+            if let Some(sha256) = source.sha256.as_deref()
+                && !is_sha256_hex(sha256)
+            {
+                errors.push(FieldError::new(
+                    format!("{path}.sha256"),
+                    format!(
+                        "{} is not a SHA-256: 64 hex digits, as sha256sum prints",
+                        quoted(sha256)
+                    ),
+                ));
+            }
+        }
         (false, true, None) => errors.push(FieldError::new(
             format!("{path}.store"),
             "is required with key: the store holding the object",
@@ -83,15 +157,52 @@ pub fn validate_restore(restore: &Restore, base: &str) -> Vec<FieldError> {
             "is required with store: the object key of the snapshot file",
         )),
         (false, false, None) => errors.push(FieldError::new(
-            path,
+            path.clone(),
             "names no snapshot: set name (an EtcdadmSnapshot), or store and key",
         )),
         (true, _, _) => errors.push(FieldError::new(
-            path,
+            path.clone(),
             "set either name (an EtcdadmSnapshot), or store and key, not both",
         )),
     }
+    if by_name && source.sha256.is_some() {
+        errors.push(FieldError::new(
+            format!("{path}.sha256"),
+            "goes with store and key only: an EtcdadmSnapshot's SHA-256 is the one it recorded",
+        ));
+    }
     errors
+}
+
+/// What admission accepts but warns about in a store: a plain http endpoint.
+pub fn store_warnings(store: &S3Store, base: &str) -> Vec<String> {
+    if store.allows_insecure() && store.endpoint.starts_with("http://") {
+        vec![format!(
+            "{base}.endpoint is plain http (insecure: true): snapshots, which hold every Secret of \
+             the workload cluster, and their restore downloads travel unencrypted"
+        )]
+    } else if store.allows_insecure() {
+        vec![format!("{base}.insecure has no effect on an https:// endpoint")]
+    } else {
+        vec![]
+    }
+}
+
+/// Warnings for `spec.backup` and `spec.restore` of an EtcdadmCluster spec.
+pub fn backup_warnings(backup: Option<&Backup>, restore: Option<&Restore>) -> Vec<String> {
+    let mut warnings = vec![];
+    if let Some(backup) = backup {
+        warnings.extend(store_warnings(&backup.store.s3, "spec.backup.store.s3"));
+    }
+    if let Some(store) = restore.and_then(|r| r.snapshot.store.as_ref()) {
+        warnings.extend(store_warnings(&store.s3, "spec.restore.snapshot.store.s3"));
+    }
+    warnings
+}
+
+/// 64 hex digits.
+pub fn is_sha256_hex(text: &str) -> bool {
+    text.len() == 64 && text.chars().all(|c| c.is_ascii_hexdigit())
 }
 
 fn endpoint_problem(endpoint: &str) -> Option<String> {
@@ -199,11 +310,7 @@ mod tests {
             );
             assert_eq!(paths(&errors), ["spec.backup.store.s3.endpoint"], "{bad}");
         }
-        for good in [
-            "http://127.0.0.1:8333",
-            "https://minio.storage.svc:9000/",
-            "https://s3.amazonaws.com",
-        ] {
+        for good in ["https://minio.storage.svc:9000/", "https://s3.amazonaws.com"] {
             assert!(
                 validate_backup(
                     &backup(json!({"store": {"s3": {"endpoint": good}}})),
@@ -220,6 +327,43 @@ mod tests {
     }
 
     #[test]
+    fn plain_http_needs_insecure_and_is_warned_about() {
+        let plain = backup(json!({"store": {"s3": {"endpoint": "http://127.0.0.1:8333"}}}));
+        let errors = validate_backup(&plain, "spec.backup");
+        assert_eq!(paths(&errors), ["spec.backup.store.s3.endpoint"]);
+        assert!(errors[0].message.contains("insecure: true"), "{errors:?}");
+        assert!(store_warnings(&plain.store.s3, "s").is_empty());
+
+        let allowed =
+            backup(json!({"store": {"s3": {"endpoint": "http://127.0.0.1:8333", "insecure": true}}}));
+        assert_eq!(validate_backup(&allowed, "spec.backup"), vec![]);
+        let warnings = backup_warnings(Some(&allowed), None);
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].starts_with("spec.backup.store.s3.endpoint is plain http"));
+        let tls = backup(json!({"store": {"s3": {"insecure": true}}}));
+        assert!(store_warnings(&tls.store.s3, "s")[0].contains("no effect"));
+    }
+
+    #[test]
+    fn a_kms_key_goes_with_aws_kms_only() {
+        for sse in [
+            json!({"sse": "AES256"}),
+            json!({"sse": "aws:kms", "sseKMSKeyID": "alias/etcd"}),
+        ] {
+            let valid = backup(json!({"store": {"s3": sse}}));
+            assert_eq!(validate_backup(&valid, "spec.backup"), vec![], "{sse}");
+        }
+        for sse in [
+            json!({"sseKMSKeyID": "alias/etcd"}),
+            json!({"sse": "AES256", "sseKMSKeyID": "alias/etcd"}),
+            json!({"sse": "aws:kms", "sseKMSKeyID": "two words"}),
+        ] {
+            let errors = validate_backup(&backup(json!({"store": {"s3": sse}})), "spec.backup");
+            assert_eq!(paths(&errors), ["spec.backup.store.s3.sseKMSKeyID"], "{sse}");
+        }
+    }
+
+    #[test]
     fn schedules_must_parse_and_retention_keeps_at_least_one() {
         let errors = validate_backup(&backup(json!({"schedule": "every hour"})), "spec.backup");
         assert_eq!(paths(&errors), ["spec.backup.schedule"]);
@@ -230,6 +374,31 @@ mod tests {
         );
         let errors = validate_backup(&backup(json!({"retention": {"keep": 0}})), "spec.backup");
         assert_eq!(paths(&errors), ["spec.backup.retention.keep"]);
+        let errors = validate_backup(
+            &backup(json!({"retention": {"hourly": 0, "daily": 1001, "weekly": 4}})),
+            "spec.backup",
+        );
+        assert_eq!(
+            paths(&errors),
+            ["spec.backup.retention.hourly", "spec.backup.retention.daily"]
+        );
+        let errors = validate_backup(&backup(json!({"retention": {}})), "spec.backup");
+        assert_eq!(paths(&errors), ["spec.backup.retention"]);
+        assert!(
+            validate_backup(
+                &backup(json!({"retention": {"hourly": 24, "daily": 7, "weekly": 4}})),
+                "spec.backup"
+            )
+            .is_empty()
+        );
+        let errors = validate_backup(
+            &backup(json!({"beforeChange": {"maxAge": "ten minutes", "keep": 0}})),
+            "spec.backup",
+        );
+        assert_eq!(
+            paths(&errors),
+            ["spec.backup.beforeChange.maxAge", "spec.backup.beforeChange.keep"]
+        );
         let errors = validate_backup(
             &backup(json!({"store": {"s3": {"prefix": "/abs"}}})),
             "spec.backup",
@@ -248,6 +417,8 @@ mod tests {
         assert!(
             validate_restore(&restore(json!({"store": store, "key": "a/b.db"})), "spec.restore").is_empty()
         );
+        let given = json!({"store": store, "key": "a/b.db", "sha256": "AB".repeat(32)});
+        assert!(validate_restore(&restore(given), "spec.restore").is_empty());
         for (value, path) in [
             (json!({}), "spec.restore.snapshot"),
             (
@@ -259,6 +430,14 @@ mod tests {
             (
                 json!({"store": {"s3": {"endpoint": "x", "bucket": "etcd-backups", "credentialsSecretRef": {"name": "c"}}}, "key": "k"}),
                 "spec.restore.snapshot.store.s3.endpoint",
+            ),
+            (
+                json!({"store": store, "key": "k", "sha256": "abc"}),
+                "spec.restore.snapshot.sha256",
+            ),
+            (
+                json!({"name": "n", "sha256": "ab".repeat(32)}),
+                "spec.restore.snapshot.sha256",
             ),
         ] {
             assert_eq!(

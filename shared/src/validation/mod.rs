@@ -7,7 +7,9 @@ mod backup;
 mod field;
 mod version;
 
-pub use backup::{validate_backup, validate_restore, validate_store};
+pub use backup::{
+    backup_warnings, is_sha256_hex, store_warnings, validate_backup, validate_restore, validate_store,
+};
 pub use field::{FieldError, QUOTED_CHARS, quoted};
 pub use version::{is_etcd_version, major_minor, version_change_problem};
 
@@ -62,6 +64,11 @@ pub fn validate_config_spec(spec: &EtcdadmConfigSpec, base: &str) -> Vec<FieldEr
     cloud_init_version(spec, base, &mut errors);
     cipher_suites(spec, base, &mut errors);
     quota_backend_bytes(spec, base, &mut errors);
+    errors.extend(crate::etcd_settings::problems(
+        spec,
+        base,
+        etcd_version(spec).map(|(_, v)| v),
+    ));
     files(spec, base, &mut errors);
     users(spec, base, &mut errors);
     registry_mirror(spec, base, &mut errors);
@@ -260,6 +267,13 @@ fn registry_mirror(spec: &EtcdadmConfigSpec, base: &str, errors: &mut Vec<FieldE
     }
     if let Some(message) = registry_endpoint_problem(endpoint) {
         errors.push(FieldError::new(path, format!("{} {message}", quoted(endpoint))));
+    }
+    let has_ca = mirror.ca_cert.as_deref().is_some_and(|c| !c.trim().is_empty());
+    if mirror.insecure_skip_verify == Some(true) && has_ca {
+        errors.push(FieldError::new(
+            format!("{base}.registryMirror.insecureSkipVerify"),
+            "skips the certificate check that caCert is for: remove one of them",
+        ));
     }
 }
 

@@ -287,12 +287,18 @@ fn rbac_is_least_privilege() {
     for role in of_kind("ClusterRole").into_iter().chain(of_kind("Role")) {
         for rule in role["rules"].as_array().unwrap() {
             let id = format!("{} rule {rule}", name(role));
+            if rule.get("nonResourceURLs").is_some() {
+                // Only the metrics reader, only `get /metrics`.
+                assert_eq!(name(role), "etcdadm-metrics-reader", "{id}: non-resource URLs");
+                assert_eq!(strings(&rule["nonResourceURLs"]), ["/metrics"], "{id}");
+                assert_eq!(strings(&rule["verbs"]), ["get"], "{id}");
+                continue;
+            }
             assert!(!strings(&rule["verbs"]).contains(&"*"), "{id}: wildcard verb");
             assert!(
                 !strings(&rule["apiGroups"]).contains(&"*"),
                 "{id}: wildcard group"
             );
-            assert!(rule.get("nonResourceURLs").is_none(), "{id}: non-resource URLs");
             if strings(&rule["resources"]).contains(&"*") {
                 assert_eq!(name(role), "etcdadm-controller-manager-role", "{id}");
                 assert_eq!(
@@ -392,7 +398,25 @@ fn rbac_is_least_privilege() {
             !allows(role, "coordination.k8s.io", "leases", "get"),
             "leases only in the namespace"
         );
+        // `/metrics` is guarded by the API server's reviews, which each manager asks for.
+        assert!(allows(role, "authentication.k8s.io", "tokenreviews", "create"));
+        assert!(allows(
+            role,
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            "create"
+        ));
     }
+    // What a scraper's ServiceAccount is bound to: get /metrics, nothing else, bound to nobody
+    // by the provider itself.
+    let reader = find("ClusterRole", "etcdadm-metrics-reader");
+    assert_eq!(reader["rules"].as_array().unwrap().len(), 1);
+    assert!(
+        of_kind("ClusterRoleBinding")
+            .iter()
+            .all(|b| b["roleRef"]["name"] != "etcdadm-metrics-reader"),
+        "the provider binds the metrics reader to no one"
+    );
 
     // Leader election: a namespaced Role, bound to both service accounts.
     let election = find("Role", "etcdadm-leader-election-role");
@@ -462,6 +486,11 @@ fn webhooks_reach_existing_services_with_ca_injection() {
         );
         for webhook in configuration["webhooks"].as_array().unwrap() {
             let id = webhook["name"].as_str().unwrap();
+            let timeout = webhook["timeoutSeconds"].as_i64();
+            assert!(
+                timeout.is_some_and(|t| (1..=10).contains(&t)),
+                "{id}: timeoutSeconds {timeout:?} must be set, 1 to 10"
+            );
             let service_ref = &webhook["clientConfig"]["service"];
             assert_eq!(service_ref["namespace"], NAMESPACE, "{id}");
             let service_name = service_ref["name"].as_str().unwrap();

@@ -233,6 +233,7 @@ const TAKEOVER_LIMIT: Duration = Duration::from_secs(300);
 /// Measure one controller with `options.clusters` established clusters: adoption, steady state,
 /// a cold takeover by a new process, and optionally a leader failover between two replicas.
 pub async fn run_scale(work_dir: &Path, options: &ScaleOptions) -> Result<(), SimError> {
+    // The benchmark's phases in the order they run, each timed where it happens: read top to bottom.
     let clusters = options.clusters;
     let setup = |e: &dyn std::fmt::Display| SimError::Setup(e.to_string());
     let _ = std::fs::remove_dir_all(work_dir);

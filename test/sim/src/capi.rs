@@ -158,6 +158,7 @@ impl CapiStandIn {
     }
 
     async fn reconcile_machine(&self, machine: &Machine) -> Result<(), kube::Error> {
+        // One Machine's whole life as CAPI drives it (bootstrap, infrastructure, hooks, deletion), in order.
         let name = machine.name_any();
         let machines: Api<Machine> = Api::namespaced(self.client.clone(), &self.namespace);
         let sims: Api<DynamicObject> =

@@ -297,6 +297,7 @@ impl Demo {
     /// Cluster whose KubeadmControlPlane uses an EtcdadmCluster of `options.members` spread over
     /// three failure domains. Prints what it started.
     pub async fn start(options: &DemoOptions) -> Result<Demo, SimError> {
+        // The demo's start in the order a user sees it printed: API server, plane, cluster.
         let started = Instant::now();
         let work_dir = &options.work_dir;
         std::fs::create_dir_all(work_dir)

@@ -166,6 +166,7 @@ fn parse_change(text: &str) -> Result<(i32, i32), String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // One arm per subcommand, each a call: the command line read at once.
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();

@@ -63,6 +63,9 @@ pub struct PlaneOptions {
     pub controller_args: Vec<String>,
     /// Extra environment of every controller process (e.g. a crash test's exit point).
     pub controller_env: Vec<(String, String)>,
+    /// Programs the image of [`Machines::RealEtcdadm`] machines carries besides etcdadm (e.g.
+    /// an etcdutl that can raise a restored revision), on their PATH by file name.
+    pub image_tools: Vec<PathBuf>,
     /// How long each Machine takes to boot (get its address and run its user data) once its
     /// bootstrap data exists.
     pub boot_delay: BootDelay,
@@ -82,6 +85,7 @@ impl Default for PlaneOptions {
             controller_kubeconfigs: Default::default(),
             controller_args: vec![],
             controller_env: vec![],
+            image_tools: vec![],
             boot_delay: BootDelay::None,
         }
     }
@@ -153,6 +157,7 @@ fn wait_gone(pid: u32) {
 
 impl Plane {
     pub async fn start(options: PlaneOptions) -> Result<Plane, SimError> {
+        // Everything the plane starts, in start order, each stopped by the Plane it returns.
         let work_dir = &options.work_dir;
         std::fs::create_dir_all(work_dir)
             .map_err(|e| SimError::Setup(format!("{}: {e}", work_dir.display())))?;
@@ -214,6 +219,7 @@ impl Plane {
                     sibling_binary("etcdadm-sim-machine")?,
                     etcdadm,
                     created,
+                    options.image_tools.clone(),
                 )))
             }
         };
@@ -452,10 +458,12 @@ pub fn spawn_controller_with_ports(
     Command::new(&binary)
         .arg("run")
         // Several managers share the loopback: no fixed ports, and no webhooks (the sim API
-        // server does not call admission webhooks).
+        // server does not call admission webhooks). Metrics are scraped over loopback by the
+        // sim itself, whose API server reviews no tokens: plain HTTP.
         .args([
             format!("--health-addr={health}"),
             format!("--diagnostics-address={diagnostics}"),
+            "--insecure-diagnostics".to_string(),
             "--webhook-port=0".to_string(),
         ])
         .args(extra)

@@ -2,12 +2,13 @@
 //! The user data, run by the tool it is written for: machines that run the real (upstream)
 //! etcdadm, each in a network namespace of its own whose default route goes through a bridge,
 //! with both real controller binaries on the sim's in-memory API server. Create with learner
-//! joins, scale, a rolling replacement under writes, remediation, a restore from SeaweedFS, and
-//! machines whose default route is on a second interface.
+//! joins, scale, a rolling replacement under writes, remediation, a restore from SeaweedFS (its
+//! revisions raised by an etcdutl 3.5.16 the machine image carries), and machines whose default
+//! route is on a second interface.
 //!
 //! Every test has a lab of its own (bridge `eadmbr<lab>`, `10.213.<lab>.0/24`): they run
 //! concurrently. Needs root, iproute2, and what `.ci/setup` puts under target/ (the etcdadm
-//! binary and the etcd release archive); without them the tests fail saying so.
+//! binary, the etcd release archive, etcdutl 3.5.16); without them the tests fail saying so.
 
 mod lifecycle_support;
 
@@ -21,7 +22,7 @@ use etcdadm_sim::plane::Plane;
 use etcdadm_sim_machines::Fault;
 use etcdadm_sim_machines::network::{self, guard};
 use kube::ResourceExt;
-use lifecycle_support::real_etcdadm::{config, start_plane};
+use lifecycle_support::real_etcdadm::{config, start_plane, start_plane_with_image_tools};
 use lifecycle_support::*;
 use serde_json::json;
 
@@ -74,7 +75,8 @@ async fn create_three_with_learner_joins_then_scale_to_five_and_back() {
         "e1",
         3,
         true,
-        config(json!({"cipherSuites": CIPHERS})),
+        config(json!({"cipherSuites": CIPHERS, "quotaBackendBytes": "64Mi",
+                      "etcdSettings": {"snapshot-count": 20000, "experimental-corrupt-check-time": "3h"}})),
         json!({}),
     )
     .await;
@@ -92,7 +94,9 @@ async fn create_three_with_learner_joins_then_scale_to_five_and_back() {
     );
 
     // What etcd runs with, read from each member: the addresses etcdadm chose on the machine's
-    // own interface, the cipher suites the user data set after etcdadm, the default quota.
+    // own interface, the cipher suites, the backend quota, the corruption check and the etcd
+    // settings the user data set after etcdadm (etcd's own metric says the quota it enforces),
+    // and the quota status reports.
     assert_members_advertise_machine_addresses(&plane, "e1").await;
     let runtime = plane.built_in.as_ref().unwrap();
     for member in &status.members {
@@ -102,11 +106,27 @@ async fn create_three_with_learner_joins_then_scale_to_five_and_back() {
             "{}",
             member.name
         );
+        let quota = runtime
+            .etcd_metric(&member.name, "etcd_server_quota_backend_bytes")
+            .unwrap();
+        assert_eq!(quota, 64.0 * 1024.0 * 1024.0, "{}'s quota", member.name);
+        assert_eq!(member.quota_backend_bytes, Some(64 << 20), "{member:?}");
+        // The corruption check a new member gets by default (etcd 3.5.1 has the initial one,
+        // not yet the compacted-revision hash check) and the etcdSettings, as etcd reads them.
+        for (key, value) in [
+            ("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", Some("true")),
+            ("ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED", None),
+            ("ETCD_SNAPSHOT_COUNT", Some("20000")),
+            ("ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME", Some("3h0m0s")),
+        ] {
+            assert_eq!(
+                etcd_setting(&plane, &member.name, key).as_deref(),
+                value,
+                "{}: {key}",
+                member.name
+            );
+        }
     }
-    let quota = runtime
-        .etcd_metric(&status.members[0].name, "etcd_server_quota_backend_bytes")
-        .unwrap();
-    assert_eq!(quota, 2.0 * 1024.0 * 1024.0 * 1024.0, "etcd's default quota");
 
     let kcp_writes = || plane.kcp_record.lock().unwrap().endpoint_changes.len();
     for (from, to) in [(3, 5), (5, 3)] {
@@ -221,11 +241,17 @@ async fn a_dead_member_is_remediated() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_restored_from_a_snapshot_in_seaweedfs_has_every_key() {
+async fn a_cluster_restored_from_a_snapshot_in_seaweedfs_has_every_key_at_raised_revisions() {
     const BUCKET: &str = "etcd-backups";
     const KEYS: usize = 300;
+    /// Writes the old cluster serves after the snapshot: lost by the restore.
+    const LATER: usize = 50;
     let work = TempDir::new("sim-real-restore");
-    let plane = start_plane(64, &work, Duration::from_secs(1)).await;
+    // The image carries an etcdutl that can raise a restored revision (etcd 3.5.10+), as an
+    // image built for restores would; etcdadm itself installs etcd 3.5.1.
+    let etcdutl =
+        etcdadm_sim_machines::real_etcdadm::bumping_etcdutl().unwrap_or_else(|hint| panic!("{hint}"));
+    let plane = start_plane_with_image_tools(64, &work, Duration::from_secs(1), vec![etcdutl]).await;
     let client = plane.client.clone();
     // The store lives on the lab too: the machines download the snapshot from it.
     let store_ns = plane
@@ -251,6 +277,8 @@ async fn a_cluster_restored_from_a_snapshot_in_seaweedfs_has_every_key() {
     let (_, written) = write_keys(&client, "b1", &source, KEYS).await;
     let taken = take_snapshot(&client, "b1", "b1-nightly", &work).await;
     assert_eq!(taken.status.unwrap().revision, Some(written));
+    let (_, old_last) = write_keys(&client, "b1", &source, LATER).await;
+    assert!(old_last >= written + LATER as i64);
 
     let started = Instant::now();
     create(
@@ -267,7 +295,7 @@ async fn a_cluster_restored_from_a_snapshot_in_seaweedfs_has_every_key() {
         "real etcdadm: a cluster of 3 restored from SeaweedFS (etcdadm init --snapshot) Ready in {:.1}s",
         started.elapsed().as_secs_f64()
     );
-    let status = restored.status.unwrap();
+    let status = restored.status.clone().unwrap();
     let from = status.restored_from.clone().expect("status.restoredFrom");
     assert_eq!(from.revision, Some(written));
     let tls = demo::etcd_tls(&client, client.default_namespace(), "r1")
@@ -289,8 +317,43 @@ async fn a_cluster_restored_from_a_snapshot_in_seaweedfs_has_every_key() {
                 m.name
             );
         }
-        assert!(member.local_revision().await.unwrap() >= written);
+        let now = member.local_revision().await.unwrap();
+        assert!(
+            now > old_last + 900_000_000,
+            "{}: revision {now}, the old cluster served {old_last}",
+            m.name
+        );
     }
+    // Raised by the restore Secret's margin, the older history marked compacted: a watch from
+    // the old cluster's last revision is told so, and the condition says it.
+    assert_eq!(from.revision_bumped, Some(true), "{from:?}");
+    let (state, reason, message) = condition(&restored, "RevisionsBumped");
+    assert_eq!(
+        (state.as_str(), reason.as_str()),
+        ("True", "RevisionsBumped"),
+        "{message}"
+    );
+    let url = status.members[0].client_url.as_deref().unwrap();
+    let member = MemberClient::new(url, &tls, Duration::from_secs(5)).unwrap();
+    let mut kv = member.etcd_client().await.unwrap();
+    let options = etcd_client::WatchOptions::new()
+        .with_prefix()
+        .with_start_revision(old_last);
+    let mut stream = kv.watch("app/", Some(options)).await.unwrap();
+    let answer = loop {
+        let answer = stream
+            .message()
+            .await
+            .unwrap()
+            .expect("the watch ended unanswered");
+        if answer.compact_revision() > 0 || answer.canceled() {
+            break answer;
+        }
+    };
+    assert!(
+        answer.compact_revision() > old_last,
+        "a watch from {old_last} answered {answer:?}"
+    );
     // One member restored with `etcdadm init --snapshot`, the others joined: their logs say so.
     let runtime = plane.built_in.as_ref().unwrap();
     let restoring: Vec<&str> = status

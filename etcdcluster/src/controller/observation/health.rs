@@ -249,7 +249,8 @@ pub async fn check_observed(
         {
             for member in members {
                 if let Some(bytes) = member.db_size.and_then(|b| u64::try_from(b).ok()) {
-                    m.observe_db_size(ns, &name, &member.name, bytes, member.quota());
+                    let in_use = member.db_size_in_use.and_then(|b| u64::try_from(b).ok());
+                    m.observe_db_size(ns, &name, &member.name, bytes, in_use, member.quota());
                 }
             }
             let kinds: Vec<String> = alarms.iter().map(|a| a.kind.as_str().to_string()).collect();
@@ -429,11 +430,9 @@ fn member_view(
     view
 }
 
-/// An etcd that ignores `/health?exclude=` (3.4 before 3.4.23 may) answers false while an alarm
-/// is raised anywhere in the cluster, although the member serves. A member that answered Status
-/// following a leader is serving then; the alarm is reported apart.
+/// A member whose `/health` failed only for an alarm serves (see
+/// [`Health::serves_despite_alarms`](etcdadm_shared::etcd::Health::serves_despite_alarms)).
 fn serves_despite_alarms(probe: &Probe, alarms: &[Alarm]) -> bool {
-    let alarm_only = matches!(&probe.health, Ok(h) if !h.healthy);
     let follows_leader = matches!(&probe.status, Ok(s) if s.leader_id.is_some());
-    !alarms.is_empty() && alarm_only && follows_leader
+    matches!(&probe.health, Ok(h) if h.serves_despite_alarms(!alarms.is_empty(), follows_leader))
 }

@@ -113,7 +113,13 @@ impl Observations {
             .recovery
             .as_ref()
             .is_some_and(|r| r.requested.is_some() || r.under_way.is_some());
-        if observation.deleting() || observation.missing_infra_template.is_some() || recovering {
+        // A change waiting for its before-change snapshot is looked at afresh too.
+        let changing = observation
+            .etcd_cluster
+            .status
+            .as_ref()
+            .is_some_and(|s| s.before_change.is_some());
+        if observation.deleting() || observation.missing_infra_template.is_some() || recovering || changing {
             return;
         }
         if let Ok(mut inner) = self.inner.lock()
@@ -223,6 +229,7 @@ mod tests {
             infra_machine: None,
             restore: None,
             recovery: None,
+            snapshots: None,
         }
     }
 

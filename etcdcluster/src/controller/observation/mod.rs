@@ -88,6 +88,10 @@ pub struct Observation {
     pub restore: Option<RestoreView>,
     /// The `recover` annotation's request, or the recovery under way.
     pub recovery: Option<RecoveryView>,
+    /// An EtcdadmSnapshot of this cluster waiting or being taken, by name.
+    pub snapshot_in_flight: Option<String>,
+    /// The snapshot before a disruptive change, while `spec.backup` is set.
+    pub before_change: Option<BeforeChangeView>,
     /// The name a member Machine created now gets (`<etcdadmcluster>-<5 random>`, drawn anew
     /// for every observation).
     pub new_member_name: String,
@@ -231,6 +235,11 @@ impl Observation {
             } if self.creation_complete => Some((name.as_str(), endpoints.as_slice(), *rollout_complete)),
             _ => None,
         }
+    }
+
+    /// The cluster's revision now: the highest a member reported this round.
+    pub fn revision(&self) -> Option<i64> {
+        self.members().iter().filter_map(|m| m.revision).max()
     }
 
     /// The health check's settings: how often, and how long each member may take to answer.

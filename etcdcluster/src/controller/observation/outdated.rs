@@ -10,6 +10,7 @@ use serde_json::{Map, Value, json};
 
 use etcdadm_shared::api::EtcdadmConfigSpec;
 use etcdadm_shared::api::config::BottlerocketConfig;
+use etcdadm_shared::etcd_settings;
 
 use super::views::{CertificateView, EtcdView, MachineView};
 
@@ -32,6 +33,8 @@ pub fn relevant_fields(spec: &EtcdadmConfigSpec) -> Map<String, Value> {
         format: _,
         etcdadm_flavor: _,
         quota_backend_bytes: _,
+        corruption_checks: _,
+        etcd_settings: _,
         // Containerd's, cloud-init's or trust settings only: a running member is unaffected.
         proxy: _,
         registry_mirror: _,
@@ -58,6 +61,8 @@ pub fn relevant_fields(spec: &EtcdadmConfigSpec) -> Map<String, Value> {
     put("cloudInitConfig.installDir", json!(cloud.install_dir));
     put("cipherSuites", json!(cipher_suites));
     put("quotaBackendBytes", json!(spec.quota_backend_bytes()));
+    put("corruptionChecks", json!(spec.corruption_checks()));
+    put("etcdSettings", json!(etcd_settings::effective(spec)));
     put("etcdadmBuiltin", json!(spec.etcdadm_builtin()));
     put("etcdadmInstallCommands", json!(etcdadm_install_commands));
     put("etcdadmFlavor", json!(spec.flavor()));
@@ -287,6 +292,26 @@ mod tests {
         assert_eq!(
             changed_fields(&old, &spec(cipher)),
             vec!["cipherSuites".to_string()]
+        );
+    }
+
+    #[test]
+    fn etcd_settings_and_corruption_checks_roll_as_etcd_receives_them() {
+        let old = spec(json!({"etcdSettings": {"snapshot-count": 5000}}));
+        let same = spec(json!({"etcdSettings": {"snapshot-count": "5000"}, "corruptionChecks": "Enabled"}));
+        assert!(
+            changed_fields(&old, &same).is_empty(),
+            "unset is Enabled; 5000 is \"5000\""
+        );
+        let more = spec(
+            json!({"etcdSettings": {"snapshot-count": 5000, "heartbeat-interval": 200, "election-timeout": 2000}}),
+        );
+        assert_eq!(changed_fields(&old, &more), vec!["etcdSettings".to_string()]);
+        let off = spec(json!({"etcdSettings": {"snapshot-count": 5000}, "corruptionChecks": "Disabled"}));
+        assert_eq!(changed_fields(&old, &off), vec!["corruptionChecks".to_string()]);
+        assert!(
+            changed_fields(&EtcdadmConfigSpec::default(), &spec(json!({"etcdSettings": {}}))).is_empty(),
+            "an empty map is no map"
         );
     }
 

@@ -15,7 +15,7 @@ use etcdadm_shared::api::capi::{Cluster, ControlPlaneEtcd, KubeadmControlPlane, 
 use etcdadm_shared::api::cluster::RecoveryStatus;
 use etcdadm_shared::api::cluster::condition::ENDPOINTS_AVAILABLE;
 use etcdadm_shared::api::conditions::{self, READY};
-use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
+use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig, EtcdadmConfigSpec};
 use etcdadm_shared::contract::ClusterRef;
 use etcdadm_shared::contract::ca::{CaView, read_ca};
@@ -30,6 +30,7 @@ use super::restore_source::{self, RestoreObservation};
 use super::views::{
     ClientSecret, ClusterView, KcpView, MachineView, RecoveryRecord, RecoverySource, RecoveryView, UnderWay,
 };
+use crate::snapshot::snapshots_of;
 
 /// Group and kind of our own API, for owner references and `managedExternalEtcdRef`.
 pub const ETCD_CLUSTER_GROUP: &str = "etcdcluster.cluster.x-k8s.io";
@@ -68,6 +69,20 @@ pub struct Reads {
     pub restore: Option<RestoreObservation>,
     /// The `recover` annotation's request, when set.
     pub recovery: Option<RecoveryView>,
+    /// This cluster's EtcdadmSnapshots, while `spec.backup` is set (a change waits for one).
+    pub snapshots: Option<Vec<SnapshotRecord>>,
+}
+
+/// One EtcdadmSnapshot as read: what a change waiting for it needs.
+#[derive(Clone, Debug)]
+pub struct SnapshotRecord {
+    pub name: String,
+    pub phase: SnapshotPhase,
+    pub revision: Option<i64>,
+    /// When it succeeded or failed.
+    pub completed: Option<Timestamp>,
+    /// Its `Ready` condition's message.
+    pub message: Option<String>,
 }
 
 impl Reads {
@@ -153,6 +168,13 @@ pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster
     };
     let restore = restore_source::observe(client, namespace, &etcd_cluster);
     let recovery = recovery_view(client, namespace, &etcd_cluster);
+    let snapshots = async {
+        if etcd_cluster.spec.backup.is_none() {
+            return Ok::<_, Error>(None);
+        }
+        let listed = snapshots_of(client, namespace, &etcd_cluster.name_any()).await?;
+        Ok(Some(listed.iter().map(SnapshotRecord::from_snapshot).collect()))
+    };
     let (
         ClusterSide {
             cluster,
@@ -169,6 +191,7 @@ pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster
         missing_infra_template,
         restore,
         recovery,
+        snapshots,
     ) = futures::try_join!(
         around_cluster,
         machines,
@@ -176,7 +199,8 @@ pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster
         infra_objects,
         missing_infra_template,
         restore,
-        recovery
+        recovery,
+        snapshots
     )?;
 
     let (records, machine_names) = machine_records(&etcd_cluster, &listed, &configs, &infra_objects);
@@ -202,7 +226,21 @@ pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster
         infra_machine,
         restore,
         recovery,
+        snapshots,
     })
+}
+
+impl SnapshotRecord {
+    fn from_snapshot(snapshot: &EtcdadmSnapshot) -> Self {
+        let status = snapshot.status.clone().unwrap_or_default();
+        SnapshotRecord {
+            name: snapshot.name_any(),
+            phase: snapshot.phase(),
+            revision: status.revision,
+            completed: status.completion_time.map(|t| t.0),
+            message: conditions::find(&status.conditions, READY).and_then(|c| c.message.clone()),
+        }
+    }
 }
 
 /// Every member Machine ours or nobody's, oldest first, with its EtcdadmConfig and infra machine;
@@ -474,6 +512,12 @@ pub fn infra_machine_kind(etcd: &EtcdadmCluster, namespace: &str) -> (Option<Str
     if api_version.is_empty() || name.is_empty() {
         return (
             Some("spec.infrastructureTemplate needs apiVersion, kind and name".into()),
+            None,
+        );
+    }
+    if let Some(problem) = crate::webhook::infrastructure_group_problem(&api_version) {
+        return (
+            Some(format!("spec.infrastructureTemplate.apiVersion {problem}")),
             None,
         );
     }

@@ -1,7 +1,8 @@
 //! Reading what a first member is restored from (`spec.restore`, or the snapshot of a recovery
 //! in its `Restoring` phase): the EtcdadmSnapshot or store object, whether it can be restored
-//! from (Succeeded, in a store this controller can reach), and the restore Secret; and whether a
-//! recovery's snapshot can be.
+//! from (Succeeded, in a store this controller can reach), the SHA-256 it is checked against
+//! (the EtcdadmSnapshot's, the spec's, the object's metadata, or one computed earlier and kept
+//! in the restore Secret), and the restore Secret; and whether a recovery's snapshot can be.
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
@@ -10,12 +11,13 @@ use kube::{Client, ResourceExt};
 
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::cluster::RecoveryPhase;
-use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, RestoreSource, S3Store, SnapshotPhase};
+use etcdadm_shared::api::snapshot::{ChecksumSource, EtcdadmSnapshot, RestoreSource, S3Store, SnapshotPhase};
 use etcdadm_shared::error::Error;
 use etcdadm_shared::names;
 use etcdadm_shared::store::StoreClient;
+use etcdadm_shared::validation::{is_sha256_hex, validate_store};
 
-use super::views::{RestoreDownload, RestoreView, SnapshotCheck};
+use super::views::{Checksum, RestoreDownload, RestoreSecretView, RestoreView, SnapshotCheck};
 use crate::snapshot::{snapshots_of, store_access};
 
 /// `spec.restore` as read: the plan's view (with the download when the source is usable; its
@@ -67,11 +69,12 @@ pub async fn newest_snapshot(
     }
 }
 
-/// The object a source names: its store, key and what an EtcdadmSnapshot says of it.
+/// The object a source names: its store, key, and the SHA-256 and size the source gives.
 struct Source {
     store: S3Store,
     key: String,
-    sha256: Option<String>,
+    checksum: Option<Checksum>,
+    size: Option<u64>,
 }
 
 /// Read `spec.restore` of `etcd`, if set.
@@ -94,35 +97,29 @@ pub async fn observe(
         (None, None) => return Ok(None),
     };
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let secret_written = secrets
+    let secret = secrets
         .get_opt(&names::restore_secret_name(&etcd.name_any()))
-        .await?
-        .map(|secret| {
-            secret
-                .annotations()
-                .get(names::RESTORE_URL_WRITTEN_ANNOTATION)
-                .and_then(|t| t.parse::<Timestamp>().ok())
-                .or_else(|| secret.metadata.creation_timestamp.map(|t| t.0))
-                .unwrap_or(Timestamp::UNIX_EPOCH)
-        });
+        .await?;
+    let secret_written = secret.as_ref().map(|secret| {
+        secret
+            .annotations()
+            .get(names::RESTORE_URL_WRITTEN_ANNOTATION)
+            .and_then(|t| t.parse::<Timestamp>().ok())
+            .or_else(|| secret.metadata.creation_timestamp.clone().map(|t| t.0))
+            .unwrap_or(Timestamp::UNIX_EPOCH)
+    });
     let mut view = RestoreView {
         snapshot: source.name.clone(),
         recorded,
+        secret: secret.as_ref().map(|s| secret_view(s, etcd)),
         ..Default::default()
     };
     if !view.recorded {
         match resolve(client, namespace, &source, &mut view).await? {
             Ok(source) => {
                 view.location = Some(format!("{}/{}", source.store.bucket, source.key));
-                match reach(client, namespace, &source.store).await? {
-                    Ok((store, ca_pem)) => {
-                        view.download = Some(RestoreDownload {
-                            store,
-                            key: source.key,
-                            sha256: source.sha256,
-                            ca_pem,
-                        })
-                    }
+                match download(client, namespace, source, view.secret.as_ref()).await? {
+                    Ok(download) => view.download = Some(download),
                     Err(problem) => view.problem = Some(problem),
                 }
             }
@@ -130,6 +127,75 @@ pub async fn observe(
         }
     }
     Ok(Some(RestoreObservation { view, secret_written }))
+}
+
+/// How the object of `source` is downloaded and checked: its store's client and CA, and the
+/// SHA-256 the source gives, else the one in its metadata (read with its size by HeadObject),
+/// else one computed earlier and kept in our restore Secret.
+async fn download(
+    client: &Client,
+    namespace: &str,
+    source: Source,
+    secret: Option<&RestoreSecretView>,
+) -> Result<Result<RestoreDownload, String>, Error> {
+    let (store, ca_pem) = match reach(client, namespace, &source.store).await? {
+        Ok(reached) => reached,
+        Err(problem) => return Ok(Err(problem)),
+    };
+    let (mut checksum, mut size) = (source.checksum, source.size);
+    if size.is_none() {
+        match store.head_object(&source.key).await {
+            Ok(head) => {
+                size = Some(head.size);
+                checksum = checksum.or(head.sha256.map(|sha256| Checksum {
+                    sha256,
+                    source: ChecksumSource::ObjectMetadata,
+                }));
+            }
+            Err(e) => return Ok(Err(format!("its object cannot be read: {e}"))),
+        }
+    }
+    let kept = secret
+        .filter(|s| s.ours)
+        .and_then(|s| s.checksum.clone())
+        .filter(|c| c.source == ChecksumSource::Computed);
+    Ok(Ok(RestoreDownload {
+        store,
+        key: source.key,
+        checksum: checksum.or(kept),
+        size,
+        ca_pem,
+        insecure: source.store.allows_insecure(),
+    }))
+}
+
+/// The restore Secret as the plan needs it: ours (a controller reference with this
+/// EtcdadmCluster's UID) or not, and the SHA-256 it records.
+fn secret_view(secret: &Secret, etcd: &EtcdadmCluster) -> RestoreSecretView {
+    let uid = etcd.metadata.uid.as_deref();
+    let ours = uid.is_some()
+        && secret
+            .owner_references()
+            .iter()
+            .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid && o.kind == "EtcdadmCluster");
+    let sha256 = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(names::RESTORE_SHA256_KEY))
+        .and_then(|v| String::from_utf8(v.0.clone()).ok())
+        .filter(|v| is_sha256_hex(v));
+    let source = secret
+        .annotations()
+        .get(names::RESTORE_SHA256_SOURCE_ANNOTATION)
+        .and_then(|s| ChecksumSource::parse(s));
+    RestoreSecretView {
+        ours,
+        uid: secret.metadata.uid.clone().unwrap_or_default(),
+        resource_version: secret.metadata.resource_version.clone().unwrap_or_default(),
+        checksum: sha256
+            .zip(source)
+            .map(|(sha256, source)| Checksum { sha256, source }),
+    }
 }
 
 /// The object `source` names, filling in what an EtcdadmSnapshot records; or why it is not
@@ -145,7 +211,11 @@ async fn resolve(
             (Some(store), Some(key)) => Ok(Source {
                 store: store.s3.clone(),
                 key: key.clone(),
-                sha256: None,
+                checksum: source.sha256.as_ref().map(|sha256| Checksum {
+                    sha256: sha256.to_ascii_lowercase(),
+                    source: ChecksumSource::Spec,
+                }),
+                size: None,
             }),
             _ => Err("neither an EtcdadmSnapshot name nor a store and key".into()),
         });
@@ -178,19 +248,35 @@ async fn resolve(
             store.s3.bucket
         )));
     };
+    let Some(sha256) = status.sha256.filter(|s| is_sha256_hex(s)) else {
+        return Ok(Err(format!(
+            "EtcdadmSnapshot {name} records no SHA-256 to check its download against"
+        )));
+    };
     Ok(Ok(Source {
         key: key.to_string(),
         store: store.s3,
-        sha256: status.sha256,
+        checksum: Some(Checksum {
+            sha256: sha256.to_ascii_lowercase(),
+            source: ChecksumSource::EtcdadmSnapshot,
+        }),
+        size: status.size.and_then(|s| u64::try_from(s).ok()),
     }))
 }
 
-/// A client of `store` (credentials from its Secret) and its CA bundle, or why there is none.
+/// A client of `store` (credentials from its Secret) and its CA bundle, or why there is none
+/// (among them: a plain http endpoint without `insecure: true`, which an EtcdadmSnapshot taken
+/// before that rule may record).
 async fn reach(
     client: &Client,
     namespace: &str,
     store: &S3Store,
 ) -> Result<Result<(StoreClient, Option<String>), String>, Error> {
+    let problems = validate_store(store, "store.s3");
+    if !problems.is_empty() {
+        let listed: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Ok(Err(format!("its store cannot be used: {}", listed.join("; "))));
+    }
     Ok(store_access(client, namespace, store)
         .await?
         .map_err(|e| format!("its store cannot be used: {e}")))

@@ -8,7 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use etcdadm_shared::api::cluster::RecoveryPhase;
 use etcdadm_shared::api::config::DEFAULT_QUOTA_BACKEND_BYTES;
-use etcdadm_shared::api::snapshot::SnapshotPhase;
+use etcdadm_shared::api::snapshot::{ChecksumSource, SnapshotPhase};
 pub use etcdadm_shared::contract::ClusterRef;
 pub use etcdadm_shared::contract::ca::{Ca, CaView};
 pub use etcdadm_shared::contract::init_secret::InitSecret;
@@ -321,6 +321,8 @@ pub struct RestoreView {
     pub problem: Option<String>,
     /// Age of the restore Secret holding its download URL, when it exists.
     pub secret_age: Option<Duration>,
+    /// The restore Secret, when it exists: whose it is and what it records.
+    pub secret: Option<RestoreSecretView>,
     /// `status.restoredFrom` is recorded: the restore is done.
     pub recorded: bool,
     /// How to download it, when the source is usable.
@@ -338,19 +340,64 @@ impl RestoreView {
     }
 }
 
+/// The restore Secret `<etcdadmcluster>-restore` as read.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RestoreSecretView {
+    /// It carries a controller reference to this EtcdadmCluster (its UID): only then is it
+    /// renewed or deleted.
+    pub ours: bool,
+    pub uid: String,
+    pub resource_version: String,
+    /// The SHA-256 it carries and where that came from.
+    pub checksum: Option<Checksum>,
+}
+
+/// A SHA-256 (hex) and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checksum {
+    pub sha256: String,
+    pub source: ChecksumSource,
+}
+
+impl Checksum {
+    /// `<sha256> (from <where>)`, for messages.
+    pub fn describe(&self) -> String {
+        let from = match self.source {
+            ChecksumSource::EtcdadmSnapshot => "from the EtcdadmSnapshot",
+            ChecksumSource::Spec => "from spec.restore.snapshot.sha256",
+            ChecksumSource::ObjectMetadata => "from the object's metadata",
+            ChecksumSource::Computed => "computed by reading the object",
+        };
+        format!("{} ({from})", self.sha256)
+    }
+}
+
 /// What presigning a snapshot's download needs.
 #[derive(Clone, Debug)]
 pub struct RestoreDownload {
     pub store: StoreClient,
     pub key: String,
-    pub sha256: Option<String>,
+    /// The SHA-256 the source gives (an EtcdadmSnapshot's, the spec's or the object's
+    /// metadata); none: the controller computes it.
+    pub checksum: Option<Checksum>,
+    /// The object's size, when known (what computing its SHA-256 reads).
+    pub size: Option<u64>,
     pub ca_pem: Option<String>,
+    /// The store is `insecure: true`: its plain http URL may be downloaded.
+    pub insecure: bool,
 }
 
 impl PartialEq for RestoreDownload {
     /// The same object under the same checks (the client itself has no identity to compare).
     fn eq(&self, other: &Self) -> bool {
-        (&self.key, &self.sha256, &self.ca_pem) == (&other.key, &other.sha256, &other.ca_pem)
+        (&self.key, &self.checksum, &self.size, &self.ca_pem, self.insecure)
+            == (
+                &other.key,
+                &other.checksum,
+                &other.size,
+                &other.ca_pem,
+                other.insecure,
+            )
             && format!("{:?}", self.store) == format!("{:?}", other.store)
     }
 }
@@ -465,4 +512,45 @@ impl RecoveryView {
                 .map(|_| "latest")
         })
     }
+}
+
+/// What the snapshot before a disruptive change needs (docs/day2.md, "Snapshots before
+/// changes"): there only while `spec.backup` is set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BeforeChangeView {
+    /// `beforeChange.maxAge`: a Succeeded snapshot this young that holds the decision's revision
+    /// is reused.
+    pub max_age: Duration,
+    /// `status.beforeChange` as stored.
+    pub record: Option<BeforeChangeRecord>,
+    /// This cluster's EtcdadmSnapshots.
+    pub snapshots: Vec<SnapshotSummary>,
+    /// The `proceed-without-snapshot` annotation is set.
+    pub proceed_without: bool,
+}
+
+/// `status.beforeChange` (its time aside).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BeforeChangeRecord {
+    /// `before-rollout` or `before-scale-down`.
+    pub reason: String,
+    /// The cluster's revision when the change was decided.
+    pub revision: Option<i64>,
+    /// The snapshot the change waits for.
+    pub snapshot: Option<String>,
+    /// An operator let this change go ahead without one.
+    pub proceeded_without: bool,
+}
+
+/// One EtcdadmSnapshot of this cluster, as far as a change waiting for it needs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SnapshotSummary {
+    pub name: String,
+    pub phase: SnapshotPhase,
+    /// The revision it holds, once Succeeded.
+    pub revision: Option<i64>,
+    /// Time since it succeeded or failed.
+    pub age: Option<Duration>,
+    /// Why it failed or waits (its `Ready` condition's message).
+    pub message: Option<String>,
 }

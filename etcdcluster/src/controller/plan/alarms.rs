@@ -6,17 +6,15 @@
 
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
 use etcdadm_shared::api::EtcdadmClusterStatus;
-use etcdadm_shared::api::cluster::{AlarmRepair, Defragmentation};
+use etcdadm_shared::api::cluster::AlarmRepair;
 use etcdadm_shared::api::quantity::human;
 use etcdadm_shared::error::Error;
 use etcdadm_shared::etcd::{Refusal, defragment_timeout, member_id_hex};
 
-use crate::controller::apply::amend_status;
 use crate::controller::decision::{After, Applied, ConcernStep, EventNote, Hold, Outputs};
 use crate::controller::observation::{AlarmKind, MemberView, Observation, member_client_url};
+use crate::controller::plan::maintenance::{self, Defragment, Trigger};
 use crate::controller::rules::quorum;
 
 /// Condition reasons of the alarms.
@@ -130,26 +128,21 @@ impl ConcernStep for AlarmStep {
                 }
             }
             AlarmStep::Defragment {
+                member,
                 member_id,
                 url,
                 db_size,
                 revision,
                 ..
             } => {
-                let client = out.etcd_clients.client(&key, url, defragment_timeout(*db_size))?;
-                client.defragment(defragment_timeout(*db_size)).await?;
-                let after = client.status().await?;
-                let record = Defragmentation {
-                    time: Time(k8s_openapi::jiff::Timestamp::now()),
+                let target = Defragment {
+                    member: member.clone(),
+                    member_id: *member_id,
+                    url: url.clone(),
+                    db_size: *db_size,
                     revision: *revision,
-                    size_before: i64::try_from(*db_size).unwrap_or(i64::MAX),
-                    size_after: i64::try_from(after.db_size).unwrap_or(i64::MAX),
                 };
-                amend_status(out, o, |status| {
-                    record_defragmentation(status, *member_id, record)
-                })
-                .await?;
-                Ok(Applied::Done)
+                maintenance::defragment(out, o, &target, Trigger::NoSpace).await
             }
             AlarmStep::Disarm {
                 kind,
@@ -170,18 +163,6 @@ impl ConcernStep for AlarmStep {
 
     fn after(&self, _: &Observation) -> After {
         After::Requeue(REPAIR_POLL)
-    }
-}
-
-/// The member's status entry keeps its last defragmentation.
-fn record_defragmentation(status: &mut EtcdadmClusterStatus, member_id: u64, record: Defragmentation) {
-    let id = member_id_hex(member_id);
-    if let Some(entry) = status
-        .members
-        .iter_mut()
-        .find(|m| m.member_id.as_deref() == Some(id.as_str()))
-    {
-        entry.last_defragmentation = Some(record);
     }
 }
 

@@ -767,12 +767,13 @@ async fn create(
         create_if_absent(&infra_api, &infra, FIELD_MANAGER).await?;
     }
 
-    // 2. EtcdadmConfig with the cluster's config spec, asking for a learner join and saying how
+    // 2. EtcdadmConfig with the cluster's config spec (corruption checks on unless it turns
+    // them off: docs/day2.md, "Routine maintenance"), asking for a learner join and saying how
     // long it may wait for its turn (the first member initializes instead; a flavor that
     // cannot join as a learner keeps the voter join), or, for the restored first member, naming
     // the Secret with its snapshot's download.
     let configs: Api<EtcdadmConfig> = Api::namespaced(client.clone(), m.ns);
-    let mut config = EtcdadmConfig::new(name, etcd.spec.etcdadm_config_spec.clone());
+    let mut config = EtcdadmConfig::new(name, etcd.spec.etcdadm_config_spec.for_new_member());
     config.metadata.namespace = Some(m.ns.into());
     config.metadata.labels = Some(labels.clone());
     let annotations = if purpose == Growth::Restore {

@@ -15,12 +15,14 @@ pub mod certificates;
 pub mod control_plane;
 pub mod lifecycle;
 pub mod machines;
+pub mod maintenance;
 pub mod membership;
 pub mod placement;
 pub mod recovery;
 pub mod remediation;
 pub mod restore;
 pub mod rollout;
+pub mod safe_changes;
 pub mod secrets;
 pub mod versions;
 
@@ -34,10 +36,12 @@ use self::certificates::CertificateStep;
 use self::control_plane::ControlPlaneStep;
 use self::lifecycle::LifecycleStep;
 use self::machines::{MachineStep, Removal};
+use self::maintenance::MaintenanceStep;
 use self::membership::MembershipStep;
 use self::recovery::RecoveryStep;
 use self::restore::RestoreStep;
 use self::rollout::Want;
+use self::safe_changes::SafeChangeStep;
 use self::secrets::SecretStep;
 use super::decision::reason::READY;
 use super::decision::{
@@ -136,6 +140,8 @@ steps!(
     Restore(RestoreStep),
     Recover(RecoveryStep),
     Alarms(AlarmStep),
+    Maintenance(MaintenanceStep),
+    SafeChanges(SafeChangeStep),
 );
 
 impl From<Hold> for Step {
@@ -189,7 +195,16 @@ pub fn concern_status(
         None
     };
     recovery::record_status(status, o, recovering, now);
+    let safe_change = if let Step::SafeChanges(step) = step {
+        Some(step)
+    } else {
+        None
+    };
+    safe_changes::record_status(status, o, safe_change, now);
     status.certificates = Some(certificates::status(o, &status.members));
+    if let Step::Restore(RestoreStep::RollControlPlane { after, .. }) = step {
+        restore::record_rollout(status, after);
+    }
     restore::record_status(status, o, initialized, now)
         .into_iter()
         .collect()
@@ -275,7 +290,9 @@ fn act(o: &Observation, allowed: &[String], wanted: Want<'_>) -> Step {
             let blocked = remove_first
                 .then(|| machines::creation_blocked(o).err())
                 .flatten();
+            // A rollout's or a scale-down's removal waits for its before-change snapshot.
             step(blocked)
+                .or_else(|| step(safe_changes::before_removal(o)))
                 .or_else(|| step(machines::remove_one(o, allowed, &candidates, purpose)))
                 .unwrap_or_else(|| settled(o))
         }
@@ -292,14 +309,18 @@ fn act(o: &Observation, allowed: &[String], wanted: Want<'_>) -> Step {
 }
 
 /// Nothing to add or remove: hand the control plane what it needs, clean up, renew its client
-/// certificate, say why an alarm is still raised, or say steady.
+/// certificate, say why an alarm is still raised, defragment a member on the policy, or say
+/// steady.
 fn settled(o: &Observation) -> Step {
     step(control_plane::hand_over(o))
         .or_else(|| step(machines::leftovers(o)))
+        .or_else(|| step(restore::control_plane_rollout(o)))
         .or_else(|| step(certificates::client_renewal(o)))
         .unwrap_or_else(|| {
             if is_ready(o) {
-                step(alarms::remaining(o)).unwrap_or(Step::Steady)
+                step(alarms::remaining(o))
+                    .or_else(|| step(maintenance::routine(o)))
+                    .unwrap_or(Step::Steady)
             } else {
                 Hold::wait(
                     rule::WAITING_FOR_HEALTHY_MEMBERS,

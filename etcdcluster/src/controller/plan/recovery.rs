@@ -263,6 +263,7 @@ fn recover(record: RecoveryRecord, action: RecoveryAction) -> Decision<RecoveryS
 /// Whether the request may begin: the record it begins with, or why it is refused. `None`
 /// without a request.
 fn check(o: &Observation, view: &RecoveryView) -> Option<Result<RecoveryRecord, String>> {
+    // The checks in the order a person reads the refusals: each one a reason to say no.
     let requested = view.request()?.to_string();
     // An automatic recovery needs the loss observed; silence alone is waited out (`answer`).
     if view.requested.is_none() && !majority_lost_observed(o) {
@@ -484,6 +485,8 @@ pub fn record_status(
                         .map(|(survivor, restored)| (survivor - restored).max(0)),
                     started: Some(started),
                     time: Some(now.clone()),
+                    revision_bumped: Some(restore::revision_bumped(o, revision)),
+                    control_plane_rollout: None,
                 });
             }
             // Kept until the annotation is gone, so a crash between the two finishes the job.
@@ -938,7 +941,7 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(plan(&o), write_restore_secret());
-        o.restore.as_mut().unwrap().secret_age = Some(Duration::from_secs(1));
+        with_our_secret(o.restore.as_mut().unwrap(), Duration::from_secs(1));
         assert!(matches!(
             plan(&o),
             Step::Machines(MachineStep::CreateMachine {
@@ -951,8 +954,13 @@ mod tests {
         ready.recovery = o.recovery.clone();
         ready.restore = o.restore.clone();
         ready.initialized = false;
-        assert_eq!(plan(&ready), Step::Restore(RestoreStep::DeleteRestoreSecret));
-        ready.restore.as_mut().unwrap().secret_age = None;
+        assert_eq!(
+            plan(&ready),
+            Step::Restore(RestoreStep::DeleteRestoreSecret {
+                uid: "restore-uid".into()
+            })
+        );
+        ready.restore.as_mut().unwrap().secret = None;
         ready.kcp = kcp(&["https://10.9.9.9:2379"], false, true);
         ready.creation_complete = true;
         assert!(matches!(

@@ -1,8 +1,17 @@
 //! Restore (docs/day2.md, "Snapshots and restore"): a cluster created with `spec.restore` (or
 //! a recovery's new cluster) gets its first member's data from the snapshot, and only while no
-//! member ever existed. The download URL is written to a Secret before the first Machine (which
-//! names it), kept fresh until the Machine exists, and deleted once the first member is healthy
-//! and `status.restoredFrom` is recorded.
+//! member ever existed. The download URL and the SHA-256 the member checks the file against are
+//! written to a Secret before the first Machine (which names it), kept fresh until the Machine
+//! exists, and deleted once the first member is healthy and `status.restoredFrom` is recorded.
+//! The Secret is created, never taken over: one this EtcdadmCluster does not own (by UID) is
+//! refused, neither renewed nor deleted.
+//!
+//! Revisions after a restore (docs/day2.md, "Revisions after a restore"): the Secret asks the
+//! node to raise the restored revision by [`RESTORE_REVISION_BUMP`] and mark the older ones
+//! compacted; the restored member's revision tells whether it could, which status and the
+//! `RevisionsBumped` condition say. Once the restored cluster is Ready, the KubeadmControlPlane
+//! is asked once to replace the Machines started before the restore, so its API servers drop
+//! their watch caches.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,11 +20,14 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::json;
 
 use etcdadm_shared::api::EtcdadmClusterStatus;
-use etcdadm_shared::api::snapshot::RestoredFrom;
+use etcdadm_shared::api::capi::KubeadmControlPlane;
+use etcdadm_shared::api::cluster::condition::REVISIONS_BUMPED;
+use etcdadm_shared::api::conditions::{NewCondition, Severity};
+use etcdadm_shared::api::snapshot::{ChecksumSource, RESTORE_REVISION_BUMP, RestoredFrom};
 use etcdadm_shared::contract::{bytes, controller_reference};
 use etcdadm_shared::error::Error;
 use etcdadm_shared::names;
@@ -26,41 +38,84 @@ use super::machines::{self, Growth, MachineStep};
 use super::placement;
 use crate::controller::decision::reason::RESTORING;
 use crate::controller::decision::{After, Applied, ConcernStep, Decision, EventNote, Hold, Outputs};
-use crate::controller::observation::{Observation, RestoreDownload, RestoreView};
+use crate::controller::observation::{
+    Checksum, KcpView, Observation, RestoreDownload, RestoreView, is_ready,
+};
 
 /// Condition reasons of a restore.
 pub mod reason {
     pub const RESTORE_SOURCE_UNUSABLE: &str = "RestoreSourceUnusable";
     pub const RESTORE_VERSION_MISMATCH: &str = "RestoreVersionMismatch";
+    pub const RESTORE_SECRET_NOT_OURS: &str = "RestoreSecretNotOurs";
 }
 
-/// How long the presigned download URL is valid: the first Machine has this long from the
-/// Secret's write to its download (its user data is rendered with the URL at once).
-pub const RESTORE_URL_TTL: Duration = Duration::from_secs(3600);
+/// How long the presigned download URL is valid. The URL ends up in the first Machine's
+/// bootstrap data Secret too, kept as long as the Machine: past this it grants nothing. A boot
+/// needs seconds after its infrastructure is up (BENCHMARKS.md, "Restore download"); this
+/// leaves a virtual machine's provisioning the rest. A Machine that downloads later is refused
+/// by the store and never starts etcd (docs/day2.md).
+pub const RESTORE_URL_TTL: Duration = Duration::from_secs(20 * 60);
 
-/// The apply site of the restore Secret.
+/// While no Machine exists, a URL older than this is renewed before the Machine is created, so
+/// a boot always gets at least three quarters of [`RESTORE_URL_TTL`].
+pub const RESTORE_URL_RENEW_AFTER: Duration = Duration::from_secs(5 * 60);
+
+/// The field manager of the restore Secret's writes.
 const RESTORE_MANAGER: &str = "etcdadm-controller/restore";
+/// The apply site of the control plane rollout after a restore.
+const ROLLOUT_MANAGER: &str = "etcdadm-controller/restore-rollout";
 
 /// A step of this concern.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RestoreStep {
-    /// Write the restore Secret: a fresh download URL of the snapshot.
-    WriteRestoreSecret { download: RestoreDownload },
-    /// The restored first member is healthy: its download URL is not kept.
-    DeleteRestoreSecret,
+    /// Write the restore Secret: a fresh download URL of the snapshot and its SHA-256. Created
+    /// when `existing` is None; else our own Secret of that resourceVersion is renewed.
+    WriteRestoreSecret {
+        download: Box<RestoreDownload>,
+        checksum: ChecksumPlan,
+        existing: Option<String>,
+    },
+    /// The restored first member is healthy: its download URL is not kept. Deleted only if it
+    /// is still the Secret of this UID (the one found to be ours).
+    DeleteRestoreSecret { uid: String },
+    /// The restored cluster is Ready: ask KubeadmControlPlane `kcp` to replace its Machines
+    /// started before `after` (the restore, or the recovery's start), once.
+    RollControlPlane { kcp: String, after: Timestamp },
+}
+
+/// The SHA-256 the first member checks its download against.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ChecksumPlan {
+    /// Given by the source (or computed before and kept).
+    Known(Checksum),
+    /// Nobody recorded one: read the object (`size` bytes) once and compute it.
+    Compute { size: u64 },
 }
 
 impl ConcernStep for RestoreStep {
     /// The condition reason and message for `Ready` while this step is next.
     fn reason(&self) -> (&'static str, String) {
         match self {
+            RestoreStep::WriteRestoreSecret {
+                checksum: ChecksumPlan::Compute { .. },
+                ..
+            } => (
+                RESTORING,
+                "computing the snapshot's SHA-256 (no source records one), then writing its \
+                 download URL for the first member"
+                    .into(),
+            ),
             RestoreStep::WriteRestoreSecret { .. } => (
                 RESTORING,
                 "writing the snapshot's download URL for the first member".into(),
             ),
-            RestoreStep::DeleteRestoreSecret => (
+            RestoreStep::DeleteRestoreSecret { .. } => (
                 RESTORING,
                 "the restored member is healthy: deleting the snapshot's download URL".into(),
+            ),
+            RestoreStep::RollControlPlane { kcp, .. } => (
+                RESTORING,
+                format!("asking KubeadmControlPlane {kcp} to restart its API servers on the restored etcd"),
             ),
         }
     }
@@ -69,17 +124,30 @@ impl ConcernStep for RestoreStep {
     fn event(&self, o: &Observation) -> Option<EventNote> {
         let secret = names::restore_secret_name(&o.name);
         Some(match self {
-            RestoreStep::WriteRestoreSecret { .. } => EventNote::normal(
+            RestoreStep::WriteRestoreSecret { checksum, .. } => EventNote::normal(
                 "RestoreSecretWritten",
                 format!(
-                    "wrote Secret {secret} with a download URL of {} for the first member",
-                    o.restore.clone().unwrap_or_default().describe()
+                    "wrote Secret {secret} with a download URL of {} for the first member, valid \
+                     {}; the member checks the file's SHA-256 {} before etcd starts",
+                    o.restore.clone().unwrap_or_default().describe(),
+                    etcdadm_shared::duration::format(RESTORE_URL_TTL),
+                    match checksum {
+                        ChecksumPlan::Known(known) => known.describe(),
+                        ChecksumPlan::Compute { .. } => "(computed by reading the object)".into(),
+                    }
                 ),
             ),
-            RestoreStep::DeleteRestoreSecret => EventNote::normal(
+            RestoreStep::DeleteRestoreSecret { .. } => EventNote::normal(
                 "RestoreSecretDeleted",
                 format!(
                     "the restored first member is healthy: deleted Secret {secret} and the download URL in it"
+                ),
+            ),
+            RestoreStep::RollControlPlane { kcp, after } => EventNote::normal(
+                "ControlPlaneRolloutRequested",
+                format!(
+                    "asked KubeadmControlPlane {kcp} to replace its Machines started before {after}: its API servers \
+                     drop the watch caches they held of the etcd before the restore"
                 ),
             ),
         })
@@ -88,15 +156,30 @@ impl ConcernStep for RestoreStep {
     /// Perform the step.
     async fn apply(&self, out: &Outputs<'_>, o: &Observation) -> Result<Applied, Error> {
         match self {
-            RestoreStep::WriteRestoreSecret { download } => write_secret(out, o, download).await,
-            RestoreStep::DeleteRestoreSecret => delete_secret(out, o).await,
+            RestoreStep::WriteRestoreSecret {
+                download,
+                checksum,
+                existing,
+            } => write_secret(out, o, download, checksum, existing.as_deref()).await,
+            RestoreStep::DeleteRestoreSecret { uid } => delete_secret(out, o, uid).await,
+            RestoreStep::RollControlPlane { kcp, after } => {
+                // Forced, as for a certificate renewal's rollout: whatever is there is earlier.
+                let spec = json!({ "spec": { "rollout": { "after": after.to_string() } } });
+                let body = ssa::configuration::<KubeadmControlPlane>(kcp, json!({}), spec);
+                Api::<KubeadmControlPlane>::namespaced(out.client.clone(), &o.namespace)
+                    .patch(kcp, &ssa::params(ROLLOUT_MANAGER, true), &Patch::Apply(body))
+                    .await?;
+                Ok(Applied::Done)
+            }
         }
     }
 
     /// What comes after: the next step may follow at once.
     fn after(&self, _: &Observation) -> After {
         match self {
-            RestoreStep::WriteRestoreSecret { .. } | RestoreStep::DeleteRestoreSecret => After::Again,
+            RestoreStep::WriteRestoreSecret { .. }
+            | RestoreStep::DeleteRestoreSecret { .. }
+            | RestoreStep::RollControlPlane { .. } => After::Again,
         }
     }
 }
@@ -105,16 +188,29 @@ impl ConcernStep for RestoreStep {
 
 /// The restore Secret's next step, if the restore has one: deleted once the first member is
 /// healthy; otherwise, while nothing was created yet, the source checked and the URL kept fresh.
+/// A Secret of that name that is not ours is never touched.
 pub fn secret(o: &Observation) -> Option<Decision<RestoreStep>> {
     let restore = o.restore.as_ref()?;
     if o.initialized_now() {
         // Status (written before every step) records `restoredFrom` first.
         return restore
-            .secret_age
-            .is_some()
-            .then_some(Decision::Do(RestoreStep::DeleteRestoreSecret));
+            .secret
+            .as_ref()
+            .filter(|s| s.ours)
+            .map(|s| Decision::Do(RestoreStep::DeleteRestoreSecret { uid: s.uid.clone() }));
     }
     let restore = creating(o)?;
+    if restore.secret.as_ref().is_some_and(|s| !s.ours) {
+        return Some(Decision::Hold(Hold::refuse(
+            reason::RESTORE_SECRET_NOT_OURS,
+            format!(
+                "Secret {} exists and is not owned by this EtcdadmCluster (no controller \
+                 reference with its UID): it is neither used nor replaced; delete it; no member \
+                 Machine is created until then",
+                names::restore_secret_name(&o.name)
+            ),
+        )));
+    }
     if let Some(problem) = &restore.problem {
         return Some(Decision::Hold(Hold::refuse(
             reason::RESTORE_SOURCE_UNUSABLE,
@@ -126,14 +222,29 @@ pub fn secret(o: &Observation) -> Option<Decision<RestoreStep>> {
     if let Some(refusal) = version_refusal(o, restore) {
         return Some(Decision::Hold(refusal));
     }
-    if restore.secret_age.is_none_or(|age| age > RESTORE_URL_TTL / 2) {
+    if restore.secret_age.is_none_or(|age| age > RESTORE_URL_RENEW_AFTER) {
         let Some(download) = restore.download.clone() else {
             return Some(Decision::Hold(Hold::refuse(
                 reason::RESTORE_SOURCE_UNUSABLE,
                 "spec.restore.snapshot: no download of the snapshot is known; no member Machine is created",
             )));
         };
-        return Some(Decision::Do(RestoreStep::WriteRestoreSecret { download }));
+        let checksum = match (&download.checksum, download.size) {
+            (Some(known), _) => ChecksumPlan::Known(known.clone()),
+            (None, Some(size)) => ChecksumPlan::Compute { size },
+            (None, None) => {
+                return Some(Decision::Hold(Hold::refuse(
+                    reason::RESTORE_SOURCE_UNUSABLE,
+                    "spec.restore.snapshot: neither the snapshot's SHA-256 nor its size is known; \
+                     no member Machine is created",
+                )));
+            }
+        };
+        return Some(Decision::Do(RestoreStep::WriteRestoreSecret {
+            download: Box::new(download),
+            checksum,
+            existing: restore.secret.as_ref().map(|s| s.resource_version.clone()),
+        }));
     }
     None
 }
@@ -156,6 +267,82 @@ fn creating(o: &Observation) -> Option<&RestoreView> {
     let restore = o.restore.as_ref()?;
     // Once the first Machine is on its way, its join is waited for like any first member's.
     (!o.initialized_now() && !restore.recorded && o.machines.is_empty()).then_some(restore)
+}
+
+/// Once a restore or recovery is done and the cluster Ready with the control plane handed its
+/// endpoints: the KubeadmControlPlane's Machines started before it are replaced, once (its
+/// `spec.rollout.after` is then that time). Only for restores this version recorded (they say
+/// whether revisions were bumped), never for one the control plane has already rolled for.
+pub fn control_plane_rollout(o: &Observation) -> Option<Decision<RestoreStep>> {
+    let KcpView::Found {
+        name,
+        local_etcd: false,
+        secrets_present: true,
+        rollout_after,
+        ..
+    } = &o.kcp
+    else {
+        return None;
+    };
+    if !is_ready(o) {
+        return None;
+    }
+    let status = o.etcd_cluster.status.as_ref()?;
+    let restored = status
+        .restored_from
+        .as_ref()
+        .filter(|r| r.revision_bumped.is_some() && r.control_plane_rollout.is_none())
+        .and_then(|r| r.time.as_ref());
+    let recovered = status
+        .last_recovery
+        .as_ref()
+        .filter(|r| r.revision_bumped.is_some() && r.control_plane_rollout.is_none())
+        .and_then(|r| r.started.as_ref());
+    let after = restored.or(recovered)?.0;
+    rollout_after.is_none_or(|current| current < after).then(|| {
+        Decision::Do(RestoreStep::RollControlPlane {
+            kcp: name.clone(),
+            after,
+        })
+    })
+}
+
+/// Whether the restored cluster's revision now is above `restored` by the bump: the node could
+/// raise it.
+pub fn revision_bumped(o: &Observation, restored: Option<i64>) -> bool {
+    o.revision()
+        .is_some_and(|now| now >= restored.unwrap_or(0).saturating_add(RESTORE_REVISION_BUMP))
+}
+
+/// `RevisionsBumped`, once a restore or recovery recorded whether its revision was raised.
+pub fn revisions_condition(status: &EtcdadmClusterStatus) -> Option<NewCondition> {
+    let restore = status
+        .restored_from
+        .as_ref()
+        .and_then(|r| r.revision_bumped.map(|b| (b, r.revision)));
+    let recovery = status
+        .last_recovery
+        .as_ref()
+        .and_then(|r| r.revision_bumped.map(|b| (b, r.revision)));
+    let (bumped, revision) = recovery.or(restore)?;
+    let at = revision.map(|r| format!(" at revision {r}")).unwrap_or_default();
+    Some(if bumped {
+        NewCondition::true_(REVISIONS_BUMPED, "RevisionsBumped").with_message(format!(
+            "restored{at}, raised by {RESTORE_REVISION_BUMP} with every older revision compacted: watches from \
+             the old cluster's resourceVersions are told to relist"
+        ))
+    } else {
+        NewCondition::false_(
+            REVISIONS_BUMPED,
+            Severity::Warning,
+            "RevisionsNotBumped",
+            format!(
+                "restored{at} without raising the revision: the node had no etcdutl that can --bump-revision \
+                 (etcd 3.5.10 or later); the control plane's API servers are restarted, but clients holding \
+                 resourceVersions newer than the snapshot may miss changes until they relist"
+            ),
+        )
+    })
 }
 
 /// A snapshot restores into the etcd minor version it was taken from.
@@ -203,11 +390,17 @@ pub fn record_status(
     if o.etcd_cluster.spec.restore.is_none() || !initialized || status.restored_from.is_some() {
         return None;
     }
+    // The SHA-256 the member checked is the one its Secret carried.
+    let checksum = restore.secret.as_ref().and_then(|s| s.checksum.clone());
     status.restored_from = Some(RestoredFrom {
         snapshot: restore.snapshot.clone(),
         location: restore.location.clone(),
         revision: restore.revision,
         time: Some(now.clone()),
+        revision_bumped: Some(revision_bumped(o, restore.revision)),
+        control_plane_rollout: None,
+        sha256: checksum.as_ref().map(|c| c.sha256.clone()),
+        sha256_source: checksum.as_ref().map(|c| c.source),
     });
     let revision = restore
         .revision
@@ -222,42 +415,113 @@ pub fn record_status(
     ))
 }
 
+/// The control plane rollout the step asks for, in the record of the restore or recovery it
+/// follows (written before the step).
+pub fn record_rollout(status: &mut EtcdadmClusterStatus, after: &Timestamp) {
+    let owed = |time: Option<&Time>| time.is_some_and(|t| t.0 == *after);
+    if let Some(r) = status
+        .restored_from
+        .as_mut()
+        .filter(|r| r.control_plane_rollout.is_none() && owed(r.time.as_ref()))
+    {
+        r.control_plane_rollout = Some(Time(*after));
+    } else if let Some(r) = status
+        .last_recovery
+        .as_mut()
+        .filter(|r| r.control_plane_rollout.is_none() && owed(r.started.as_ref()))
+    {
+        r.control_plane_rollout = Some(Time(*after));
+    }
+}
+
 // Effects.
 
-/// Presign a GET of the snapshot and apply `<etcdadmcluster>-restore` with it (a renewal
-/// replaces the URL). The URL is never logged.
+/// Compute the SHA-256 if asked, presign a GET of the snapshot and create
+/// `<etcdadmcluster>-restore` with both, or renew our own (only at the resourceVersion seen).
+/// The URL is never logged.
 async fn write_secret(
     out: &Outputs<'_>,
     o: &Observation,
     download: &RestoreDownload,
+    checksum: &ChecksumPlan,
+    existing: Option<&str>,
 ) -> Result<Applied, Error> {
     let etcd = &o.etcd_cluster;
+    let checksum = match checksum {
+        ChecksumPlan::Known(known) => known.clone(),
+        ChecksumPlan::Compute { size } => Checksum {
+            sha256: download.store.sha256_of(&download.key, *size).await?,
+            source: ChecksumSource::Computed,
+        },
+    };
     let url = download.store.presigned_get(&download.key, RESTORE_URL_TTL);
-    let mut data = BTreeMap::from([(names::RESTORE_URL_KEY.to_string(), bytes(url.as_str()))]);
-    if let Some(sha256) = &download.sha256 {
-        data.insert(names::RESTORE_SHA256_KEY.to_string(), bytes(sha256));
-    }
+    let mut data = BTreeMap::from([
+        (names::RESTORE_URL_KEY.to_string(), bytes(url.as_str())),
+        (names::RESTORE_SHA256_KEY.to_string(), bytes(&checksum.sha256)),
+        (
+            names::RESTORE_BUMP_REVISION_KEY.to_string(),
+            bytes(&RESTORE_REVISION_BUMP.to_string()),
+        ),
+    ]);
     if let Some(ca_pem) = &download.ca_pem {
         data.insert(names::RESTORE_CA_KEY.to_string(), bytes(ca_pem));
     }
+    if download.insecure {
+        data.insert(names::RESTORE_INSECURE_KEY.to_string(), bytes("true"));
+    }
     let name = names::restore_secret_name(&etcd.name_any());
-    let metadata = json!({
+    let mut metadata = json!({
+        "name": name,
         "namespace": o.namespace,
         "labels": { names::ETCD_CLUSTER_LABEL: etcd.name_any() },
-        "annotations": { names::RESTORE_URL_WRITTEN_ANNOTATION: Timestamp::now().to_string() },
+        "annotations": {
+            names::RESTORE_URL_WRITTEN_ANNOTATION: Timestamp::now().to_string(),
+            names::RESTORE_SHA256_SOURCE_ANNOTATION: checksum.source.as_str(),
+        },
         "ownerReferences": [controller_reference(etcd)?],
     });
-    let body = ssa::configuration::<Secret>(&name, metadata, json!({ "type": "Opaque", "data": data }));
-    Api::<Secret>::namespaced(out.client.clone(), &o.namespace)
-        .patch(&name, &ssa::params(RESTORE_MANAGER, true), &Patch::Apply(body))
-        .await?;
-    Ok(Applied::Done)
+    let secrets = Api::<Secret>::namespaced(out.client.clone(), &o.namespace);
+    match existing {
+        None => {
+            let secret: Secret = serde_json::from_value(json!({
+                "metadata": metadata, "type": "Opaque", "data": data,
+            }))?;
+            let params = PostParams {
+                field_manager: Some(RESTORE_MANAGER.into()),
+                ..Default::default()
+            };
+            match secrets.create(&params, &secret).await {
+                Ok(_) => Ok(Applied::Done),
+                // Made meanwhile: the next observation says whose it is.
+                Err(kube::Error::Api(status)) if status.code == 409 => Ok(Applied::AlreadyDone),
+                Err(e) => Err(e.into()),
+            }
+        }
+        Some(resource_version) => {
+            metadata["resourceVersion"] = json!(resource_version);
+            let patch = json!({ "metadata": metadata, "data": data });
+            let params = PatchParams {
+                field_manager: Some(RESTORE_MANAGER.into()),
+                ..Default::default()
+            };
+            secrets.patch(&name, &params, &Patch::Merge(&patch)).await?;
+            Ok(Applied::Done)
+        }
+    }
 }
 
-async fn delete_secret(out: &Outputs<'_>, o: &Observation) -> Result<Applied, Error> {
+/// Delete the restore Secret if it is still the one of `uid` (ours, as observed).
+async fn delete_secret(out: &Outputs<'_>, o: &Observation, uid: &str) -> Result<Applied, Error> {
     let name = names::restore_secret_name(&o.name);
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
     match Api::<Secret>::namespaced(out.client.clone(), &o.namespace)
-        .delete(&name, &DeleteParams::default())
+        .delete(&name, &params)
         .await
     {
         Ok(_) => Ok(Applied::Done),
@@ -270,33 +534,48 @@ async fn delete_secret(out: &Outputs<'_>, o: &Observation) -> Result<Applied, Er
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+    use crate::controller::observation::RestoreSecretView;
     use crate::controller::testing::reason;
     use crate::controller::testing::*;
     use std::time::Duration;
 
-    use super::RESTORE_URL_TTL;
+    use super::{RESTORE_URL_RENEW_AFTER, RESTORE_URL_TTL};
     use crate::controller::plan::versions::VERSION_FIELD;
 
     fn restoring(secret_age: Option<Duration>) -> Observation {
         let mut o = base();
-        o.restore = Some(RestoreView {
+        let mut restore = RestoreView {
             snapshot: Some("c0-snap".into()),
             location: Some("backups/c0/s.db".into()),
             revision: Some(1042),
             etcd_version: Some("3.5.9".into()),
             problem: None,
-            secret_age,
+            secret_age: None,
+            secret: None,
             recorded: false,
             download: Some(download()),
-        });
+        };
+        if let Some(age) = secret_age {
+            with_our_secret(&mut restore, age);
+        }
+        o.restore = Some(restore);
         o
     }
 
     #[test]
     fn the_download_url_is_written_before_the_first_machine_which_restores() {
         assert_eq!(plan(&restoring(None)), write_restore_secret());
-        // A Secret older than half the URL's life is written anew before the Machine needs it.
-        assert_eq!(plan(&restoring(Some(RESTORE_URL_TTL))), write_restore_secret());
+        // A Secret older than the renewal age is renewed (ours, at the version seen) before
+        // the Machine needs it, so a boot gets most of the URL's life.
+        const { assert!(RESTORE_URL_RENEW_AFTER.as_secs() * 4 <= RESTORE_URL_TTL.as_secs()) };
+        assert_eq!(
+            plan(&restoring(Some(RESTORE_URL_RENEW_AFTER + Duration::from_secs(1)))),
+            Step::Restore(RestoreStep::WriteRestoreSecret {
+                download: Box::new(download()),
+                checksum: ChecksumPlan::Known(snapshot_checksum()),
+                existing: Some("7".into()),
+            })
+        );
         let step = plan(&restoring(Some(Duration::from_secs(5))));
         assert_eq!(
             step,
@@ -311,6 +590,68 @@ mod tests {
             "{}",
             event.note
         );
+        let written = write_restore_secret().event(&o).unwrap();
+        assert!(
+            written.note.contains(&format!(
+                "checks the file's SHA-256 {} (from the EtcdadmSnapshot)",
+                "ab".repeat(32)
+            )),
+            "{}",
+            written.note
+        );
+    }
+
+    #[test]
+    fn without_a_recorded_sha256_the_controller_computes_one_and_keeps_it() {
+        let mut o = restoring(None);
+        let download = o.restore.as_mut().unwrap().download.as_mut().unwrap();
+        download.checksum = None;
+        download.size = Some(4128);
+        let step = plan(&o);
+        assert!(
+            matches!(
+                &step,
+                Step::Restore(RestoreStep::WriteRestoreSecret {
+                    checksum: ChecksumPlan::Compute { size: 4128 },
+                    existing: None,
+                    ..
+                })
+            ),
+            "{step:?}"
+        );
+        assert!(
+            step.event(&o)
+                .unwrap()
+                .note
+                .contains("computed by reading the object")
+        );
+        // Neither a SHA-256 nor a size: nothing to check against, nothing created.
+        o.restore.as_mut().unwrap().download.as_mut().unwrap().size = None;
+        let step = plan(&o);
+        assert_eq!(wait_reason(&step), reason::RESTORE_SOURCE_UNUSABLE);
+        assert!(step.is_refusal() && !step.writes());
+    }
+
+    #[test]
+    fn a_restore_secret_that_is_not_ours_is_refused_and_never_touched() {
+        let mut o = restoring(Some(Duration::from_secs(5)));
+        o.restore.as_mut().unwrap().secret = Some(RestoreSecretView {
+            ours: false,
+            uid: "someone-else".into(),
+            resource_version: "3".into(),
+            checksum: None,
+        });
+        let step = plan(&o);
+        assert_eq!(wait_reason(&step), reason::RESTORE_SECRET_NOT_OURS);
+        assert!(step.is_refusal() && !step.writes());
+        assert!(
+            wait_message(&step).contains("Secret c1-etcd-restore exists"),
+            "{step:?}"
+        );
+        // Once the cluster runs, a foreign Secret of that name is left alone too.
+        let mut done = running(3);
+        done.restore = o.restore.clone();
+        assert_eq!(plan(&done), Step::Steady);
     }
 
     #[test]
@@ -356,13 +697,104 @@ mod tests {
         assert_eq!(wait_reason(&plan(&o)), reason::WAITING_FOR_MACHINE_ADDRESS);
     }
 
+    /// `running(3)` restored from `c0-snap` at revision 1042 (`bumped` or not), now at
+    /// `revision`, Ready, with a KubeadmControlPlane using it last rolled for `rolled`.
+    fn restored(bumped: bool, revision: i64, rolled: Option<&str>) -> Observation {
+        let mut o = running(3);
+        for m in members_mut(&mut o) {
+            m.revision = Some(revision);
+        }
+        let urls = voting_endpoints(&o);
+        let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+        o.kcp = kcp(&refs, false, true);
+        if let KcpView::Found { rollout_after, .. } = &mut o.kcp {
+            *rollout_after = rolled.map(|t| t.parse().unwrap());
+        }
+        o.creation_complete = true;
+        o.etcd_cluster.status = Some(EtcdadmClusterStatus {
+            restored_from: Some(RestoredFrom {
+                snapshot: Some("c0-snap".into()),
+                revision: Some(1042),
+                time: Some(Time("2026-11-25T10:00:00Z".parse().unwrap())),
+                revision_bumped: Some(bumped),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        o
+    }
+
+    #[test]
+    fn the_restore_secret_asks_for_the_bump_and_the_member_tells_whether_it_happened() {
+        let o = restored(true, 1042 + RESTORE_REVISION_BUMP + 7, None);
+        assert!(revision_bumped(&o, Some(1042)));
+        let not = restored(false, 1049, None);
+        assert!(!revision_bumped(&not, Some(1042)));
+        // An object with no known revision: bumped when above the bump itself.
+        assert!(revision_bumped(&o, None) && !revision_bumped(&not, None));
+        let bumped = revisions_condition(o.etcd_cluster.status.as_ref().unwrap()).unwrap();
+        assert_eq!(bumped.status, etcdadm_shared::api::ConditionStatus::True);
+        let fallback = revisions_condition(not.etcd_cluster.status.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            (fallback.reason.as_str(), fallback.severity),
+            ("RevisionsNotBumped", Some(Severity::Warning))
+        );
+        assert!(fallback.message.contains("etcd 3.5.10"), "{}", fallback.message);
+        // Nothing restored: no condition.
+        assert_eq!(revisions_condition(&EtcdadmClusterStatus::default()), None);
+    }
+
+    #[test]
+    fn the_control_plane_is_rolled_once_after_a_restore_bumped_or_not() {
+        for bumped in [true, false] {
+            let o = restored(bumped, 2_000_000_000, None);
+            let step = plan(&o);
+            let Step::Restore(RestoreStep::RollControlPlane { kcp, after }) = &step else {
+                panic!("{step:?}")
+            };
+            assert_eq!(
+                (kcp.as_str(), after.to_string().as_str()),
+                ("c1-cp", "2026-11-25T10:00:00Z")
+            );
+            assert!(step.event(&o).unwrap().note.contains("watch caches"));
+            // Status records it before the step; the KCP then carries it: never again.
+            let mut status = o.etcd_cluster.status.clone().unwrap();
+            record_rollout(&mut status, after);
+            assert_eq!(
+                status.restored_from.as_ref().unwrap().control_plane_rollout,
+                Some(Time(*after))
+            );
+            let mut recorded = o.clone();
+            recorded.etcd_cluster.status = Some(status);
+            assert_eq!(plan(&recorded), Step::Steady);
+            assert_eq!(
+                plan(&restored(bumped, 2_000_000_000, Some("2026-11-25T10:00:00Z"))),
+                Step::Steady
+            );
+        }
+        // Not before the cluster is Ready, and never for a restore an earlier version recorded.
+        let mut sick = restored(true, 2_000_000_000, None);
+        members_mut(&mut sick)[0].healthy = false;
+        assert_eq!(control_plane_rollout(&sick), None);
+        let mut older = restored(true, 2_000_000_000, None);
+        if let Some(status) = older.etcd_cluster.status.as_mut() {
+            status.restored_from.as_mut().unwrap().revision_bumped = None;
+        }
+        assert_eq!(plan(&older), Step::Steady);
+    }
+
     #[test]
     fn never_on_a_cluster_that_had_a_member() {
-        // Initialized: the Secret goes (status records restoredFrom first), nothing is restored.
+        // Initialized: our Secret goes (status records restoredFrom first), nothing is restored.
         let mut o = running(3);
         o.restore = restoring(Some(Duration::from_secs(5))).restore;
-        assert_eq!(plan(&o), Step::Restore(RestoreStep::DeleteRestoreSecret));
-        o.restore.as_mut().unwrap().secret_age = None;
+        assert_eq!(
+            plan(&o),
+            Step::Restore(RestoreStep::DeleteRestoreSecret {
+                uid: "restore-uid".into()
+            })
+        );
+        o.restore.as_mut().unwrap().secret = None;
         assert_eq!(plan(&o), Step::Steady);
         // Every Machine deleted after the cluster ran: no restore, whatever the spec says.
         let mut gone = restoring(None);
@@ -371,5 +803,22 @@ mod tests {
             message: "connection refused".into(),
         };
         assert_eq!(wait_reason(&plan(&gone)), reason::MEMBERS_UNREACHABLE);
+    }
+
+    #[test]
+    fn status_records_the_sha256_the_member_checked_and_its_source() {
+        let o = {
+            let mut o = running(3);
+            o.etcd_cluster.spec.restore = Some(Default::default());
+            o.restore = restoring(Some(Duration::from_secs(5))).restore;
+            o
+        };
+        let mut status = EtcdadmClusterStatus::default();
+        let now = Time(Timestamp::UNIX_EPOCH);
+        record_status(&mut status, &o, true, &now).unwrap();
+        let from = status.restored_from.unwrap();
+        assert_eq!(from.sha256, Some("ab".repeat(32)));
+        assert_eq!(from.sha256_source, Some(ChecksumSource::EtcdadmSnapshot));
+        assert_eq!(from.revision, Some(1042));
     }
 }

@@ -35,6 +35,7 @@ impl Store {
     }
 
     fn garbage_pass(&mut self) -> bool {
+        // One pass of the garbage collector over every owner reference: its checks share the object list.
         let objects = self.all_objects();
         let uids: HashSet<&str> = objects.iter().filter_map(|(_, o)| meta_str(o, "uid")).collect();
         let name_of = |rt: &Arc<ResourceType>, o: &Value| -> ObjectRef {

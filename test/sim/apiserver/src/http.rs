@@ -297,6 +297,7 @@ fn resource_request(
     rest: &[&str],
     body: &[u8],
 ) -> Result<Response, ApiError> {
+    // The verb table of one resource request, as the real server routes it: one arm per verb.
     let query = parse_query(parts.uri.query());
     let dry_run = query.get("dryRun").is_some_and(|v| v == "All");
     let content_type = parts

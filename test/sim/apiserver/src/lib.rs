@@ -39,6 +39,7 @@
 //! `--validate=false` and `kubectl explain` knows only the custom resources.
 
 mod builtin_crds;
+mod columns;
 pub use builtin_crds::shipped_crds;
 mod discovery;
 mod error;

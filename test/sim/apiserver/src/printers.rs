@@ -11,8 +11,8 @@ use k8s_openapi::jiff::Timestamp;
 use schemars::JsonSchema;
 use serde_json::{Value, json};
 
+use crate::columns::{Column, since};
 use crate::resources::ResourceType;
-use crate::table::{Column, since};
 
 /// The description of the field at `path` (property names) in `T`'s schema.
 fn doc<T: JsonSchema>(path: &[&str]) -> String {

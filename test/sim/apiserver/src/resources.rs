@@ -7,8 +7,8 @@ use std::sync::Arc;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::Value;
 
+use crate::columns::PrinterColumn;
 use crate::event_views;
-use crate::table::PrinterColumn;
 
 /// A JSON path such as `.spec.replicas`, split into its keys.
 pub type FieldPath = Vec<String>;

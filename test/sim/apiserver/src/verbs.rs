@@ -434,6 +434,7 @@ impl Store {
         require_rv: bool,
         dry_run: bool,
     ) -> Result<Value, ApiError> {
+        // The real server's update checks in its order; each depends on the ones before.
         let current = self.existing(rt, ns, name)?;
         match meta_str(&incoming, "resourceVersion").filter(|rv| !rv.is_empty()) {
             Some(rv) if Some(rv) != meta_str(&current, "resourceVersion") => {
@@ -682,6 +683,7 @@ impl Store {
         options: &DeleteOptions,
         dry_run: bool,
     ) -> Result<Value, ApiError> {
+        // The real server's delete checks in its order (preconditions, finalizers, propagation).
         let current = self.existing(rt, ns, name)?;
         if let Some(uid) = &options.uid
             && Some(uid.as_str()) != meta_str(&current, "uid")

@@ -35,12 +35,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::bottlerocket::{BottlerocketMachine, EtcdadmWords};
-use crate::cloud_config::{Permissions, WriteFile};
+use crate::cloud_config::{BOOTSTRAP_SUCCESS_MARKER, Permissions, WriteFile};
 use crate::error::MachineError;
 use crate::etcdadm::config::ENV_FILE;
 use crate::executor::{CommandEnvironment, open_log, run_logged};
 use crate::isolation::is_isolated;
-use crate::runtime::BOOTSTRAP_SUCCESS_MARKER;
 use crate::write_files::write_entry;
 
 /// Where the bootstrap's output goes, in the machine view.
@@ -104,6 +103,7 @@ pub fn run(
     environment: &CommandEnvironment,
     log_path: &Path,
 ) -> Result<bool, MachineError> {
+    // The bootstrap container's steps in the order the image runs them.
     let mut log = open_log(log_path)?;
     let mut note = |line: String| {
         let _ = writeln!(log, "[sim] {line}");

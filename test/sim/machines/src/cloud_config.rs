@@ -2,11 +2,16 @@
 //! machine images use, and the `#cloud-config` YAML modules the sim executes or records.
 //!
 //! Pure: text in, a [`CloudConfig`] out. Anything the sim cannot honour faithfully (another
-//! Jinja variable, a control block) is an error naming it, rather than a silent difference.
+//! Jinja variable, a control block) is an error naming it, rather than a silent difference;
+//! string literal expressions are printed, as the renderer uses them to keep braces literal.
 
 use serde::Deserialize;
 
 use crate::error::MachineError;
+
+/// Where a machine's bootstrap reports success (CAPI's sentinel file), relative to its root: the
+/// user data writes it last, and the runtime reads it.
+pub const BOOTSTRAP_SUCCESS_MARKER: &str = "run/cluster-api/bootstrap-success.complete";
 
 const JINJA_HEADER: &str = "## template: jinja";
 const CLOUD_CONFIG_HEADER: &str = "#cloud-config";
@@ -127,34 +132,43 @@ pub fn parse_user_data(user_data: &str, hostname: &str) -> Result<CloudConfig, M
         .map_err(|e| MachineError::UserData(format!("cloud-config YAML does not parse: {e}")))
 }
 
-/// Replace the hostname variables; refuse every other Jinja construct, naming it.
+/// Replace the hostname variables and print string literals (`{{ '{%' }}`, how the renderer
+/// keeps braces from Jinja); refuse every other Jinja construct, naming it. Delimiters inside
+/// an expression's string are part of the expression, as in Jinja.
 pub fn expand_jinja(template: &str, hostname: &str) -> Result<String, MachineError> {
-    for opener in ["{%", "{#"] {
-        if let Some(at) = template.find(opener) {
-            let snippet: String = template[at..].chars().take(40).collect();
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(start) = ["{{", "{%", "{#"].iter().filter_map(|o| rest.find(o)).min() {
+        out.push_str(&rest[..start]);
+        let opener = &rest[start..start + 2];
+        if opener != "{{" {
+            let snippet: String = rest[start..].chars().take(40).collect();
             return Err(MachineError::UserData(format!(
-                "Jinja construct {snippet:?} is not supported by the sim (only {{{{ {} }}}} and \
-                 its aliases are)",
+                "Jinja construct {snippet:?} is not supported by the sim (only {{{{ {} }}}}, its \
+                 aliases and string literals are)",
                 HOSTNAME_VARIABLES[0]
             )));
         }
-    }
-    let mut out = String::with_capacity(template.len());
-    let mut rest = template;
-    while let Some(start) = rest.find("{{") {
-        out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
         let end = after.find("}}").ok_or_else(|| {
             MachineError::UserData("unterminated Jinja expression: `{{` without `}}`".into())
         })?;
-        let variable = after[..end].trim();
-        if !HOSTNAME_VARIABLES.contains(&variable) {
+        let expression = after[..end].trim();
+        let literal = expression
+            .strip_prefix('\'')
+            .and_then(|e| e.strip_suffix('\''))
+            .filter(|inner| !inner.contains('\'') && !inner.contains('\\'));
+        if let Some(literal) = literal {
+            out.push_str(literal);
+        } else if HOSTNAME_VARIABLES.contains(&expression) {
+            out.push_str(hostname);
+        } else {
             return Err(MachineError::UserData(format!(
-                "Jinja expression {{{{ {variable} }}}} is not supported by the sim; supported: {}",
+                "Jinja expression {{{{ {expression} }}}} is not supported by the sim; supported: {} \
+                 and string literals",
                 HOSTNAME_VARIABLES.join(", ")
             )));
         }
-        out.push_str(hostname);
         rest = &after[end + 2..];
     }
     out.push_str(rest);
@@ -210,6 +224,16 @@ mod tests {
         assert!(err.to_string().contains("{% if x %}"), "{err}");
         let err = expand_jinja("{{ ds.meta_data.hostname", "m1").unwrap_err();
         assert!(err.to_string().contains("unterminated"), "{err}");
+    }
+
+    #[test]
+    fn string_literals_print_what_the_renderer_kept_from_jinja() {
+        assert_eq!(
+            expand_jinja("a {{ '{{' }} b {{ '{%' }} endraw %}{{ '{#' }} c", "m1").unwrap(),
+            "a {{ b {% endraw %}{# c"
+        );
+        let err = expand_jinja("{{ 'it''s' }}", "m1").unwrap_err();
+        assert!(err.to_string().contains("not supported"), "{err}");
     }
 
     #[test]

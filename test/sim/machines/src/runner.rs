@@ -10,7 +10,9 @@
 //! Given `--etcdadm <path>`, the machine runs that (real) etcdadm instead of the stand-ins: its
 //! PATH holds only `etcdadm` and the `systemctl` stand-in ahead of the host's tools (`hostname`
 //! and `ip` are the real ones, answering from the machine's own UTS and network namespaces, which
-//! the runtime provides), and its `/tmp` is private.
+//! the runtime provides), and its `/tmp` is private. Each `--image-tool <path>` is a program the
+//! machine's image carries (e.g. an etcdutl that can raise a restored revision), linked into the
+//! same directory.
 
 use std::net::IpAddr;
 use std::os::unix::process::CommandExt;
@@ -41,6 +43,8 @@ pub struct RunnerArgs {
     /// The real etcdadm to run instead of the stand-in (the machine then has its own network
     /// namespace, entered by the runtime before the runner starts).
     pub etcdadm: Option<PathBuf>,
+    /// Programs the machine's image carries, on its PATH by their file names.
+    pub image_tools: Vec<PathBuf>,
 }
 
 impl RunnerArgs {
@@ -59,16 +63,20 @@ impl RunnerArgs {
         if let Some(etcdadm) = &self.etcdadm {
             flags.extend(["--etcdadm".into(), etcdadm.display().to_string()]);
         }
+        for tool in &self.image_tools {
+            flags.extend(["--image-tool".into(), tool.display().to_string()]);
+        }
         flags
     }
 
-    /// Parse `--name N --ip IP --root DIR --user-data FILE [--etcdadm PATH]`.
+    /// Parse `--name N --ip IP --root DIR --user-data FILE [--etcdadm PATH] [--image-tool PATH]...`.
     pub fn parse(args: &[String]) -> Result<RunnerArgs, MachineError> {
         let mut name = None;
         let mut ip = None;
         let mut root = None;
         let mut user_data = None;
         let mut etcdadm = None;
+        let mut image_tools = vec![];
         let mut iter = args.iter();
         while let Some(flag) = iter.next() {
             let value = iter
@@ -85,6 +93,7 @@ impl RunnerArgs {
                 "--root" => root = Some(PathBuf::from(value)),
                 "--user-data" => user_data = Some(PathBuf::from(value)),
                 "--etcdadm" => etcdadm = Some(PathBuf::from(value)),
+                "--image-tool" => image_tools.push(PathBuf::from(value)),
                 other => return Err(MachineError::Usage(format!("unknown flag {other}"))),
             }
         }
@@ -95,6 +104,7 @@ impl RunnerArgs {
             root: root.ok_or_else(|| missing("--root"))?,
             user_data: user_data.ok_or_else(|| missing("--user-data"))?,
             etcdadm,
+            image_tools,
         })
     }
 }
@@ -170,7 +180,7 @@ fn run_inside(args: &RunnerArgs, records: &mut PathBuf) -> Result<(), MachineErr
     write_status(records, "booting")?;
     let user_data = std::fs::read_to_string(&args.user_data).map_err(MachineError::io(&args.user_data))?;
     *records = enter_machine_view(&args.root, &args.name, args.ip, args.etcdadm.is_some())?;
-    let tool_dir = link_tools(records, args.etcdadm.as_deref())?;
+    let tool_dir = link_tools(records, args.etcdadm.as_deref(), &args.image_tools)?;
     let manager = ServiceManager::new(ManagerPaths {
         unit_dir: "/etc/systemd/system".into(),
         pid_dir: records.join("units"),
@@ -204,7 +214,11 @@ fn run_inside(args: &RunnerArgs, records: &mut PathBuf) -> Result<(), MachineErr
 
 /// Link the machine's tools into `<records>/bin`, first on its PATH: the stand-ins (siblings of
 /// this executable), or the real `etcdadm` and the `systemctl` stand-in.
-fn link_tools(records: &Path, etcdadm: Option<&Path>) -> Result<PathBuf, MachineError> {
+fn link_tools(
+    records: &Path,
+    etcdadm: Option<&Path>,
+    image_tools: &[PathBuf],
+) -> Result<PathBuf, MachineError> {
     let exe = std::env::current_exe().map_err(MachineError::io("/proc/self/exe"))?;
     let source_dir = exe
         .parent()
@@ -228,6 +242,19 @@ fn link_tools(records: &Path, etcdadm: Option<&Path>) -> Result<PathBuf, Machine
             )));
         }
         links.push(("etcdadm", real.to_path_buf()));
+    }
+    for tool in image_tools {
+        let name = tool
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| MachineError::Usage(format!("image tool {} has no file name", tool.display())))?;
+        if !tool.is_file() {
+            return Err(MachineError::Usage(format!(
+                "image tool {} is missing",
+                tool.display()
+            )));
+        }
+        links.push((name, tool.clone()));
     }
     let bin = records.join("bin");
     std::fs::create_dir_all(&bin).map_err(MachineError::io(&bin))?;
@@ -257,10 +284,12 @@ mod tests {
             root: "/tmp/m1".into(),
             user_data: "/tmp/m1/sim/user-data".into(),
             etcdadm: None,
+            image_tools: vec![],
         };
         assert_eq!(RunnerArgs::parse(&args.to_flags()).unwrap(), args);
         let real = RunnerArgs {
             etcdadm: Some("/w/target/etcdadm/etcdadm".into()),
+            image_tools: vec!["/w/target/etcd-3.5.16/etcdutl".into(), "/opt/x/jq".into()],
             ..args
         };
         assert_eq!(RunnerArgs::parse(&real.to_flags()).unwrap(), real);

@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+pub use crate::cloud_config::BOOTSTRAP_SUCCESS_MARKER;
 use crate::error::MachineError;
 use crate::etcdadm::certs::CERT_VALIDITY_ENV;
 use crate::isolation::RECORDS_VIEW;
@@ -19,9 +20,6 @@ use crate::network::{FIRST_HOST, LAST_MACHINE_HOST, Lab, Namespace, PRIMARY_NET}
 use crate::runner::{RunnerArgs, pid_dir, records_dir, status_path, write_status};
 use crate::systemd::manager::{recorded_main_pid, signal};
 use crate::systemd::unit::parse_env_file;
-
-/// Where a machine's bootstrap reports success (CAPI's sentinel file), relative to its root.
-pub const BOOTSTRAP_SUCCESS_MARKER: &str = "run/cluster-api/bootstrap-success.complete";
 
 /// A machine to boot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,6 +133,8 @@ struct BuiltInMachine {
 struct RealEtcdadm {
     etcdadm: PathBuf,
     lab: Arc<Lab>,
+    /// Programs the machines' image carries besides etcdadm.
+    image_tools: Vec<PathBuf>,
 }
 
 /// Machines as local `etcdadm-sim-machine` processes, each leading its own process group so a
@@ -158,17 +158,19 @@ impl BuiltInRuntime {
     }
 
     /// A runtime whose machines run the real `etcdadm` at `etcdadm`, each in a network namespace
-    /// on `lab`'s bridge (addresses `10.213.<lab>.N`).
+    /// on `lab`'s bridge (addresses `10.213.<lab>.N`), their image carrying `image_tools` too.
     pub fn real_etcdadm(
         runner: impl Into<PathBuf>,
         etcdadm: impl Into<PathBuf>,
         lab: Arc<Lab>,
+        image_tools: Vec<PathBuf>,
     ) -> BuiltInRuntime {
         BuiltInRuntime {
             runner: runner.into(),
             real: Some(RealEtcdadm {
                 etcdadm: etcdadm.into(),
                 lab,
+                image_tools,
             }),
             machines: Mutex::new(HashMap::new()),
         }
@@ -380,6 +382,7 @@ impl BuiltInRuntime {
 
 impl MachineRuntime for BuiltInRuntime {
     fn boot(&self, spec: &MachineSpec) -> Result<(), MachineError> {
+        // A machine's boot in order (root, network, runner), each undone by stop.
         crate::isolation::check_root(&spec.root)?;
         let mut machines = self.lock();
         if let Some(existing) = machines.get_mut(&spec.name)
@@ -408,6 +411,11 @@ impl MachineRuntime for BuiltInRuntime {
             root: spec.root.clone(),
             user_data,
             etcdadm: self.real.as_ref().map(|real| real.etcdadm.clone()),
+            image_tools: self
+                .real
+                .as_ref()
+                .map(|real| real.image_tools.clone())
+                .unwrap_or_default(),
         };
         let env: Vec<_> = spec.certificate_validity_env().into_iter().collect();
         let netns = match &self.real {

@@ -15,7 +15,7 @@ use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::etcd::MemberClient;
 use etcdadm_shared::names;
 use etcdadm_shared::pki::IssuedCertificate;
-use etcdadm_shared::testing::{CREDENTIALS_SECRET, SeaweedFs, TempDir, mtls_http_client};
+use etcdadm_shared::testing::{CA_SECRET, CREDENTIALS_SECRET, SeaweedFs, TempDir, mtls_http_client};
 use etcdadm_sim::demo;
 use etcdadm_sim::history::{History, MachineLog, MachineRecorder, RECORD_EVERY, Recorder};
 use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
@@ -122,25 +122,31 @@ pub async fn create(
     .unwrap();
 }
 
-/// The Secret [`CREDENTIALS_SECRET`] with `s3`'s access key, which a `spec.backup.store` names.
+/// The Secret [`CREDENTIALS_SECRET`] with `s3`'s access key, which a `spec.backup.store` names,
+/// and for an https server the Secret [`CA_SECRET`] with its CA.
 pub async fn store_credentials(client: &Client, s3: &SeaweedFs) {
-    let data = s3
-        .credentials_secret_data()
-        .into_iter()
-        .map(|(k, v)| (k, ByteString(v.into_bytes())))
-        .collect();
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(CREDENTIALS_SECRET.into()),
+    let mut secrets = vec![(CREDENTIALS_SECRET, s3.credentials_secret_data())];
+    if s3.ca_pem().is_some() {
+        secrets.push((CA_SECRET, s3.ca_secret_data()));
+    }
+    for (name, data) in secrets {
+        let data = data
+            .into_iter()
+            .map(|(k, v)| (k, ByteString(v.into_bytes())))
+            .collect();
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            data: Some(data),
             ..Default::default()
-        },
-        data: Some(data),
-        ..Default::default()
-    };
-    Api::<Secret>::default_namespaced(client.clone())
-        .create(&kube::api::PostParams::default(), &secret)
-        .await
-        .unwrap();
+        };
+        Api::<Secret>::default_namespaced(client.clone())
+            .create(&kube::api::PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
 }
 
 /// Merge-patch the EtcdadmCluster `<cluster>-etcd`'s spec.
@@ -802,6 +808,17 @@ pub async fn roll(
     let report = workload.finish().await;
     follower.abort();
     let kcp_writes = plane.kcp_record.lock().unwrap().endpoint_changes.len() - kcp_before;
+    // The recorder polls etcd every 100 ms through the Machines it knows; on a loaded machine its
+    // latest read may still predate the last removal: give it a few seconds to see the end.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline
+        && !watchers
+            .history()
+            .last()
+            .is_some_and(|s| s.names().is_disjoint(&old))
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let history = watchers.history();
     let machine_log = watchers.machines();
     assert!(

@@ -12,8 +12,19 @@ use serde_json::Value;
 /// A plane on the in-memory API server whose machines run the real etcdadm on lab `lab`
 /// (`10.213.<lab>.N`; also the scenario's namespace prefix).
 pub async fn start_plane(lab: u8, work: &TempDir, kcp_rollout_step: Duration) -> Plane {
+    start_plane_with_image_tools(lab, work, kcp_rollout_step, vec![]).await
+}
+
+/// [`start_plane`] with machines whose image carries `image_tools` besides etcdadm.
+pub async fn start_plane_with_image_tools(
+    lab: u8,
+    work: &TempDir,
+    kcp_rollout_step: Duration,
+    image_tools: Vec<std::path::PathBuf>,
+) -> Plane {
     let mut options = super::plane_options(lab, work, kcp_rollout_step);
     options.machines = Machines::RealEtcdadm { lab };
+    options.image_tools = image_tools;
     Plane::start(options).await.unwrap()
 }
 

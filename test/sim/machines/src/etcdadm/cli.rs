@@ -95,6 +95,7 @@ pub enum CliError {
 
 /// Parse `etcdadm <args>` (program name excluded).
 pub fn parse(args: &[String]) -> Result<Invocation, CliError> {
+    // etcdadm's flags in one match, as its CLI defines them: a table, read at once.
     let usage_error = |message: String| Err(CliError::Usage(message));
     let Some((command, rest)) = args.split_first() else {
         return Ok(Invocation::Help(usage().into()));

@@ -31,6 +31,9 @@
 //!   data dir, as a one-member cluster of this name and peer URL, checking the hash unless
 //!   `--skip-hash-check`), then configures and starts etcd on it; the stand-in runs the
 //!   installed release's `etcdutl snapshot restore` (`etcdctl` for 3.4) with the same values.
+//!   A restore whose revision the user data raised first (`restore-bump.sh`, docs/day2.md,
+//!   "Revisions after a restore") hands over a database copied out of a data directory with
+//!   `--skip-hash-check`, which both restore the same way.
 
 pub mod certs;
 pub mod cli;
@@ -221,6 +224,7 @@ async fn run_phases(command: &cli::Command, options: &Options, phases: &[Phase])
 }
 
 async fn run_phase(phase: Phase, member: &mut Member<'_>) -> Result<(), String> {
+    // One arm per etcdadm phase, in the order etcdadm runs them.
     let options = member.options;
     match phase {
         Phase::Stop => disable_and_stop(),

@@ -61,6 +61,7 @@ pub fn unit_name(argument: &str) -> String {
 
 /// Parse a unit from its main file followed by its drop-ins, in order.
 pub fn parse_unit(name: &str, texts: &[String]) -> Result<Unit, String> {
+    // One match over systemd's unit keys, in section order: a table, read at once.
     let mut unit = Unit {
         name: name.to_string(),
         description: None,
