@@ -1523,6 +1523,31 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_member_is_remediated_past_the_join_deadline_while_machines_wait_for_their_turn() {
+        // A waiting Machine's user data may join through the dead member: as a join in flight
+        // would, it holds the remediation until the join deadline (the member may come back).
+        let deletes_m1 = |o: &Observation| matches!(plan(o), Step::Machines(MachineStep::DeleteMachine { machine, .. }) if machine == "c1-etcd-m1");
+        let with_dead_member = |waiting: &[Option<&str>], unhealthy_for: Duration| {
+            let mut o = growing(waiting);
+            o.remediation.unhealthy_after = Duration::from_secs(60);
+            let m1 = &mut members_mut(&mut o)[1];
+            *m1 = unhealthy(m1.clone(), "connection refused");
+            m1.unhealthy_for = unhealthy_for;
+            o
+        };
+        let two_minutes = Duration::from_secs(120);
+        assert!(
+            deletes_m1(&with_dead_member(&[], two_minutes)),
+            "{:?}",
+            plan(&with_dead_member(&[], two_minutes))
+        );
+        let waiting = with_dead_member(&[Some("10.0.0.4")], two_minutes);
+        assert!(!deletes_m1(&waiting), "{:?}", plan(&waiting));
+        let waiting = with_dead_member(&[Some("10.0.0.4")], JUST_AFTER);
+        assert!(deletes_m1(&waiting), "{:?}", plan(&waiting));
+    }
+
+    #[test]
     fn machines_waiting_for_a_turn_no_longer_needed_go_outdated_first_then_newest() {
         // Scaled back to 3 before either joined.
         let mut o = growing(&[Some("10.0.0.4"), None]);
