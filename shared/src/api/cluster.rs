@@ -494,8 +494,8 @@ pub struct RolloutStrategy {
 #[serde(rename_all = "camelCase")]
 pub struct RollingUpdate {
     /// Extra members allowed during a rollout: 1 (default, add before remove: at most N+1
-    /// members; with learner joins the next replacement's Machine boots meanwhile, waiting for
-    /// its turn, so up to N+2 Machines) or 0 (remove first: never more than N Machines).
+    /// members and Machines; with a KubeadmControlPlane up to 2N, whose Machines boot together
+    /// with learner joins) or 0 (remove first: never more than N Machines).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == 0 || self == 1").message("maxSurge must be 0 or 1"))]
     pub max_surge: Option<i32>,
@@ -507,7 +507,7 @@ pub struct RollingUpdate {
 pub struct Provisioning {
     /// The most new Machines not yet voting members at once: booting, booted and waiting for
     /// their turn to join, or joining. Default: as many as a creation or scale-up needs (a
-    /// rolling update adds at most one Machine ahead of its current step). Members still join
+    /// rolling update without a KubeadmControlPlane creates only its current step's Machine). Members still join
     /// one at a time, each as a learner added once every member is healthy; 1 creates each
     /// Machine only after the previous one joined. Machines are created ahead only with learner
     /// joins (the upstream etcdadm flavor with cloud-config); the eks-anywhere flavor and

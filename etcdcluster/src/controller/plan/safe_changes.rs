@@ -370,11 +370,6 @@ mod tests {
             address: Some("10.0.0.1".into()),
             client_urls: healthy_client_urls(&after_surge),
         });
-        // The next step's Machine boots ahead meanwhile (docs/safety.md, "Boot ahead"): creating
-        // it removes nothing, so it needs no snapshot; the removal after it does.
-        let mut ahead = machine("c1-etcd-n2", None, None);
-        ahead.learner_join = true;
-        after_surge.machines.push(ahead);
         let mut scale_down = o;
         scale_down.replicas = 1;
         vec![
