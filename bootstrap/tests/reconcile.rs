@@ -432,7 +432,11 @@ async fn a_join_marked_by_the_etcdadm_cluster_controller_waits_for_its_learner()
         let machine = env.machine(name, Some(&etcd)).await;
         env.config(name, Some(&machine), json!({"etcdadmFlavor": flavor}))
             .await;
-        let marked = json!({"metadata": {"annotations": {names::LEARNER_JOIN_ANNOTATION: "true"}}});
+        // The controller also writes how long the join may wait for its turn.
+        let marked = json!({"metadata": {"annotations": {
+            names::LEARNER_JOIN_ANNOTATION: "true",
+            names::LEARNER_LISTED_WAIT_ANNOTATION: "2100",
+        }}});
         env.api::<EtcdadmConfig>()
             .patch(name, &PatchParams::default(), &Patch::Merge(&marked))
             .await
@@ -443,7 +447,7 @@ async fn a_join_marked_by_the_etcdadm_cluster_controller_waits_for_its_learner()
     let learner = secret_value(&env.secret("m2").await.unwrap(), names::DATA_SECRET_VALUE_KEY);
     assert!(
         learner.contains(
-            "sh /run/cluster-api/etcd-learner-join.sh wait-listed 1200 https://10.0.0.2:2379 && { etcdadm join \
+            "sh /run/cluster-api/etcd-learner-join.sh wait-listed 2100 https://10.0.0.2:2379 && { etcdadm join \
              https://10.0.0.2:2379 --init-system systemd --name m2 \
              --bind-address \\\"$(cat /run/cluster-api/etcd-member-address)\\\" \
              --server-cert-extra-sans \\\"$(cat /run/cluster-api/etcd-member-address)\\\" || "

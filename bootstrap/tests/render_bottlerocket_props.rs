@@ -333,7 +333,7 @@ fn render(case: &Case) -> String {
         command: if case.join {
             EtcdadmCommand::Join {
                 urls: &urls,
-                learner: false,
+                learner: None,
             }
         } else {
             EtcdadmCommand::Init

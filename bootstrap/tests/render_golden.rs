@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use base64::Engine;
 
 use etcdadm_bootstrap::render::{
-    CaFiles, EtcdadmCommand, LEARNER_JOIN_SCRIPT, LEARNER_LISTED_WAIT_SECONDS, RenderInput, ResolvedSecrets,
-    SecretTarget, render_user_data, secret_refs,
+    CaFiles, EtcdadmCommand, LEARNER_JOIN_SCRIPT, LEARNER_LISTED_WAIT_SECONDS, LearnerJoin, RenderInput,
+    ResolvedSecrets, SecretTarget, render_user_data, secret_refs,
 };
 use etcdadm_shared::api::config::{EtcdadmConfig, EtcdadmConfigSpec};
 
@@ -101,7 +101,7 @@ fn join_full() {
             &full_secrets(&spec),
             EtcdadmCommand::Join {
                 urls: &urls,
-                learner: false,
+                learner: None,
             },
         ),
     );
@@ -118,7 +118,7 @@ fn join_learner_full() {
             &full_secrets(&spec),
             EtcdadmCommand::Join {
                 urls: &urls,
-                learner: true,
+                learner: Some(LearnerJoin::default()),
             },
         ),
     );
@@ -135,7 +135,7 @@ fn join_learner_minimal() {
             &ResolvedSecrets::default(),
             EtcdadmCommand::Join {
                 urls: &urls,
-                learner: true,
+                learner: Some(LearnerJoin::default()),
             },
         ),
     );
@@ -161,7 +161,7 @@ fn join_minimal() {
             &ResolvedSecrets::default(),
             EtcdadmCommand::Join {
                 urls: &urls,
-                learner: false,
+                learner: None,
             },
         ),
     );
@@ -210,7 +210,7 @@ fn bottlerocket_join_full() {
             &full_secrets(&spec),
             EtcdadmCommand::Join {
                 urls: &urls,
-                learner: false,
+                learner: None,
             },
         ),
     );
@@ -238,7 +238,7 @@ fn bottlerocket_join_minimal() {
             &ResolvedSecrets::default(),
             EtcdadmCommand::Join {
                 urls: &urls,
-                learner: false,
+                learner: None,
             },
         ),
     );
@@ -316,7 +316,7 @@ fn learner_golden_carries_the_helper_and_wraps_the_join() {
         &ResolvedSecrets::default(),
         EtcdadmCommand::Join {
             urls: &urls,
-            learner: true,
+            learner: Some(LearnerJoin::default()),
         },
     );
     let doc: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
@@ -354,7 +354,7 @@ fn bottlerocket_full_golden_parses_to_the_intended_settings() {
         &full_secrets(&spec),
         EtcdadmCommand::Join {
             urls: &urls,
-            learner: false,
+            learner: None,
         },
     );
     let doc: toml::Table = toml::from_str(&text).unwrap();

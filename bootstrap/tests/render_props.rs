@@ -7,7 +7,7 @@
 //! `Environment=` lines (NO_PROXY as the comma-joined list).
 
 use etcdadm_bootstrap::render::{
-    CaFiles, EtcdadmCommand, RenderError, RenderInput, ResolvedSecrets, render_user_data,
+    CaFiles, EtcdadmCommand, LearnerJoin, RenderError, RenderInput, ResolvedSecrets, render_user_data,
 };
 use etcdadm_shared::api::config::{EtcdadmConfigSpec, File, ProxyConfiguration, User};
 use proptest::prelude::*;
@@ -244,7 +244,10 @@ fn render(spec: &EtcdadmConfigSpec, learner: bool) -> Result<String, RenderError
             key_pem: CA_KEY,
         },
         command: if learner {
-            EtcdadmCommand::Join { urls: &urls, learner }
+            EtcdadmCommand::Join {
+                urls: &urls,
+                learner: Some(LearnerJoin::default()),
+            }
         } else {
             EtcdadmCommand::Init
         },

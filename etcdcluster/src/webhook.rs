@@ -133,6 +133,14 @@ pub fn validate_spec(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<
             format!("{surge}: must be 0 or 1 (members are replaced one at a time)"),
         ));
     }
+    if let Some(parallel) = spec.provisioning.as_ref().and_then(|p| p.parallel_machines)
+        && parallel < 1
+    {
+        errors.push(FieldError::new(
+            "spec.provisioning.parallelMachines",
+            format!("{parallel}: must be at least 1 (1 creates one Machine at a time)"),
+        ));
+    }
     if let Some(days) = spec
         .rollout_before
         .as_ref()
@@ -510,6 +518,20 @@ mod tests {
             )
             .is_empty()
         );
+    }
+
+    #[test]
+    fn parallel_machines_is_at_least_one() {
+        for bad in [0, -1] {
+            let errors = validate_spec(&spec(json!({"provisioning": {"parallelMachines": bad}})), None);
+            assert_eq!(paths(&errors), ["spec.provisioning.parallelMachines"], "{bad}");
+        }
+        for good in [1, 2, 7] {
+            assert!(
+                validate_spec(&spec(json!({"provisioning": {"parallelMachines": good}})), None).is_empty(),
+                "{good}"
+            );
+        }
     }
 
     #[test]

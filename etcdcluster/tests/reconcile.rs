@@ -477,6 +477,13 @@ async fn the_first_member_is_created_whole_and_alone() {
     // Created asking for a learner join (the first member renders `init` regardless).
     assert_eq!(config.annotations()[names::LEARNER_JOIN_ANNOTATION], "true");
     assert!(config.joins_as_learner());
+    // How long a join may wait for its turn: 20 minutes, plus a join deadline (5 minutes by
+    // default) for each of the two other members of three.
+    assert_eq!(
+        config.annotations()[names::LEARNER_LISTED_WAIT_ANNOTATION],
+        "1800"
+    );
+    assert_eq!(config.learner_listed_wait(), std::time::Duration::from_secs(1800));
     assert_eq!(config.owner_references()[0].uid, created.uid().unwrap());
     assert_ne!(config.owner_references()[0].controller, Some(true));
 

@@ -23,16 +23,23 @@ pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 pub const SKIP_PAUSE_CP_ANNOTATION: &str = "cluster.x-k8s.io/skip-pause-cp-managed-etcd";
 /// On an EtcdadmCluster: the reference's health-check retry count (0 turns remediation off).
 pub const HEALTHCHECK_RETRIES_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/healthcheck-retries";
-/// On an EtcdadmConfig, set to `"true"` by the EtcdadmCluster controller when it creates the
-/// config: the controller pre-adds the Machine's member as a learner, so the user data waits
-/// for it before `etcdadm join` (see `EtcdadmConfig::joins_as_learner`).
 /// On `<cluster>-apiserver-etcd-client`: when the controller last re-issued the certificate
 /// (RFC 3339). The KubeadmControlPlane owes a rollout while its rollout time is earlier.
 pub const APISERVER_CLIENT_RENEWED_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/apiserver-client-renewed";
 /// Environment of the etcd controller set (to anything) only by crash tests: it exits right
 /// after re-issuing the API server client certificate, before the control plane rollout.
 pub const EXIT_AFTER_CLIENT_RENEWAL_ENV: &str = "ETCDADM_TEST_EXIT_AFTER_CLIENT_RENEWAL";
+/// On an EtcdadmConfig, set to `"true"` by the EtcdadmCluster controller when it creates the
+/// config: the controller pre-adds the Machine's member as a learner, so the user data waits
+/// for it before `etcdadm join` (see `EtcdadmConfig::joins_as_learner`).
 pub const LEARNER_JOIN_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/learner-join";
+/// On a learner join's EtcdadmConfig, written by the EtcdadmCluster controller: how many seconds
+/// the user data waits for its member to be listed (its turn may come after other joins; see
+/// `EtcdadmConfig::learner_listed_wait`).
+pub const LEARNER_LISTED_WAIT_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/learner-listed-wait";
+/// On a member Machine that joins as a learner: when its turn came (RFC 3339), written just
+/// before its learner is added. Its join deadline runs from then, not from its creation.
+pub const JOIN_STARTED_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/join-started";
 /// On the first member's EtcdadmConfig of a cluster created from a snapshot: the Secret (same
 /// namespace) holding the snapshot's short-lived download URL ([`RESTORE_URL_KEY`]), its
 /// SHA-256 ([`RESTORE_SHA256_KEY`], required: every restore is checked), the store's CA bundle

@@ -113,6 +113,7 @@ fn cluster(spec: Value) -> Value {
         "infrastructureTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DevMachineTemplate", "name": "m"},
         "etcdadmConfigSpec": full_config_spec(),
         "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}},
+        "provisioning": {"parallelMachines": 2},
         "rolloutBefore": {"certificatesExpiryDays": 30},
         "healthCheck": {"interval": "10s", "timeout": "5s", "unhealthyAfter": "5m", "remediation": "Enabled"},
         "failureDomains": ["zone-a", "zone-b", "zone-c"]
@@ -551,6 +552,14 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             &[
                 "spec.rolloutStrategy.rollingUpdate.maxSurge",
                 "maxSurge must be 0 or 1",
+            ],
+        ),
+        (
+            "parallelMachines 0",
+            cluster(json!({"provisioning": {"parallelMachines": 0}})),
+            &[
+                "spec.provisioning.parallelMachines",
+                "parallelMachines must be at least 1",
             ],
         ),
         (

@@ -14,7 +14,7 @@ use etcdadm_shared::error::Error;
 use etcdadm_shared::names;
 
 use super::plan::{CaView, ClusterView, DataSecretView, EtcdClusterView, LockView, MachineView, Observation};
-use crate::render::{ResolvedSecrets, SnapshotDownload, secret_refs};
+use crate::render::{LearnerJoin, ResolvedSecrets, SnapshotDownload, secret_refs};
 
 /// Read everything for `config`.
 pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observation, Error> {
@@ -136,7 +136,7 @@ pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observat
         lock,
         ca,
         spec_problem,
-        learner_join: config.joins_as_learner(),
+        learner_join: LearnerJoin::of(config),
         secrets: resolved,
         restore,
         lock_resource_version,

@@ -10,7 +10,7 @@ use etcdadm_shared::names;
 
 pub use etcdadm_shared::contract::ca::{Ca, CaView};
 
-use crate::render::{ResolvedSecrets, SnapshotDownload};
+use crate::render::{LearnerJoin, ResolvedSecrets, SnapshotDownload};
 
 /// The owner Machine as far as the decision needs it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -87,8 +87,8 @@ pub struct Observation {
     /// A spec problem the controller found (e.g. unresolved secret reference), with field path.
     pub spec_problem: Option<String>,
     /// `EtcdadmConfig::joins_as_learner`: a join waits for the learner the EtcdadmCluster
-    /// controller adds.
-    pub learner_join: bool,
+    /// controller adds, as long as the controller wrote on the config.
+    pub learner_join: Option<LearnerJoin>,
     /// Every Secret value the spec refers to, fetched.
     pub secrets: ResolvedSecrets,
     /// The snapshot an init restores, from the Secret the EtcdadmCluster controller named.
@@ -137,7 +137,7 @@ pub enum Step {
     },
     RenderJoin {
         urls: Vec<String>,
-        learner: bool,
+        learner: Option<LearnerJoin>,
         render: Render,
     },
     /// Standalone only: publish `<cluster>-etcd-init` with the first member's address, which
@@ -193,11 +193,13 @@ impl Step {
                 format!(
                     "rendered etcdadm join {} user data for Machine {machine}{}",
                     urls.first().map(String::as_str).unwrap_or_default(),
-                    if *learner {
-                        ", which waits for the EtcdadmCluster controller to add it as a learner and to \
-                         promote it"
-                    } else {
-                        ""
+                    match learner {
+                        Some(learner) => format!(
+                            ", which waits up to {} s for the EtcdadmCluster controller to add it as \
+                             a learner, then to promote it",
+                            learner.listed_wait_seconds
+                        ),
+                        None => String::new(),
                     }
                 ),
             )),
@@ -495,7 +497,7 @@ mod tests {
             lock: LockView::Free,
             ca: CaView::Missing,
             spec_problem: None,
-            learner_join: false,
+            learner_join: None,
             secrets: ResolvedSecrets::default(),
             restore: None,
             lock_resource_version: None,
@@ -636,7 +638,7 @@ mod tests {
             plan(&o),
             Step::RenderJoin {
                 urls: vec!["https://10.0.0.1:2379".into()],
-                learner: false,
+                learner: None,
                 render: render("m2"),
             }
         );
@@ -666,7 +668,7 @@ mod tests {
             plan(&o),
             Step::RenderJoin {
                 urls: vec!["https://10.0.0.2:2379".into()],
-                learner: false,
+                learner: None,
                 render: render("m2"),
             }
         );
@@ -691,7 +693,7 @@ mod tests {
             plan(&o),
             Step::RenderJoin {
                 urls: vec!["https://10.0.0.1:2379".into()],
-                learner: false,
+                learner: None,
                 render: render("m2"),
             }
         );
@@ -713,7 +715,7 @@ mod tests {
             ..machine("m2")
         });
         o.ca = CaView::Valid(test_ca());
-        o.learner_join = true;
+        o.learner_join = Some(LearnerJoin::default());
         o.etcd_cluster = Some(EtcdClusterView {
             initialized: true,
             healthy_client_urls: vec!["https://10.0.0.2:2379".into()],
@@ -723,7 +725,7 @@ mod tests {
             plan(&o),
             Step::RenderJoin {
                 urls: vec!["https://10.0.0.2:2379".into()],
-                learner: true,
+                learner: Some(LearnerJoin::default()),
                 render: render("m2"),
             }
         );

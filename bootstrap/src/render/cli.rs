@@ -9,7 +9,8 @@ use etcdadm_shared::api::config::{EtcdadmConfig, EtcdadmConfigSpec, EtcdadmConfi
 use etcdadm_shared::pki::{CertificateAuthority, PkiError};
 
 use super::{
-    CaFiles, EtcdadmCommand, RenderError, RenderInput, ResolvedSecrets, render_user_data, secret_refs,
+    CaFiles, EtcdadmCommand, LearnerJoin, RenderError, RenderInput, ResolvedSecrets, render_user_data,
+    secret_refs,
 };
 
 /// Arguments of the `render` subcommand.
@@ -101,7 +102,9 @@ pub fn run(args: &RenderArgs) -> Result<String, RenderCliError> {
 /// EtcdadmCluster controller marked; never a template). The kind is checked: any other object
 /// would parse as an empty spec (every field is optional) and render a misleading minimal
 /// document.
-fn read_config(path: &Path) -> Result<(Option<String>, EtcdadmConfigSpec, bool), RenderCliError> {
+fn read_config(
+    path: &Path,
+) -> Result<(Option<String>, EtcdadmConfigSpec, Option<LearnerJoin>), RenderCliError> {
     let text = read(path)?;
     let config_error = |message: String| RenderCliError::Config {
         path: path.to_path_buf(),
@@ -114,13 +117,13 @@ fn read_config(path: &Path) -> Result<(Option<String>, EtcdadmConfigSpec, bool),
         "EtcdadmConfig" => {
             let config: EtcdadmConfig = serde_json::from_value(value)
                 .map_err(|e| config_error(format!("not a valid EtcdadmConfig: {e}")))?;
-            let learner = config.joins_as_learner();
+            let learner = LearnerJoin::of(&config);
             Ok((config.metadata.name, config.spec, learner))
         }
         "EtcdadmConfigTemplate" => {
             let template: EtcdadmConfigTemplate = serde_json::from_value(value)
                 .map_err(|e| config_error(format!("not a valid EtcdadmConfigTemplate: {e}")))?;
-            Ok((template.metadata.name, template.spec.template.spec, false))
+            Ok((template.metadata.name, template.spec.template.spec, None))
         }
         other => Err(config_error(format!(
             "kind is {other:?}; expected EtcdadmConfig or EtcdadmConfigTemplate"

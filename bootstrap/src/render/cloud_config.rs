@@ -90,7 +90,7 @@ pub fn render(input: &RenderInput) -> Result<String, RenderError> {
     if let EtcdadmCommand::InitFromSnapshot(download) = input.command {
         files.extend(restore::files(download)?);
     }
-    if let EtcdadmCommand::Join { learner: true, .. } = input.command {
+    if let EtcdadmCommand::Join { learner: Some(_), .. } = input.command {
         files.push(FileEntry::generated(
             LEARNER_JOIN_SCRIPT,
             "0755",

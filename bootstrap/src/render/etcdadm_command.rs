@@ -2,7 +2,9 @@
 //! has no flag for (cipher suites, the backend quota, corruption checks, `etcdSettings`) reach
 //! etcd through its env file, and how a learner join waits around `etcdadm join`.
 
-use etcdadm_shared::api::config::{EtcdadmConfigSpec, EtcdadmFlavor, QUOTA_BACKEND_BYTES_RANGE};
+use etcdadm_shared::api::config::{
+    DEFAULT_LEARNER_LISTED_WAIT, EtcdadmConfigSpec, EtcdadmFlavor, QUOTA_BACKEND_BYTES_RANGE,
+};
 use etcdadm_shared::etcd_settings;
 use etcdadm_shared::validation::{etcd_version, is_etcd_version, quoted};
 
@@ -25,10 +27,11 @@ pub const LEARNER_JOIN_SCRIPT_CONTENT: &str = include_str!("../../../templates/c
 /// reported address, which the controller registered): etcdadm binds to it and names it in the
 /// server certificate, instead of the default route's address it would pick by itself.
 pub const MEMBER_ADDRESS_FILE: &str = "/run/cluster-api/etcd-member-address";
-/// How long a learner join waits for the EtcdadmCluster controller to add its member: beyond
-/// the usual seconds, room for a controller restart. A machine that gives up never becomes a
-/// member; the controller replaces it.
-pub const LEARNER_LISTED_WAIT_SECONDS: u32 = 1200;
+/// How long a learner join waits for the EtcdadmCluster controller to add its member when the
+/// controller wrote no longer wait on its EtcdadmConfig (see
+/// `EtcdadmConfig::learner_listed_wait`). A machine that gives up never becomes a member; the
+/// controller replaces it.
+pub const LEARNER_LISTED_WAIT_SECONDS: u64 = DEFAULT_LEARNER_LISTED_WAIT.as_secs();
 /// How long a learner join waits for its promotion: a learner must catch up on the whole
 /// database first, minutes for a large one.
 pub const LEARNER_HEALTHY_WAIT_SECONDS: u32 = 1800;
@@ -66,12 +69,12 @@ pub fn etcdadm_runcmd(
     let cipher_suites = cipher_suites(spec)?;
 
     let mut words: Vec<String> = vec!["etcdadm".into()];
-    let mut learner_url = None;
+    let mut learner_join = None;
     match command {
         EtcdadmCommand::Init | EtcdadmCommand::InitFromSnapshot(_) => words.push("init".into()),
         EtcdadmCommand::Join { urls, learner } => {
             let target = shell::word(&join_target(urls, flavor)?);
-            if *learner {
+            if let Some(learner) = learner {
                 if flavor != EtcdadmFlavor::Upstream {
                     return Err(RenderError::invalid(
                         "spec.etcdadmFlavor",
@@ -79,7 +82,7 @@ pub fn etcdadm_runcmd(
                          upstream etcdadm",
                     ));
                 }
-                learner_url = Some(target.clone());
+                learner_join = Some((target.clone(), learner.listed_wait_seconds));
             }
             words.push("join".into());
             words.push(target);
@@ -117,7 +120,7 @@ pub fn etcdadm_runcmd(
         steps.extend(restore::before_init(download)?);
         words.extend(["--snapshot".into(), restore::RESTORE_SNAPSHOT_FILE.into()]);
     }
-    match learner_url {
+    match learner_join {
         None => match command {
             EtcdadmCommand::InitFromSnapshot(download) => steps.push(restore::init_command(
                 download,
@@ -129,7 +132,7 @@ pub fn etcdadm_runcmd(
         // The member must be listed before etcdadm looks for it, or etcdadm adds a voter; it
         // binds to the address the list names; and etcdadm's own health check fails until the
         // learner is promoted, so it is re-run.
-        Some(url) => {
+        Some((url, listed_wait_seconds)) => {
             let address = format!("\"$(cat {MEMBER_ADDRESS_FILE})\"");
             words.extend([
                 "--bind-address".into(),
@@ -139,7 +142,7 @@ pub fn etcdadm_runcmd(
             ]);
             let flags = words[flags_from..].join(" ");
             steps.push(format!(
-                "sh {LEARNER_JOIN_SCRIPT} wait-listed {LEARNER_LISTED_WAIT_SECONDS} {url}"
+                "sh {LEARNER_JOIN_SCRIPT} wait-listed {listed_wait_seconds} {url}"
             ));
             steps.push(format!(
                 "{{ {} || sh {LEARNER_JOIN_SCRIPT} wait-healthy {LEARNER_HEALTHY_WAIT_SECONDS} {url} {flags}; }}",
@@ -245,7 +248,10 @@ fn non_empty(value: &Option<String>) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::render::LearnerJoin;
+    use etcdadm_shared::api::EtcdadmConfig;
     use etcdadm_shared::api::config::CloudInitConfig;
+    use etcdadm_shared::names;
 
     fn init(spec: &EtcdadmConfigSpec) -> String {
         etcdadm_runcmd(spec, "etcd-0", &EtcdadmCommand::Init).unwrap()
@@ -304,7 +310,7 @@ mod tests {
             "etcd-1",
             &EtcdadmCommand::Join {
                 urls: &urls,
-                learner: false,
+                learner: None,
             },
         )
         .unwrap();
@@ -330,7 +336,7 @@ mod tests {
             "etcd-1",
             &EtcdadmCommand::Join {
                 urls: &urls,
-                learner: false,
+                learner: None,
             },
         )
         .unwrap();
@@ -457,7 +463,7 @@ mod tests {
             "etcd-1",
             &EtcdadmCommand::Join {
                 urls: &urls,
-                learner: true,
+                learner: Some(LearnerJoin::default()),
             },
         )
     }
@@ -476,6 +482,51 @@ mod tests {
              --server-cert-extra-sans \"$(cat /run/cluster-api/etcd-member-address)\"; } \
              && echo success > /run/cluster-api/bootstrap-success.complete"
         );
+    }
+
+    #[test]
+    fn a_learner_join_waits_to_be_listed_as_long_as_its_config_says() {
+        let mut config = EtcdadmConfig::new("etcd-1", EtcdadmConfigSpec::default());
+        config.metadata.annotations = Some(
+            [
+                (names::LEARNER_JOIN_ANNOTATION.to_string(), "true".to_string()),
+                (
+                    names::LEARNER_LISTED_WAIT_ANNOTATION.to_string(),
+                    "2400".to_string(),
+                ),
+            ]
+            .into(),
+        );
+        let learner = LearnerJoin::of(&config);
+        assert_eq!(
+            learner,
+            Some(LearnerJoin {
+                listed_wait_seconds: 2400
+            })
+        );
+        let urls = vec!["https://10.0.0.1:2379".to_string()];
+        let line = etcdadm_runcmd(
+            &config.spec,
+            "etcd-1",
+            &EtcdadmCommand::Join { urls: &urls, learner },
+        )
+        .unwrap();
+        assert!(
+            line.starts_with(
+                "sh /run/cluster-api/etcd-learner-join.sh wait-listed 2400 https://10.0.0.1:2379 && "
+            ),
+            "{line}"
+        );
+        // Without the controller's word, the default; without its learner-join mark, no wait.
+        config.metadata.annotations =
+            Some([(names::LEARNER_JOIN_ANNOTATION.to_string(), "true".to_string())].into());
+        assert_eq!(LearnerJoin::of(&config), Some(LearnerJoin::default()));
+        assert_eq!(
+            LearnerJoin::default().listed_wait_seconds,
+            LEARNER_LISTED_WAIT_SECONDS
+        );
+        config.metadata.annotations = None;
+        assert_eq!(LearnerJoin::of(&config), None);
     }
 
     #[test]
@@ -598,7 +649,7 @@ mod tests {
                 etcdadm_flavor: Some(flavor),
                 ..Default::default()
             };
-            for learner in [false, true] {
+            for learner in [None, Some(LearnerJoin::default())] {
                 let err =
                     etcdadm_runcmd(&spec, "m", &EtcdadmCommand::Join { urls: &[], learner }).unwrap_err();
                 assert!(matches!(err, RenderError::NoJoinUrl));

@@ -2,7 +2,8 @@
 //! restores or joins the cluster (with the snapshot download of a restore), and the Secret
 //! values the spec refers to.
 
-use etcdadm_shared::api::config::EtcdadmConfigSpec;
+use etcdadm_shared::api::EtcdadmConfig;
+use etcdadm_shared::api::config::{DEFAULT_LEARNER_LISTED_WAIT, EtcdadmConfigSpec};
 
 use super::secrets::ResolvedSecrets;
 
@@ -33,7 +34,36 @@ pub enum EtcdadmCommand<'a> {
     /// the eks-anywhere flavor passes them all. `learner`: the EtcdadmCluster controller
     /// pre-adds the member as a learner (`EtcdadmConfig::joins_as_learner`, upstream flavor
     /// only), so the machine waits until it is listed and until it is promoted.
-    Join { urls: &'a [String], learner: bool },
+    Join {
+        urls: &'a [String],
+        learner: Option<LearnerJoin>,
+    },
+}
+
+/// A learner join: how long the machine waits for the EtcdadmCluster controller to add its
+/// member (its turn may come after other joins) before it gives up without joining.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LearnerJoin {
+    pub listed_wait_seconds: u64,
+}
+
+impl LearnerJoin {
+    /// The learner join `config` asks for, with the wait the controller wrote on it; `None` for
+    /// a voter join.
+    pub fn of(config: &EtcdadmConfig) -> Option<LearnerJoin> {
+        config.joins_as_learner().then(|| LearnerJoin {
+            listed_wait_seconds: config.learner_listed_wait().as_secs(),
+        })
+    }
+}
+
+impl Default for LearnerJoin {
+    /// The wait when the controller wrote none.
+    fn default() -> Self {
+        LearnerJoin {
+            listed_wait_seconds: DEFAULT_LEARNER_LISTED_WAIT.as_secs(),
+        }
+    }
 }
 
 /// Everything one machine's user data depends on.

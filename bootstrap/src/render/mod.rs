@@ -25,7 +25,7 @@ pub use etcdadm_command::{
     DEFAULT_ETCDADM_RELEASE, LEARNER_HEALTHY_WAIT_SECONDS, LEARNER_JOIN_SCRIPT, LEARNER_LISTED_WAIT_SECONDS,
     SUCCESS_SENTINEL,
 };
-pub use input::{CaFiles, EtcdadmCommand, RenderInput, SnapshotDownload};
+pub use input::{CaFiles, EtcdadmCommand, LearnerJoin, RenderInput, SnapshotDownload};
 pub use restore::{
     RESTORE_BUMP_SCRIPT, RESTORE_BUMP_SCRIPT_CONTENT, RESTORE_CURL_CONFIG, RESTORE_SNAPSHOT_FILE,
 };

@@ -18,6 +18,8 @@ pub mod reason {
     pub const WAITING_FOR_FIRST_MEMBER: &str = "WaitingForFirstMember";
     pub const WAITING_FOR_MEMBER_JOIN: &str = "WaitingForMemberJoin";
     pub const WAITING_FOR_LEARNER: &str = "WaitingForLearnerPromotion";
+    /// A Machine booted ahead waits to be added as a learner (docs/safety.md, "Boot ahead").
+    pub const WAITING_FOR_JOIN_TURN: &str = "WaitingForJoinTurn";
     pub const WAITING_FOR_HEALTHY_MEMBERS: &str = "WaitingForHealthyMembers";
     pub const UNKNOWN_MEMBERS: &str = "MembersWithoutMachines";
     pub const REMOVAL_WOULD_LOSE_QUORUM: &str = "RemovalWouldLoseQuorum";
@@ -128,10 +130,11 @@ pub fn removal_refusal(o: &Observation, member: &MemberView, what: &str) -> Opti
     None
 }
 
-/// Rules 1 and 2: a membership change in flight (a Machine without address or member yet, an
-/// added member not started, a started member catching up, a learner) is waited out.
+/// Rules 1 and 2: a membership change in flight (a Machine whose join began without address or
+/// member yet, an added member not started, a started member catching up, a learner) is waited
+/// out. A Machine waiting for its turn to join is none: etcd holds nothing of it.
 pub fn pending_change(o: &Observation) -> Option<Hold> {
-    for machine in o.active_machines() {
+    for machine in o.joined_machines() {
         if machine.address.is_none() {
             return Some(Hold::wait(
                 reason::WAITING_FOR_MACHINE_ADDRESS,
@@ -156,23 +159,35 @@ pub fn pending_change(o: &Observation) -> Option<Hold> {
     if let Some(m) = members.iter().find(|m| !m.is_started()) {
         return Some(Hold::wait(
             reason::WAITING_FOR_MEMBER_JOIN,
-            format!("{} was added but has not started yet", m.describe()),
+            format!(
+                "{} was added but has not started yet{}",
+                m.describe(),
+                waiting_after(o)
+            ),
         ));
     }
     if let Some(m) = members.iter().find(|m| m.is_learner) {
         return Some(Hold::wait(
             reason::WAITING_FOR_LEARNER,
-            format!("{} is a learner; one membership change at a time", m.describe()),
+            format!(
+                "{} is a learner; one membership change at a time{}",
+                m.describe(),
+                waiting_after(o)
+            ),
         ));
     }
     if let Some(m) = members.iter().find(|m| m.is_joining()) {
         let why = m.message.clone().unwrap_or_else(|| "not healthy yet".into());
         return Some(Hold::wait(
             reason::WAITING_FOR_MEMBER_JOIN,
-            format!("{} joined and is catching up: {why}", m.describe()),
+            format!(
+                "{} joined and is catching up: {why}{}",
+                m.describe(),
+                waiting_after(o)
+            ),
         ));
     }
-    for machine in o.active_machines().filter(|m| !m.was_member) {
+    for machine in o.joined_machines().filter(|m| !m.was_member) {
         if o.member_of(&machine.name).is_none() {
             let how = if machine.learner_join {
                 "; it is added as a learner once every member is a healthy voter of ours"
@@ -186,6 +201,17 @@ pub fn pending_change(o: &Observation) -> Option<Hold> {
         }
     }
     None
+}
+
+/// `; Machines a, b wait for their turn to join` when some do: what comes after the join in
+/// flight.
+pub fn waiting_after(o: &Observation) -> String {
+    let waiting: Vec<&str> = o.waiting_machines().map(|m| m.name.as_str()).collect();
+    match waiting.as_slice() {
+        [] => String::new(),
+        [one] => format!("; Machine {one} waits for its turn to join"),
+        many => format!("; Machines {} wait for their turn to join", many.join(", ")),
+    }
 }
 
 /// Rule 4: a member on none of our Machines (a stranger) is never touched while healthy, and
@@ -503,6 +529,10 @@ mod tests {
             old: bool,
             /// Its config asks for a learner join.
             learner_join: bool,
+            /// A learner join whose turn came (recorded on the Machine).
+            turn: bool,
+            /// The infrastructure reports it failed.
+            failed: bool,
         }
 
         #[derive(Clone, Debug)]
@@ -516,6 +546,11 @@ mod tests {
             creation_complete: bool,
             unreachable: bool,
             kcp: Option<(u8, bool)>,
+            /// The spec's new members join as voters (the eks-anywhere flavor), else as learners
+            /// that may boot ahead of their turn.
+            voter_joins: bool,
+            /// `provisioning.parallelMachines`.
+            parallel_machines: Option<i32>,
         }
 
         fn machine_seed() -> impl Strategy<Value = MachineSeed> {
@@ -528,6 +563,8 @@ mod tests {
                 any::<bool>(),
                 any::<bool>(),
                 any::<bool>(),
+                prop::bool::weighted(0.2),
+                prop::bool::weighted(0.1),
             )
                 .prop_map(
                     |(
@@ -539,6 +576,8 @@ mod tests {
                         was_member,
                         old,
                         learner_join,
+                        turn,
+                        failed,
                     )| {
                         MachineSeed {
                             address,
@@ -549,6 +588,8 @@ mod tests {
                             was_member,
                             old,
                             learner_join,
+                            turn,
+                            failed,
                         }
                     },
                 )
@@ -581,13 +622,15 @@ mod tests {
             (
                 prop::collection::vec(member_seed(), 1..=7),
                 prop::option::of(0usize..7),
-                prop::collection::vec(machine_seed(), 0..=2),
+                prop::collection::vec(machine_seed(), 0..=3),
                 prop::sample::select(vec![1, 3, 5, 7]),
                 0..=1i32,
                 any::<bool>(),
                 any::<bool>(),
                 prop::bool::weighted(0.05),
                 prop::option::of((any::<u8>(), any::<bool>())),
+                prop::bool::weighted(0.3),
+                prop::option::of(1..=3i32),
             )
                 .prop_map(
                     |(
@@ -600,6 +643,8 @@ mod tests {
                         creation_complete,
                         unreachable,
                         kcp,
+                        voter_joins,
+                        parallel_machines,
                     )| WorldSeed {
                         members,
                         leader,
@@ -610,6 +655,101 @@ mod tests {
                         creation_complete,
                         unreachable,
                         kcp,
+                        voter_joins,
+                        parallel_machines,
+                    },
+                )
+        }
+
+        /// Mostly serving clusters growing or rolling with learner joins: healthy voters of ours,
+        /// perhaps a learner, and Machines booting, waiting for their turn or failing before
+        /// it. (The worlds above are mostly broken, where nothing boots ahead.)
+        fn serving_world_seed() -> impl Strategy<Value = WorldSeed> {
+            let machine = (
+                prop::bool::weighted(0.7),
+                prop::bool::weighted(0.03),
+                prop::bool::weighted(0.2),
+                prop::bool::weighted(0.1),
+                prop::bool::weighted(0.85),
+                prop::bool::weighted(0.15),
+                prop::bool::weighted(0.05),
+            )
+                .prop_map(
+                    |(address, deleting, outdated, old, learner_join, turn, failed)| MachineSeed {
+                        address,
+                        deleting,
+                        hook_kept: true,
+                        delete_requested: false,
+                        outdated,
+                        was_member: false,
+                        old,
+                        learner_join,
+                        turn,
+                        failed,
+                    },
+                );
+            let member = (
+                prop::bool::weighted(0.6),
+                prop::bool::weighted(0.95),
+                prop::bool::weighted(0.15),
+                prop::bool::weighted(0.98),
+                prop::bool::weighted(0.2),
+            )
+                .prop_map(|(started, healthy, learner, on_machine, outdated)| MemberSeed {
+                    // Only a learner may not have started yet (it was just added).
+                    started: started || !learner,
+                    healthy,
+                    ever_healthy: !learner,
+                    learner,
+                    on_machine,
+                    overdue: false,
+                    machine: MachineSeed {
+                        address: true,
+                        deleting: false,
+                        hook_kept: true,
+                        delete_requested: false,
+                        outdated,
+                        was_member: !learner,
+                        old: false,
+                        learner_join: learner,
+                        turn: learner,
+                        failed: false,
+                    },
+                });
+            (
+                prop::collection::vec(member, 1..=5),
+                prop::collection::vec(machine, 0..=3),
+                prop::sample::select(vec![3, 5, 7]),
+                0..=1i32,
+                any::<bool>(),
+                prop::option::of(any::<bool>()),
+                prop::bool::weighted(0.15),
+                prop::option::of(1..=4i32),
+            )
+                .prop_map(
+                    |(
+                        members,
+                        extra_machines,
+                        replicas,
+                        max_surge,
+                        creation_complete,
+                        kcp,
+                        voter_joins,
+                        parallel_machines,
+                    )| {
+                        WorldSeed {
+                            members,
+                            leader: Some(0),
+                            extra_machines,
+                            replicas,
+                            max_surge,
+                            remediation: true,
+                            creation_complete,
+                            unreachable: false,
+                            kcp: kcp.map(|complete| (u8::MAX, complete)),
+                            voter_joins,
+                            parallel_machines,
+                        }
                     },
                 )
         }
@@ -630,6 +770,15 @@ mod tests {
                     Duration::from_secs(10)
                 },
                 learner_join: seed.learner_join,
+                join_started: (seed.learner_join && seed.turn).then_some(if seed.old {
+                    OVERDUE
+                } else {
+                    Duration::from_secs(10)
+                }),
+                // Between a young Machine's age and an old one's: an old one waiting for its turn
+                // has outlived its user data's wait.
+                listed_wait: seed.learner_join.then_some(Duration::from_secs(400)),
+                failed: seed.failed,
                 ..Default::default()
             }
         }
@@ -644,6 +793,12 @@ mod tests {
             o.remediation.unhealthy_after = Duration::from_secs(300);
             o.remediation.join_deadline = Duration::from_secs(300);
             o.creation_complete = seed.creation_complete;
+            if seed.voter_joins {
+                voter_joins(&mut o);
+            }
+            if let Some(n) = seed.parallel_machines {
+                parallel_machines(&mut o, n);
+            }
             let mut members = vec![];
             for (i, m) in seed.members.iter().enumerate() {
                 let name = format!("c1-etcd-m{i}");
@@ -778,6 +933,58 @@ mod tests {
             Ok(())
         }
 
+        /// Boot ahead: a Machine that joins as a learner may be created while learners and other
+        /// Machines wait (creating it changes no membership), but only into a cluster whose
+        /// voters are started, healthy and ours, with nothing being deleted, no voter join in
+        /// flight, and within the Machines the strategy allows: N for a resize and a
+        /// remove-first rollout, N + 2 adding first (one member ahead, one Machine booting
+        /// for the next step), 2N with a control plane; and within `parallelMachines`.
+        fn ahead_allowed(o: &Observation) -> Result<(), String> {
+            if let Some(m) = o.machines.iter().find(|m| m.deleting) {
+                return Err(format!("adds while Machine {} is being deleted", m.name));
+            }
+            if matches!(o.etcd, EtcdView::Unreachable { .. }) || o.members().is_empty() {
+                return Err("adds while no member answers".into());
+            }
+            if let Some(m) = o
+                .members()
+                .iter()
+                .find(|m| m.machine.is_none() || (!m.is_learner && (!m.is_started() || !m.healthy)))
+            {
+                return Err(format!(
+                    "adds while member {} is not a healthy voter of ours",
+                    m.id
+                ));
+            }
+            let unjoined = |m: &&MachineView| {
+                !m.was_member
+                    && !o
+                        .member_of(&m.name)
+                        .is_some_and(|member| member.is_started() && !member.is_learner)
+            };
+            if let Some(m) = o.active_machines().filter(unjoined).find(|m| !m.learner_join) {
+                return Err(format!("adds while Machine {} joins as a voter", m.name));
+            }
+            let n = usize::try_from(o.replicas).unwrap();
+            let after = o.active_machines().count() + 1;
+            let rolling = o.active_machines().any(|m| m.outdated.is_some());
+            let most = match (rolling && o.surge(), o.kcp_in_use()) {
+                (false, _) => n,
+                (true, Some(_)) => 2 * n,
+                (true, None) => n + 2,
+            };
+            if after > most {
+                return Err(format!("{after} Machines, more than {most}"));
+            }
+            let not_voters = o.active_machines().filter(unjoined).count() + 1;
+            if o.parallel_machines().is_some_and(|bound| not_voters > bound) {
+                return Err(format!(
+                    "{not_voters} Machines not yet voters, over parallelMachines"
+                ));
+            }
+            Ok(())
+        }
+
         fn check(o: &Observation, step: &Step) -> Result<(), String> {
             let voters = o.voters();
             let healthy = voters.iter().filter(|m| m.healthy).count();
@@ -861,7 +1068,7 @@ mod tests {
                         return Err(format!("promotes while member {} has not started", m.id));
                     }
                 }
-                Step::Machines(MachineStep::CreateMachine { .. }) => {
+                Step::Machines(MachineStep::CreateMachine { .. }) if !o.learner_joins() => {
                     add_allowed(o, "adds")?;
                     if let Some(m) = o
                         .active_machines()
@@ -873,6 +1080,7 @@ mod tests {
                         return Err("adds while no member answers".into());
                     }
                 }
+                Step::Machines(MachineStep::CreateMachine { .. }) => ahead_allowed(o)?,
                 _ => {}
             }
             Ok(())
@@ -883,6 +1091,17 @@ mod tests {
 
             #[test]
             fn no_planned_step_breaks_the_membership_rules(seed in world_seed()) {
+                let o = world(&seed);
+                let step = plan(&o);
+                if let Err(broken) = check(&o, &step) {
+                    prop_assert!(false, "{broken}: {step:?}\nin {o:#?}");
+                }
+            }
+
+            /// Booting ahead of the turn to join (docs/safety.md, "Boot ahead") keeps every rule,
+            /// in the worlds where Machines boot ahead.
+            #[test]
+            fn booting_ahead_breaks_no_membership_rule(seed in serving_world_seed()) {
                 let o = world(&seed);
                 let step = plan(&o);
                 if let Err(broken) = check(&o, &step) {

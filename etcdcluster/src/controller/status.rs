@@ -24,7 +24,7 @@ use super::plan::Step;
 use super::plan::lifecycle::{self, LifecycleStep};
 use super::plan::recovery::{self, RecoveryAction, RecoveryStep};
 use super::plan::{self, alarms, certificates, control_plane, machines, versions};
-use super::rules::reason::WAITING_FOR_FIRST_MEMBER;
+use super::rules::reason::{WAITING_FOR_FIRST_MEMBER, WAITING_FOR_JOIN_TURN};
 
 /// The new status and the transitions from the old one to it.
 pub fn next_status(
@@ -267,12 +267,15 @@ fn members_condition(o: &Observation) -> NewCondition {
                     )
                 })
                 .collect();
+            let mut joining = !problems.is_empty();
             for machine in o.machines.iter().filter(|m| !m.deleting) {
                 if !members
                     .iter()
                     .any(|m| m.machine.as_deref() == Some(machine.name.as_str()))
                 {
-                    problems.push(format!("{}: not an etcd member yet", machine.name));
+                    let waits = o.awaits_turn(machine);
+                    joining |= !waits;
+                    problems.push(format!("{}: {}", machine.name, not_a_member_yet(waits)));
                 }
             }
             if problems.is_empty() {
@@ -281,11 +284,23 @@ fn members_condition(o: &Observation) -> NewCondition {
             let degraded = members.iter().any(|m| !m.healthy && m.ever_healthy);
             let (severity, why) = if degraded {
                 (Severity::Warning, "MembersUnhealthy")
-            } else {
+            } else if joining {
                 (Severity::Info, "MembersJoining")
+            } else {
+                (Severity::Info, WAITING_FOR_JOIN_TURN)
             };
             NewCondition::false_(MEMBERS_HEALTHY, severity, why, problems.join("; "))
         }
+    }
+}
+
+/// What a Machine without a member is doing: joining, or waiting for its turn to (booted ahead,
+/// docs/safety.md "Boot ahead").
+fn not_a_member_yet(awaits_turn: bool) -> &'static str {
+    if awaits_turn {
+        "waiting for its turn to join (members join one at a time, each once every member is healthy)"
+    } else {
+        "not an etcd member yet"
     }
 }
 
@@ -383,7 +398,7 @@ fn machine_entry(
                 (None, _) => "waiting for the Machine's address".into(),
                 (Some(_), EtcdView::NotChecked) => "not checked yet".into(),
                 (Some(_), EtcdView::Unreachable { message }) => format!("no member answers: {message}"),
-                (Some(_), EtcdView::Members(_)) => "not an etcd member yet".into(),
+                (Some(_), EtcdView::Members(_)) => not_a_member_yet(o.awaits_turn(machine)).into(),
             }),
             ..Default::default()
         },

@@ -83,12 +83,13 @@ pub fn infra_kind() -> ApiResource {
     ))
 }
 
-/// What the fixtures' new members are made of.
+/// What the fixtures' new members are made of (for 3 replicas).
 pub fn member_template() -> MemberTemplate {
     MemberTemplate {
         cluster: "c1".into(),
         infra: infra_kind(),
         version: None,
+        listed_wait: learner_listed_wait(3, DEADLINE),
         remediation_for: None,
     }
 }
@@ -368,17 +369,19 @@ pub fn failed_join_of(step: &Step) -> Option<&str> {
 
 /// A toy world for whole-operation plan tests: every step takes effect at once, joins are
 /// instant and healthy, CAPI lets a Machine go as soon as its hook is released, and the
-/// control plane finishes a rollout when waited for.
+/// control plane finishes a rollout when waited for. New Machines join as the spec says: as
+/// learners, pre-added, started at once, then promoted; or (`voter_joins`) as voters at once.
 pub struct World {
     pub o: Observation,
     next: usize,
+    next_member: u64,
     pub kcp_writes: Vec<Vec<String>>,
     pub max_members: usize,
     pub max_machines: usize,
     pub removed: Vec<String>,
-    /// New Machines join as learners: pre-added, started at once, then promoted.
-    pub learner_joins: bool,
     pub max_learners: usize,
+    /// Most Machines that were not voting members at once (booting, waiting or joining).
+    pub max_unjoined: usize,
     /// The bytes of live data each member's database shrinks to once compacted and
     /// defragmented.
     pub live_data: i64,
@@ -388,15 +391,24 @@ impl World {
     pub fn new(o: Observation) -> World {
         let members = o.members().len();
         let machines = o.machines.len();
+        // A world made again from a world's observation goes on numbering after what it holds.
+        let next = o
+            .machines
+            .iter()
+            .filter_map(|m| m.name.strip_prefix("c1-etcd-n")?.parse::<usize>().ok())
+            .max()
+            .unwrap_or(0);
+        let next_member = o.members().iter().map(|m| m.id).max().unwrap_or(0).max(100);
         World {
             o,
-            next: 0,
+            next,
+            next_member,
             kcp_writes: vec![],
             max_members: members,
             max_machines: machines,
             removed: vec![],
-            learner_joins: false,
             max_learners: 0,
+            max_unjoined: 0,
             live_data: 1 << 20,
         }
     }
@@ -407,11 +419,13 @@ impl World {
                 self.next += 1;
                 let name = format!("c1-etcd-n{}", self.next);
                 let address = format!("10.0.1.{}", self.next);
+                let learner = self.o.learner_joins();
                 let mut new = machine(&name, Some(&address), failure_domain.as_deref());
-                new.learner_join = self.learner_joins;
+                new.learner_join = learner;
                 self.o.machines.push(new);
-                if !self.learner_joins {
-                    let mut m = member(100 + self.next as u64, &name, &address);
+                if !learner {
+                    self.next_member += 1;
+                    let mut m = member(self.next_member, &name, &address);
                     m.is_leader = false;
                     members_mut(&mut self.o).push(m);
                 }
@@ -419,10 +433,12 @@ impl World {
             Step::Membership(MembershipStep::AddLearner {
                 machine, peer_url, ..
             }) => {
-                let address = self.o.machines.iter().find(|m| &m.name == machine).unwrap();
-                let address = address.address.clone().unwrap();
+                let joining = self.o.machines.iter_mut().find(|m| &m.name == machine).unwrap();
+                joining.join_started.get_or_insert(Duration::ZERO);
+                let address = joining.address.clone().unwrap();
                 assert_eq!(*peer_url, names::peer_url(&address));
-                let mut m = member(200 + self.next as u64, machine, &address);
+                self.next_member += 1;
+                let mut m = member(self.next_member, machine, &address);
                 m.is_leader = false;
                 m.is_learner = true;
                 members_mut(&mut self.o).push(m);
@@ -506,6 +522,17 @@ impl World {
         self.max_machines = self.max_machines.max(self.o.machines.len());
         let learners = self.o.members().iter().filter(|m| m.is_learner).count();
         self.max_learners = self.max_learners.max(learners);
+        let unjoined = self
+            .o
+            .active_machines()
+            .filter(|m| {
+                !self
+                    .o
+                    .member_of(&m.name)
+                    .is_some_and(|member| member.is_started() && !member.is_learner)
+            })
+            .count();
+        self.max_unjoined = self.max_unjoined.max(unjoined);
     }
 
     /// Plan and apply until steady; returns the steps taken.
@@ -527,6 +554,20 @@ impl World {
         names.sort();
         names
     }
+}
+
+/// New Machines of `o`'s spec join as voters by themselves (the eks-anywhere flavor): created
+/// one at a time, never ahead.
+pub fn voter_joins(o: &mut Observation) {
+    o.etcd_cluster.spec.etcdadm_config_spec.etcdadm_flavor =
+        Some(etcdadm_shared::api::config::EtcdadmFlavor::EksAnywhere);
+}
+
+/// `provisioning.parallelMachines` of `o`'s spec.
+pub fn parallel_machines(o: &mut Observation, n: i32) {
+    o.etcd_cluster.spec.provisioning = Some(etcdadm_shared::api::cluster::Provisioning {
+        parallel_machines: Some(n),
+    });
 }
 
 pub fn zones() -> Vec<String> {

@@ -96,6 +96,10 @@ pub struct EtcdadmClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout_strategy: Option<RolloutStrategy>,
 
+    /// How new member Machines are brought up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning: Option<Provisioning>,
+
     /// Replace every member created before this time (certificate renewal, image refresh).
     #[serde(
         default,
@@ -346,6 +350,15 @@ impl EtcdadmClusterSpec {
             .unwrap_or(1)
     }
 
+    /// `provisioning.parallelMachines` when set: the most new Machines not yet voting members
+    /// at once (a value below 1, which admission refuses, counts as 1).
+    pub fn parallel_machines(&self) -> Option<usize> {
+        self.provisioning
+            .as_ref()
+            .and_then(|p| p.parallel_machines)
+            .map(|n| usize::try_from(n).unwrap_or(0).max(1))
+    }
+
     /// Health-check settings with defaults applied. A duration that does not parse falls back to
     /// the default (admission rejects it; this keeps the controller safe if one slips through).
     pub fn health_settings(&self) -> HealthSettings {
@@ -480,10 +493,28 @@ pub struct RolloutStrategy {
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RollingUpdate {
-    /// Extra members allowed during a rollout: 1 (default, add before remove) or 0 (remove first).
+    /// Extra members allowed during a rollout: 1 (default, add before remove: at most N+1
+    /// members and Machines; with a KubeadmControlPlane up to 2N, whose Machines boot together
+    /// with learner joins) or 0 (remove first: never more than N Machines).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == 0 || self == 1").message("maxSurge must be 0 or 1"))]
     pub max_surge: Option<i32>,
+}
+
+/// How new member Machines are brought up (docs/safety.md, "Boot ahead").
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Provisioning {
+    /// The most new Machines not yet voting members at once: booting, booted and waiting for
+    /// their turn to join, or joining. Default: as many as a creation or scale-up needs (a
+    /// rolling update without a KubeadmControlPlane creates only its current step's Machine). Members still join
+    /// one at a time, each as a learner added once every member is healthy; 1 creates each
+    /// Machine only after the previous one joined. Machines are created ahead only with learner
+    /// joins (the upstream etcdadm flavor with cloud-config); the eks-anywhere flavor and
+    /// Bottlerocket create one Machine at a time whatever this says. At least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message("parallelMachines must be at least 1"))]
+    pub parallel_machines: Option<i32>,
 }
 
 /// Replacements made ahead of time.

@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
@@ -193,6 +194,13 @@ impl EtcdadmConfigSpec {
         self.etcdadm_flavor.unwrap_or_default()
     }
 
+    /// Whether a machine of this spec can join as a learner the EtcdadmCluster controller
+    /// pre-adds: upstream etcdadm run from cloud-config, whose join reuses a pre-added member.
+    /// The eks-anywhere build and Bottlerocket join as voters.
+    pub fn learner_joins(&self) -> bool {
+        self.flavor() == EtcdadmFlavor::Upstream && self.format() == Format::CloudConfig
+    }
+
     /// Whether etcdadm is already on the machine image.
     pub fn etcdadm_builtin(&self) -> bool {
         self.etcdadm_builtin.unwrap_or(false)
@@ -230,6 +238,13 @@ pub const DEFAULT_QUOTA_BACKEND_BYTES: u64 = 2 << 30;
 /// above 32 GiB etcd warns that it may not start in time.
 pub const QUOTA_BACKEND_BYTES_RANGE: std::ops::RangeInclusive<u64> = (16 << 20)..=(32 << 30);
 
+/// The least a learner join waits for its member to be listed: beyond the usual seconds, room
+/// for a controller restart. A machine that gives up never becomes a member; the controller
+/// replaces it.
+pub const DEFAULT_LEARNER_LISTED_WAIT: Duration = Duration::from_secs(1200);
+/// The most a learner join waits for its member to be listed, whatever the annotation says.
+pub const MAX_LEARNER_LISTED_WAIT: Duration = Duration::from_secs(7 * 86_400);
+
 impl EtcdadmConfig {
     /// Whether this machine joins as a learner the EtcdadmCluster controller pre-adds
     /// (docs/day2.md, "Learner joins"): the controller asked for it on this config
@@ -244,9 +259,23 @@ impl EtcdadmConfig {
             .as_ref()
             .and_then(|a| a.get(crate::names::LEARNER_JOIN_ANNOTATION))
             .is_some_and(|value| value == "true");
-        requested
-            && self.spec.flavor() == EtcdadmFlavor::Upstream
-            && self.spec.format() == Format::CloudConfig
+        requested && self.spec.learner_joins()
+    }
+
+    /// How long a learner join waits for its member to be listed: the seconds the
+    /// EtcdadmCluster controller wrote ([`LEARNER_LISTED_WAIT_ANNOTATION`](crate::names::LEARNER_LISTED_WAIT_ANNOTATION)),
+    /// never less than [`DEFAULT_LEARNER_LISTED_WAIT`] nor more than
+    /// [`MAX_LEARNER_LISTED_WAIT`]; the default when it wrote none (or nothing readable).
+    pub fn learner_listed_wait(&self) -> Duration {
+        self.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::names::LEARNER_LISTED_WAIT_ANNOTATION))
+            .and_then(|value| value.trim().parse::<u64>().ok())
+            .map(Duration::from_secs)
+            .map_or(DEFAULT_LEARNER_LISTED_WAIT, |wait| {
+                wait.clamp(DEFAULT_LEARNER_LISTED_WAIT, MAX_LEARNER_LISTED_WAIT)
+            })
     }
 }
 
@@ -272,7 +301,10 @@ impl Format {
     }
 }
 
-/// Which etcdadm build the rendered commands must work with.
+/// Which etcdadm build the rendered commands must work with. With `upstream` and cloud-config a
+/// member joins as a learner the EtcdadmCluster controller adds, one at a time, so its Machines
+/// boot ahead of their turn; `eks-anywhere` joins as a voter by itself, so its Machines are
+/// created one at a time, each once the previous member is healthy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum EtcdadmFlavor {
     /// kubernetes-sigs/etcdadm: one join URL, no `--cipher-suites` flag.
@@ -690,5 +722,30 @@ mod tests {
             ..Default::default()
         };
         assert!(!config(Some("true"), bottlerocket).joins_as_learner());
+    }
+
+    #[test]
+    fn the_listed_wait_is_the_controllers_within_bounds_else_the_default() {
+        let with = |value: Option<&str>| {
+            let mut config = config(Some("true"), EtcdadmConfigSpec::default());
+            if let (Some(value), Some(annotations)) = (value, config.metadata.annotations.as_mut()) {
+                annotations.insert(
+                    crate::names::LEARNER_LISTED_WAIT_ANNOTATION.to_string(),
+                    value.to_string(),
+                );
+            }
+            config.learner_listed_wait()
+        };
+        assert_eq!(with(None), DEFAULT_LEARNER_LISTED_WAIT);
+        assert_eq!(with(Some("2400")), Duration::from_secs(2400));
+        assert_eq!(with(Some(" 2400 ")), Duration::from_secs(2400));
+        for short_or_unreadable in ["0", "60", "-5", "20m", ""] {
+            assert_eq!(
+                with(Some(short_or_unreadable)),
+                DEFAULT_LEARNER_LISTED_WAIT,
+                "{short_or_unreadable:?}"
+            );
+        }
+        assert_eq!(with(Some("99999999999")), MAX_LEARNER_LISTED_WAIT);
     }
 }

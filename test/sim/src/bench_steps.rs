@@ -127,7 +127,7 @@ pub async fn create_and_record(
     })
 }
 
-async fn observe(
+pub(crate) async fn observe(
     client: &kube::Client,
     work_dir: &Path,
     tls: Option<&EtcdTls>,

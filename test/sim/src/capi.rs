@@ -3,11 +3,12 @@
 //!
 //! It polls instead of watching: it is test infrastructure, and a poll loop restarts cleanly.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
@@ -19,6 +20,8 @@ use etcdadm_shared::api::EtcdadmConfig;
 use etcdadm_shared::api::capi::{Cluster, Machine};
 use etcdadm_shared::names;
 use etcdadm_sim_machines::{MachineRuntime, MachineSpec, MachineState};
+
+use crate::boot_delay::{BootDelay, Draws};
 
 /// CAPI's Machine finalizer.
 pub const MACHINE_FINALIZER: &str = "machine.cluster.x-k8s.io";
@@ -65,6 +68,26 @@ pub struct CapiStandIn {
     /// Whether machines booted from now on route through a second interface while reporting
     /// the first one's address; see [`crate::plane::Plane::set_default_route_on_second_interface`].
     pub default_route_on_second_interface: Arc<AtomicBool>,
+    /// How long a Machine takes to boot once its bootstrap data exists.
+    pub boot_delay: BootDelay,
+    /// When each Machine waiting to boot is due, and the delays still to draw.
+    pub booting: Mutex<Booting>,
+}
+
+/// Machines whose bootstrap data exists and that have not booted yet.
+#[derive(Debug)]
+pub struct Booting {
+    due: BTreeMap<String, Instant>,
+    draws: Draws,
+}
+
+impl Booting {
+    pub fn new(delay: BootDelay) -> Booting {
+        Booting {
+            due: BTreeMap::new(),
+            draws: delay.draws(),
+        }
+    }
 }
 
 impl CapiStandIn {
@@ -206,6 +229,7 @@ impl CapiStandIn {
             .map(String::from);
         if address.is_none()
             && let Some(secret_name) = &data_secret
+            && self.boot_due(&name)
         {
             address = self.boot(&name, &infra_name, secret_name, &sims).await?;
         }
@@ -276,6 +300,22 @@ impl CapiStandIn {
             .patch(&config.name_any(), &Self::params(), &Patch::Merge(&patch))
             .await?;
         Ok(())
+    }
+
+    /// Whether Machine `name`, whose bootstrap data exists, has finished booting: its delay is
+    /// drawn when it is first asked about.
+    fn boot_due(&self, name: &str) -> bool {
+        if self.boot_delay == BootDelay::None {
+            return true;
+        }
+        let mut booting = self.booting.lock().unwrap_or_else(PoisonError::into_inner);
+        let Booting { due, draws } = &mut *booting;
+        let at = *due.entry(name.to_string()).or_insert_with(|| {
+            let delay = draws.next_delay();
+            info!(machine = name, delay = ?delay, "machine booting");
+            Instant::now() + delay
+        });
+        Instant::now() >= at
     }
 
     /// Allocate an address, hand the user data to the runtime, report the SimMachine provisioned.
@@ -365,6 +405,11 @@ impl CapiStandIn {
             return Ok(());
         }
         let name = machine.name_any();
+        self.booting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .due
+            .remove(&name);
         if let Err(e) = self.runtime.stop(&name) {
             warn!(machine = %name, error = %e, "stopping machine failed");
         }

@@ -17,6 +17,7 @@ use etcdadm_shared::etcd::{EtcdTls, MemberClient, member_id_hex};
 use etcdadm_shared::names;
 use etcdadm_shared::pki::CertificateAuthority;
 
+use crate::boot_delay::BootDelay;
 use crate::capi::sim_machine_resource;
 use crate::error::SimError;
 use crate::manifests::{ManagedCluster, create_managed_cluster};
@@ -42,6 +43,8 @@ pub struct DemoOptions {
     pub ip_prefix: [u8; 3],
     /// What the built-in machines run (`--machines`).
     pub machines: Machines,
+    /// How long each Machine takes to boot (`--boot-delay`).
+    pub boot_delay: BootDelay,
 }
 
 /// The lab (`10.213.<lab>.0/24`) of the demo's real-etcdadm machines.
@@ -60,6 +63,7 @@ impl Default for DemoOptions {
             machine_runtime: None,
             ip_prefix: [127, 0, 1],
             machines: Machines::StandIn,
+            boot_delay: BootDelay::None,
         }
     }
 }
@@ -306,6 +310,7 @@ impl Demo {
             machines: options.machines,
             controllers: vec!["etcdadm-bootstrap", "etcdadm-controller"],
             kcp_rollout_step: DEFAULT_KCP_ROLLOUT_STEP,
+            boot_delay: options.boot_delay,
             ..Default::default()
         };
         let (real, no_real) = match options.kubeconfig {

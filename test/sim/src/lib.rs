@@ -2,8 +2,10 @@
 //! for the demo, the end-to-end scenarios and the benchmarks.
 
 pub mod bench;
+pub mod bench_boot;
 pub mod bench_scale;
 pub mod bench_steps;
+pub mod boot_delay;
 pub mod capi;
 pub mod dashboard_svg;
 pub mod demo;

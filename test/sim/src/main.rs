@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+use etcdadm_sim::boot_delay::BootDelay;
 use etcdadm_sim::demo::{self, ApiServerChoice, DemoOptions};
 use etcdadm_sim::plane::Machines;
 
@@ -70,6 +71,13 @@ enum Command {
         /// `.ci/setup` puts under target/).
         #[arg(long, value_enum, default_value_t = MachineKind::StandIn)]
         machines: MachineKind,
+        /// How long each Machine takes to boot once its bootstrap data exists, as slow
+        /// infrastructure would: `30s`, or a range `20s-40s` drawn per Machine from
+        /// `--boot-seed` (raise --timeout-seconds to match).
+        #[arg(long, default_value = "0s")]
+        boot_delay: String,
+        #[arg(long, default_value_t = 1)]
+        boot_seed: u64,
     },
 }
 
@@ -118,11 +126,42 @@ enum Bench {
         #[arg(long, default_value_t = 1)]
         runs: usize,
     },
+    /// Time to Ready on Machines that take `--boot-delay` to boot: creations of each size and a
+    /// scale-up, one Machine at a time (`parallelMachines: 1`) and booting ahead (the default).
+    Boot {
+        /// How long each Machine takes to get its address and run its user data once its
+        /// bootstrap data exists: `30s`, or a range `20s-40s` drawn per Machine from
+        /// `--boot-seed`.
+        #[arg(long, default_value = "30s")]
+        boot_delay: String,
+        #[arg(long, default_value_t = 1)]
+        boot_seed: u64,
+        #[arg(long, value_delimiter = ',', default_value = "3,5")]
+        sizes: Vec<i32>,
+        /// A scale-up to time too, `FROM:TO` (e.g. `3:5`).
+        #[arg(long)]
+        scale_up: Option<String>,
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
+    },
     /// RSS and CPU of both managers over one minute with N idle EtcdadmClusters.
     Idle {
         #[arg(long, default_value_t = 0)]
         clusters: usize,
     },
+}
+
+/// `FROM:TO`, two member counts.
+fn parse_change(text: &str) -> Result<(i32, i32), String> {
+    let (from, to) = text
+        .split_once(':')
+        .ok_or_else(|| format!("--scale-up {text:?}: expected FROM:TO, e.g. 3:5"))?;
+    let count = |n: &str| {
+        n.trim()
+            .parse::<i32>()
+            .map_err(|e| format!("--scale-up {text:?}: {n:?} is not a member count: {e}"))
+    };
+    Ok((count(from)?, count(to)?))
 }
 
 #[tokio::main]
@@ -159,6 +198,21 @@ async fn main() -> ExitCode {
                     };
                     etcdadm_sim::bench_scale::run_scale(&work_dir.join("scale"), &options).await
                 }
+                Bench::Boot {
+                    boot_delay,
+                    boot_seed,
+                    sizes,
+                    scale_up,
+                    runs,
+                } => match (
+                    BootDelay::parse(&boot_delay, boot_seed),
+                    scale_up.as_deref().map(parse_change).transpose(),
+                ) {
+                    (Ok(delay), Ok(scale)) => {
+                        etcdadm_sim::bench_boot::run_boot(&work_dir, delay, &sizes, scale, runs).await
+                    }
+                    (Err(e), _) | (_, Err(e)) => Err(etcdadm_sim::error::SimError::Setup(e)),
+                },
                 Bench::Idle { clusters } => {
                     etcdadm_sim::bench::run_idle(&work_dir.join("idle"), clusters, Duration::from_secs(20))
                         .await
@@ -182,8 +236,17 @@ async fn main() -> ExitCode {
             kubeconfig,
             machine_runtime,
             machines,
+            boot_delay,
+            boot_seed,
         } => {
             let work_dir = std::path::absolute(&work_dir).unwrap_or(work_dir);
+            let boot_delay = match BootDelay::parse(&boot_delay, boot_seed) {
+                Ok(delay) => delay,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let machines = match machines {
                 MachineKind::StandIn => Machines::StandIn,
                 MachineKind::RealEtcdadm => Machines::RealEtcdadm { lab: demo::DEMO_LAB },
@@ -198,6 +261,7 @@ async fn main() -> ExitCode {
                 kubeconfig,
                 machine_runtime,
                 machines,
+                boot_delay,
                 ..DemoOptions::default()
             })
             .await

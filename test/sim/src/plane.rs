@@ -17,7 +17,8 @@ use etcdadm_sim_apiserver::{ApiServer, Served};
 use etcdadm_sim_machines::network::Lab;
 use etcdadm_sim_machines::{BuiltInRuntime, ExternalRuntime, MachineRuntime};
 
-use crate::capi::CapiStandIn;
+use crate::boot_delay::BootDelay;
+use crate::capi::{Booting, CapiStandIn};
 use crate::error::SimError;
 use crate::kcp::{KcpRecord, KcpStandIn};
 
@@ -65,6 +66,9 @@ pub struct PlaneOptions {
     /// Programs the image of [`Machines::RealEtcdadm`] machines carries besides etcdadm (e.g.
     /// an etcdutl that can raise a restored revision), on their PATH by file name.
     pub image_tools: Vec<PathBuf>,
+    /// How long each Machine takes to boot (get its address and run its user data) once its
+    /// bootstrap data exists.
+    pub boot_delay: BootDelay,
 }
 
 impl Default for PlaneOptions {
@@ -82,6 +86,7 @@ impl Default for PlaneOptions {
             controller_args: vec![],
             controller_env: vec![],
             image_tools: vec![],
+            boot_delay: BootDelay::None,
         }
     }
 }
@@ -233,6 +238,8 @@ impl Plane {
             ip_prefix,
             member_certificate_validity: member_certificate_validity.clone(),
             default_route_on_second_interface: default_route_on_second_interface.clone(),
+            boot_delay: options.boot_delay,
+            booting: Mutex::new(Booting::new(options.boot_delay)),
         };
         let kcp = KcpStandIn::new(client.clone(), &options.namespace, options.kcp_rollout_step);
         let kcp_record = kcp.record.clone();

@@ -105,12 +105,12 @@ pub fn etcdadm_line(spec: &EtcdadmConfigSpec, command: &EtcdadmCommand) -> Resul
             "the Bottlerocket bootstrap image cannot restore a snapshot; a cluster created from \
              a snapshot needs cloud-config user data",
         )),
-        EtcdadmCommand::Join { learner: true, .. } => Err(RenderError::invalid(
+        EtcdadmCommand::Join { learner: Some(_), .. } => Err(RenderError::invalid(
             "spec.format",
             "the Bottlerocket bootstrap image joins as a voting member; a learner join needs \
              cloud-config user data",
         )),
-        EtcdadmCommand::Join { urls, learner: false } => {
+        EtcdadmCommand::Join { urls, learner: None } => {
             let target = join_target(urls, spec.flavor())?;
             if target.contains(char::is_whitespace) {
                 return Err(RenderError::invalid(
@@ -129,6 +129,7 @@ pub fn etcdadm_line(spec: &EtcdadmConfigSpec, command: &EtcdadmCommand) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::render::LearnerJoin;
     use etcdadm_shared::api::config::{BottlerocketConfig, EtcdadmFlavor, Format};
 
     fn spec(image: &str, ciphers: Option<&str>) -> EtcdadmConfigSpec {
@@ -179,7 +180,7 @@ mod tests {
             &s,
             &EtcdadmCommand::Join {
                 urls: &urls,
-                learner: false,
+                learner: None,
             },
         )
         .unwrap();
@@ -189,7 +190,7 @@ mod tests {
             &s,
             &EtcdadmCommand::Join {
                 urls: &urls,
-                learner: false,
+                learner: None,
             },
         )
         .unwrap();
@@ -202,7 +203,7 @@ mod tests {
             &s,
             &EtcdadmCommand::Join {
                 urls: &spaced,
-                learner: false,
+                learner: None,
             },
         )
         .unwrap_err();
@@ -211,7 +212,7 @@ mod tests {
             &s,
             &EtcdadmCommand::Join {
                 urls: &urls,
-                learner: true,
+                learner: Some(LearnerJoin::default()),
             },
         )
         .unwrap_err();

@@ -47,6 +47,7 @@ impl MachineRecord {
             unhealthy_for: clock.unhealthy_for(entry),
             age: self.created.map(|t| clock.since(t)).unwrap_or_default(),
             replaces: self.remediation_for.as_ref().map(|r| r.view(clock.now())),
+            join_started: self.join_started.map(|t| clock.since(t)),
             ..self.read.clone()
         }
     }

@@ -10,6 +10,7 @@ use kube::ResourceExt;
 
 use etcdadm_shared::api::cluster::condition::ENDPOINTS_AVAILABLE;
 use etcdadm_shared::api::conditions::{self, ConditionStatus};
+use etcdadm_shared::api::config::DEFAULT_LEARNER_LISTED_WAIT;
 use etcdadm_shared::api::{EtcdadmCluster, MemberStatus};
 use etcdadm_shared::names;
 
@@ -34,6 +35,16 @@ pub fn join_deadline(unhealthy_after: Duration, interval: Duration) -> Duration 
     unhealthy_after
         .max(interval.saturating_mul(MIN_JOIN_INTERVALS))
         .max(MIN_JOIN_DEADLINE)
+}
+
+/// How long a new learner join's user data waits for its member to be listed (docs/safety.md,
+/// "Boot ahead"): the default wait (room for a controller restart), plus one join deadline for
+/// every other member that may take its turn first (at most `replicas - 1`; each join either
+/// ends or is given up on within its deadline). Past it the node gives up without joining and
+/// the controller replaces the Machine.
+pub fn learner_listed_wait(replicas: i32, join_deadline: Duration) -> Duration {
+    let others = u32::try_from(replicas.saturating_sub(1)).unwrap_or(0);
+    DEFAULT_LEARNER_LISTED_WAIT.saturating_add(join_deadline.saturating_mul(others))
 }
 
 /// The record of a remediation: on the EtcdadmCluster (the last one) and on the Machine created

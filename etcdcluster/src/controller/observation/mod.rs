@@ -20,7 +20,9 @@ use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::cluster::AlarmRepair;
 use etcdadm_shared::names;
 
-pub use self::clock::{RemediationRecord, UnhealthyClock, join_deadline, remediation_policy};
+pub use self::clock::{
+    RemediationRecord, UnhealthyClock, join_deadline, learner_listed_wait, remediation_policy,
+};
 pub use self::read::Reads;
 pub use self::views::*;
 
@@ -145,6 +147,48 @@ impl Observation {
 
     pub fn voters(&self) -> Vec<&MemberView> {
         self.members().iter().filter(|m| !m.is_learner).collect()
+    }
+
+    /// Whether new Machines join as learners the controller adds, so they may boot ahead of
+    /// their turn (docs/safety.md, "Boot ahead"); voter joins are created one at a time.
+    pub fn learner_joins(&self) -> bool {
+        self.etcd_cluster.spec.etcdadm_config_spec.learner_joins()
+    }
+
+    /// `provisioning.parallelMachines`, when set.
+    pub fn parallel_machines(&self) -> Option<usize> {
+        self.etcd_cluster.spec.parallel_machines()
+    }
+
+    /// A Machine waiting for its turn to join (docs/safety.md, "Boot ahead"): it joins as a
+    /// learner into an initialized cluster, its turn has not come, and etcd holds nothing of it
+    /// (booting, or booted and waiting to be listed). It is no membership change in flight.
+    pub fn awaits_turn(&self, machine: &MachineView) -> bool {
+        machine.learner_join
+            && !machine.was_member
+            && machine.join_started.is_none()
+            && self.initialized_now()
+            && self.member_of(&machine.name).is_none()
+    }
+
+    /// Active Machines waiting for their turn to join, oldest first.
+    pub fn waiting_machines(&self) -> impl Iterator<Item = &MachineView> {
+        self.active_machines().filter(|m| self.awaits_turn(m))
+    }
+
+    /// Active Machines whose join has begun or is done: the ones membership counts.
+    pub fn joined_machines(&self) -> impl Iterator<Item = &MachineView> {
+        self.active_machines().filter(|m| !self.awaits_turn(m))
+    }
+
+    /// Active Machines whose join has begun and is not done: no started voting member yet.
+    pub fn joining_machines(&self) -> impl Iterator<Item = &MachineView> {
+        self.joined_machines().filter(|m| {
+            !m.was_member
+                && !self
+                    .member_of(&m.name)
+                    .is_some_and(|member| member.is_started() && !member.is_learner)
+        })
     }
 
     /// A Machine whose member joined once and is now unhealthy or gone from etcd.

@@ -123,6 +123,8 @@ pub struct MachineRecord {
     pub cloned_from: Option<(String, String)>,
     /// Its `remediation-for` record, when it replaced a remediated Machine.
     pub remediation_for: Option<RemediationRecord>,
+    /// When its turn to join came (`join-started`), when it did.
+    pub join_started: Option<Timestamp>,
 }
 
 /// Read everything around `etcd_cluster` (as just read). The reads that do not depend on one
@@ -295,6 +297,10 @@ fn machine_records(
                         .filter(|c| c.spec.quota_backend_bytes.is_some())
                         .map(|c| c.spec.quota_backend_bytes()),
                     failed: m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"),
+                    listed_wait: configs_by_name
+                        .get(&config_name)
+                        .filter(|c| c.joins_as_learner())
+                        .map(|c| c.learner_listed_wait()),
                     ..MachineView::default()
                 },
                 created: m.meta().creation_timestamp.as_ref().map(|t| t.0),
@@ -304,6 +310,10 @@ fn machine_records(
                     .annotations()
                     .get(REMEDIATION_FOR_ANNOTATION)
                     .and_then(|text| RemediationRecord::from_annotation(text)),
+                join_started: m
+                    .annotations()
+                    .get(names::JOIN_STARTED_ANNOTATION)
+                    .and_then(|text| text.trim().parse::<Timestamp>().ok()),
             }
         })
         .collect();

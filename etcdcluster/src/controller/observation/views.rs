@@ -74,6 +74,21 @@ pub struct MachineView {
     pub quota_backend_bytes: Option<u64>,
     /// The infrastructure reports it failed (phase `Failed`).
     pub failed: bool,
+    /// Time since its turn to join came (its `join-started` annotation, written just before its
+    /// learner is added): its join deadline runs from then. `None` while its turn has not come,
+    /// and for a Machine that joins as a voter.
+    pub join_started: Option<Duration>,
+    /// How long its user data waits for its member to be listed
+    /// (`EtcdadmConfig::learner_listed_wait`), for a learner join.
+    pub listed_wait: Option<Duration>,
+}
+
+impl MachineView {
+    /// How long its join has been under way, for the join deadline: since its turn came, else
+    /// since it was created (a voter join starts at boot).
+    pub fn join_age(&self) -> Duration {
+        self.join_started.unwrap_or(self.age)
+    }
 }
 
 /// One etcd member from the member list, with what the health check found.

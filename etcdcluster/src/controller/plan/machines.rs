@@ -4,6 +4,7 @@
 //! after an interrupted creation; what each of those says; and the writes that do it.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
@@ -31,8 +32,8 @@ use crate::controller::decision::{
 use crate::controller::observation::clock::{
     REMEDIATION_ANNOTATION, REMEDIATION_FOR_ANNOTATION, RemediationRecord,
 };
-use crate::controller::observation::{MachineView, Observation};
-use crate::controller::rules::reason::{ROLLOUT_PAUSED, WAITING_FOR_MACHINE_ADDRESS};
+use crate::controller::observation::{MachineView, Observation, learner_listed_wait};
+use crate::controller::rules::reason::{ROLLOUT_PAUSED, WAITING_FOR_JOIN_TURN, WAITING_FOR_MACHINE_ADDRESS};
 use crate::controller::rules::removal_refusal;
 
 /// Condition reasons of Machine creation and deletion.
@@ -82,13 +83,15 @@ pub enum Growth {
 }
 
 /// What every new member's objects are made of besides its name, as observed: the Cluster, the
-/// infrastructure machine kind cloned from the template, the Machine version and, for a
-/// replacement, the remediation record it carries.
+/// infrastructure machine kind cloned from the template, the Machine version, how long a
+/// learner join waits to be listed and, for a replacement, the remediation record it carries.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MemberTemplate {
     pub cluster: String,
     pub infra: ApiResource,
     pub version: Option<String>,
+    /// Written on its EtcdadmConfig for the bootstrap provider (`learner_listed_wait`).
+    pub listed_wait: Duration,
     pub remediation_for: Option<String>,
 }
 
@@ -280,34 +283,33 @@ pub fn adoption(o: &Observation) -> Option<Decision<MachineStep>> {
 /// A join that missed its deadline (never an address, never added, added but never started,
 /// or started but never healthy) is given up on: its Machine is deleted; its hook removes an
 /// added member first, which a quorum of started voters always allows, and a new Machine
-/// replaces it. Before that, the join is waited for (rules 1 and 2). The first member is left
-/// alone: without a healthy member there is no cluster to keep safe or to join anew.
+/// replaces it. Before that, the join is waited for (rules 1 and 2). The deadline runs from
+/// the join's start: a learner's from its turn, not from its Machine's creation. A Machine
+/// waiting for its turn fails only by itself: reported failed, no address within the deadline,
+/// or past the wait its user data allows (docs/safety.md, "Boot ahead"). The first member is
+/// left alone: without a healthy member there is no cluster to keep safe or to join anew.
 pub fn failed_join(o: &Observation) -> Option<Decision<MachineStep>> {
     if !o.initialized_now() {
         return None;
     }
     let deadline = o.remediation.join_deadline;
-    let (machine, state) = o
-        .active_machines()
-        .filter(|m| !m.was_member && m.age > deadline)
-        .find_map(|m| {
-            let state = match (&m.address, o.member_of(&m.name)) {
-                (None, _) => "it has no address",
-                (Some(_), None) => "it never became an etcd member",
-                (Some(_), Some(member)) if !member.is_started() => "its member was added but never started",
-                (Some(_), Some(member)) if !member.healthy && !member.ever_healthy => {
-                    "its member started but was never healthy"
-                }
-                (Some(_), Some(_)) => return None,
-            };
-            Some((m, state))
-        })?;
     let limit = duration::format(deadline);
+    let (machine, failure) = o.active_machines().filter(|m| !m.was_member).find_map(|m| {
+        let failure = if o.awaits_turn(m) {
+            failed_before_turn(m, deadline)?
+        } else {
+            format!(
+                "did not become a healthy etcd member within {limit} ({})",
+                failed_join_state(o, m, deadline)?
+            )
+        };
+        Some((m, failure))
+    })?;
     if !o.remediation.enabled {
         return Some(Decision::Hold(Hold::refusal(
             reason::MEMBER_JOIN_FAILED,
             format!(
-                "Machine {} did not join within {limit} ({state}); remediation is disabled: delete the Machine to replace it",
+                "Machine {} {failure}; remediation is disabled: delete the Machine to replace it",
                 machine.name
             ),
         )));
@@ -316,10 +318,49 @@ pub fn failed_join(o: &Observation) -> Option<Decision<MachineStep>> {
         machine: machine.name.clone(),
         purpose: Removal::FailedJoin,
         message: format!(
-            "Machine {} did not become a healthy etcd member within {limit} ({state}): deleting it (a member it added is removed first); a new one replaces it",
+            "Machine {} {failure}: deleting it (a member it added is removed first); a new one replaces it",
             machine.name
         ),
     }))
+}
+
+/// How a join under way for longer than `deadline` stands, when it did not succeed.
+fn failed_join_state(o: &Observation, m: &MachineView, deadline: Duration) -> Option<&'static str> {
+    if m.join_age() <= deadline {
+        return None;
+    }
+    Some(match (&m.address, o.member_of(&m.name)) {
+        (None, _) => "it has no address",
+        (Some(_), None) => "it never became an etcd member",
+        (Some(_), Some(member)) if !member.is_started() => "its member was added but never started",
+        (Some(_), Some(member)) if !member.healthy && !member.ever_healthy => {
+            "its member started but was never healthy"
+        }
+        (Some(_), Some(_)) => return None,
+    })
+}
+
+/// Why a Machine waiting for its turn will never join, if it will not: the infrastructure
+/// says it failed, it found no address within the join deadline, or its user data has
+/// stopped waiting to be listed.
+fn failed_before_turn(m: &MachineView, deadline: Duration) -> Option<String> {
+    let before = "failed before its turn to join";
+    if m.failed {
+        return Some(format!("{before} (the infrastructure reports it failed)"));
+    }
+    if m.address.is_none() && m.age > deadline {
+        return Some(format!(
+            "{before} (it has no address after {})",
+            duration::format(deadline)
+        ));
+    }
+    let wait = m.listed_wait?;
+    (m.age >= wait).then(|| {
+        format!(
+            "{before} (its user data stops waiting to be listed after {})",
+            duration::format(wait)
+        )
+    })
 }
 
 /// What new members are made of, or why no member Machine can be made from the spec now: the
@@ -353,6 +394,7 @@ pub fn creation_blocked(o: &Observation) -> Result<MemberTemplate, Hold> {
         cluster: cluster.to_string(),
         infra: infra.clone(),
         version: o.machine_version.clone(),
+        listed_wait: learner_listed_wait(o.replicas, o.remediation.join_deadline),
         remediation_for: None,
     })
 }
@@ -382,6 +424,82 @@ pub fn create_machine(o: &Observation, allowed_domains: &[String], purpose: Grow
         purpose,
         template,
     })
+}
+
+/// Boot ahead (docs/safety.md, "Boot ahead"): with learner joins, the Machine of a member still
+/// to add is created while others boot, wait for their turn or join, as long as the rollout
+/// leaves `room` for Machines waiting for their turn and `provisioning.parallelMachines` is not
+/// reached. Creating it changes no membership: its learner is added on its turn, one at a time.
+/// Only into a serving cluster: initialized, every voter a started healthy member of ours, no
+/// alarm, no member gone from its Machine, no voter join in flight, a spec Machines can be made
+/// from (otherwise the plan's own creation says why not).
+pub fn create_ahead(
+    o: &Observation,
+    allowed_domains: &[String],
+    room: usize,
+) -> Option<Decision<MachineStep>> {
+    if !o.learner_joins() || !o.initialized_now() {
+        return None;
+    }
+    let waiting = o.waiting_machines().count();
+    let joining: Vec<&MachineView> = o.joining_machines().collect();
+    let bound = o.parallel_machines().unwrap_or(usize::MAX);
+    if waiting >= room || waiting + joining.len() >= bound {
+        return None;
+    }
+    let members = o.members();
+    let serving = !members.is_empty()
+        && members.iter().all(|m| m.machine.is_some())
+        && o.voters().iter().all(|m| m.is_started() && m.healthy)
+        && o.alarms.is_empty()
+        && joining.iter().all(|m| m.learner_join)
+        && !o
+            .active_machines()
+            .any(|m| m.was_member && o.member_of(&m.name).is_none());
+    if !serving || creation_blocked(o).is_err() {
+        return None;
+    }
+    let purpose = if o.joined_machines().any(|m| m.outdated.is_some()) {
+        Growth::Rollout
+    } else {
+        Growth::ScaleUp
+    };
+    match create_machine(o, allowed_domains, purpose) {
+        Decision::Do(step) => Some(Decision::Do(step)),
+        Decision::Hold(_) => None,
+    }
+}
+
+/// Machines waiting for their turn that no member to add needs any more (fewer replicas, or a
+/// spec changed under them; `room` as for [`create_ahead`]): one goes at a time, an outdated one
+/// first, else the newest. Nothing of it is in etcd, so its deletion changes no membership.
+pub fn surplus_waiting(o: &Observation, room: usize) -> Option<Decision<MachineStep>> {
+    let waiting: Vec<&MachineView> = o.waiting_machines().collect();
+    let (victim, purpose, why) = match waiting.iter().find(|m| m.outdated.is_some()) {
+        Some(outdated) => (
+            *outdated,
+            Removal::Rollout,
+            format!("outdated ({})", outdated.outdated.as_deref().unwrap_or_default()),
+        ),
+        None if waiting.len() > room => (
+            *waiting.last()?,
+            Removal::ScaleDown,
+            format!(
+                "{} Machines wait for their turn, {room} still needed for {} replicas",
+                waiting.len(),
+                o.replicas
+            ),
+        ),
+        None => return None,
+    };
+    Some(Decision::Do(MachineStep::DeleteMachine {
+        machine: victim.name.clone(),
+        purpose,
+        message: format!(
+            "deleting Machine {}, which waited for its turn to join and is no longer needed: {why}",
+            victim.name
+        ),
+    }))
 }
 
 /// Infra machines and configs of interrupted creations nobody needs any more.
@@ -479,7 +597,8 @@ fn removal_step(o: &Observation, victim: &MachineView, purpose: Removal) -> Deci
 
 // Status.
 
-/// `MachinesReady`: as many Machines as replicas, each with an address.
+/// `MachinesReady`: as many Machines as replicas, each with an address, none waiting for its
+/// turn to join (booted ahead, docs/safety.md "Boot ahead").
 pub fn machines_condition(o: &Observation, active: usize) -> NewCondition {
     let replicas = usize::try_from(o.replicas).unwrap_or(0);
     let with_address = o
@@ -489,8 +608,23 @@ pub fn machines_condition(o: &Observation, active: usize) -> NewCondition {
         .count();
     let message = format!("{active} of {replicas} Machines, {with_address} with an address");
     let rolling = o.machines.iter().any(|m| !m.deleting && m.outdated.is_some());
-    if active == replicas && with_address == active {
+    let waiting: Vec<&str> = o
+        .waiting_machines()
+        .filter(|m| m.address.is_some())
+        .map(|m| m.name.as_str())
+        .collect();
+    if active == replicas && with_address == active && waiting.is_empty() {
         NewCondition::true_(MACHINES_READY, "MachinesReady")
+    } else if active == replicas && with_address == active {
+        NewCondition::false_(
+            MACHINES_READY,
+            Severity::Info,
+            WAITING_FOR_JOIN_TURN,
+            format!(
+                "{message}; booted and waiting for their turn to join (one learner at a time): {}",
+                waiting.join(", ")
+            ),
+        )
     } else if rolling && active != replicas {
         NewCondition::false_(MACHINES_READY, Severity::Info, ROLLING_UPDATE, message)
     } else if active < replicas {
@@ -634,22 +768,29 @@ async fn create(
     }
 
     // 2. EtcdadmConfig with the cluster's config spec (corruption checks on unless it turns
-    // them off: docs/day2.md, "Routine maintenance"), asking for a learner join (the first
-    // member initializes instead; a flavor that cannot join as a learner keeps the voter join),
-    // or, for the restored first member, naming the Secret with its snapshot's download.
+    // them off: docs/day2.md, "Routine maintenance"), asking for a learner join and saying how
+    // long it may wait for its turn (the first member initializes instead; a flavor that
+    // cannot join as a learner keeps the voter join), or, for the restored first member, naming
+    // the Secret with its snapshot's download.
     let configs: Api<EtcdadmConfig> = Api::namespaced(client.clone(), m.ns);
     let mut config = EtcdadmConfig::new(name, etcd.spec.etcdadm_config_spec.for_new_member());
     config.metadata.namespace = Some(m.ns.into());
     config.metadata.labels = Some(labels.clone());
-    let annotation = if purpose == Growth::Restore {
-        (
+    let annotations = if purpose == Growth::Restore {
+        BTreeMap::from([(
             names::RESTORE_SECRET_ANNOTATION.to_string(),
             names::restore_secret_name(&etcd.name_any()),
-        )
+        )])
     } else {
-        (names::LEARNER_JOIN_ANNOTATION.to_string(), "true".to_string())
+        BTreeMap::from([
+            (names::LEARNER_JOIN_ANNOTATION.to_string(), "true".to_string()),
+            (
+                names::LEARNER_LISTED_WAIT_ANNOTATION.to_string(),
+                template.listed_wait.as_secs().to_string(),
+            ),
+        ])
     };
-    config.metadata.annotations = Some(BTreeMap::from([annotation]));
+    config.metadata.annotations = Some(annotations);
     config.metadata.owner_references = Some(vec![owner_reference(etcd)?]);
     create_if_absent(&configs, &config, FIELD_MANAGER).await?;
 
@@ -781,6 +922,17 @@ pub async fn release_hook(out: &Outputs<'_>, namespace: &str, machine: &str) -> 
             .await
             .map(drop),
     )
+}
+
+/// Record on Machine `machine` that its turn to join came now (its join deadline runs from it),
+/// before its learner is added. A merge patch: a Machine deleted meanwhile is not made again.
+pub async fn record_join_start(out: &Outputs<'_>, namespace: &str, machine: &str) -> Result<(), Error> {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let patch = json!({ "metadata": { "annotations": { names::JOIN_STARTED_ANNOTATION: now } } });
+    Api::<Machine>::namespaced(out.client.clone(), namespace)
+        .patch(machine, &patch_params(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
 }
 
 /// Deletion of the whole etcd cluster (or of a lost one a recovery replaces): drop our
@@ -1091,5 +1243,359 @@ mod tests {
         steady.replicas = 3;
         steady.member_spec_problem = Some(problem.into());
         assert_eq!(plan(&steady), Step::Steady);
+    }
+
+    // Boot ahead (docs/safety.md, "Boot ahead").
+
+    /// `running(3)` growing to 5, with a learner-join Machine `c1-etcd-m<i>` for each of
+    /// `waiting` (its address, if it has booted), none of them given its turn yet.
+    fn growing(waiting: &[Option<&str>]) -> Observation {
+        let mut o = running(3);
+        o.replicas = 5;
+        for (i, address) in waiting.iter().enumerate() {
+            let mut m = machine(&format!("c1-etcd-m{}", i + 3), *address, None);
+            m.learner_join = true;
+            m.listed_wait = Some(learner_listed_wait(5, DEADLINE));
+            o.machines.push(m);
+        }
+        o
+    }
+
+    /// Machine `c1-etcd-m3`'s turn came `ago`, and its learner is in state `member`.
+    fn in_its_turn(o: &mut Observation, ago: Duration, member: MemberView) {
+        o.machines[3].join_started = Some(ago);
+        members_mut(o).push(member);
+    }
+
+    /// The learner of Machine `c1-etcd-m3` (10.0.0.4), added and not started yet.
+    fn learner_added() -> MemberView {
+        MemberView {
+            is_learner: true,
+            ..added_not_started()
+        }
+    }
+
+    /// The same learner, started and catching up.
+    fn learner_catching_up() -> MemberView {
+        let mut m = unhealthy(
+            member(4, "c1-etcd-m3", "10.0.0.4"),
+            "etcdserver: rpc not supported for learner",
+        );
+        m.is_learner = true;
+        m.ever_healthy = false;
+        m.is_leader = false;
+        m
+    }
+
+    fn add_learner_for(step: &Step) -> Option<(&str, bool)> {
+        match step {
+            Step::Membership(MembershipStep::AddLearner {
+                machine, record_turn, ..
+            }) => Some((machine, *record_turn)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn machines_boot_ahead_of_their_turn_up_to_the_bound_and_join_in_creation_order() {
+        let creates = |step: &Step| {
+            matches!(
+                step,
+                Step::Machines(MachineStep::CreateMachine {
+                    purpose: Growth::ScaleUp,
+                    ..
+                })
+            )
+        };
+        // 3 → 5: both Machines are created before either has booted.
+        assert!(creates(&plan(&growing(&[]))));
+        assert!(creates(&plan(&growing(&[None]))), "{:?}", plan(&growing(&[None])));
+        let both = growing(&[None, None]);
+        let step = plan(&both);
+        assert_eq!(
+            wait_reason(&step),
+            reason::WAITING_FOR_MACHINE_ADDRESS,
+            "{step:?}"
+        );
+        assert!(wait_message(&step).contains("c1-etcd-m3"), "{step:?}");
+        // parallelMachines 1: the second waits until the first has joined.
+        let mut serial = growing(&[None]);
+        parallel_machines(&mut serial, 1);
+        assert_eq!(wait_reason(&plan(&serial)), reason::WAITING_FOR_MACHINE_ADDRESS);
+        serial.machines[3].address = Some("10.0.0.4".into());
+        assert_eq!(add_learner_for(&plan(&serial)), Some(("c1-etcd-m3", true)));
+        in_its_turn(&mut serial, Duration::from_secs(1), learner_added());
+        assert_eq!(wait_reason(&plan(&serial)), reason::WAITING_FOR_MEMBER_JOIN);
+        // Unbounded, the second is created while the first one's learner joins.
+        let mut ahead = serial.clone();
+        ahead.etcd_cluster.spec.provisioning = None;
+        assert!(creates(&plan(&ahead)), "{:?}", plan(&ahead));
+        // The first booted is the first added, its turn recorded as it is.
+        assert_eq!(
+            add_learner_for(&plan(&growing(&[Some("10.0.0.4"), Some("10.0.0.5")]))),
+            Some(("c1-etcd-m3", true))
+        );
+        assert_eq!(
+            add_learner_for(&plan(&growing(&[None, Some("10.0.0.5")]))),
+            Some(("c1-etcd-m4", true))
+        );
+        // A turn recorded but no learner yet (the controller stopped in between): its learner
+        // is added without recording the turn again.
+        let mut resumed = growing(&[Some("10.0.0.4"), Some("10.0.0.5")]);
+        resumed.machines[3].join_started = Some(Duration::from_secs(2));
+        assert_eq!(add_learner_for(&plan(&resumed)), Some(("c1-etcd-m3", false)));
+    }
+
+    #[test]
+    fn joins_stay_one_at_a_time_while_machines_wait_for_their_turn() {
+        let mut o = growing(&[Some("10.0.0.4"), Some("10.0.0.5")]);
+        in_its_turn(&mut o, Duration::from_secs(1), learner_added());
+        let step = plan(&o);
+        assert_eq!(wait_reason(&step), reason::WAITING_FOR_MEMBER_JOIN, "{step:?}");
+        assert!(
+            wait_message(&step).contains("Machine c1-etcd-m4 waits for its turn to join"),
+            "{step:?}"
+        );
+        members_mut(&mut o).pop();
+        members_mut(&mut o).push(learner_catching_up());
+        assert!(
+            matches!(
+                plan(&o),
+                Step::Membership(MembershipStep::PromoteLearner { member_id: 4, .. })
+            ),
+            "{:?}",
+            plan(&o)
+        );
+        // Promoted but not healthy yet: the next learner waits (rule 2).
+        let mut promoted = learner_catching_up();
+        promoted.is_learner = false;
+        members_mut(&mut o).pop();
+        members_mut(&mut o).push(promoted);
+        assert_eq!(add_learner_for(&plan(&o)), None, "{:?}", plan(&o));
+        // Healthy (and published for joins): m4's turn.
+        members_mut(&mut o)[3] = member(4, "c1-etcd-m3", "10.0.0.4");
+        members_mut(&mut o)[3].is_leader = false;
+        o.init_secret = Some(InitSecret {
+            address: Some("10.0.0.1".into()),
+            client_urls: healthy_client_urls(&o),
+        });
+        assert_eq!(
+            add_learner_for(&plan(&o)),
+            Some(("c1-etcd-m4", true)),
+            "{:?}",
+            plan(&o)
+        );
+        // Nor while a voter is unhealthy.
+        members_mut(&mut o)[1] = unhealthy(members_mut(&mut o)[1].clone(), "connection refused");
+        assert_eq!(add_learner_for(&plan(&o)), None);
+    }
+
+    #[test]
+    fn a_machine_waiting_for_its_turn_is_not_a_failed_join_however_long_it_waits() {
+        // m4 booted long ago and waits while m3's learner joins: a join in flight, no failure.
+        let mut o = growing(&[Some("10.0.0.4"), Some("10.0.0.5")]);
+        o.machines[4].age = DEADLINE * 4;
+        in_its_turn(&mut o, JUST_BEFORE, learner_added());
+        let step = plan(&o);
+        assert_eq!(failed_join_of(&step), None, "{step:?}");
+        assert_eq!(wait_reason(&step), reason::WAITING_FOR_MEMBER_JOIN);
+        // Its state in status: waiting for its turn, its own reason.
+        let condition = machines_condition(&o, 5);
+        assert_eq!(condition.reason, reason::WAITING_FOR_JOIN_TURN, "{condition:?}");
+        assert!(condition.message.contains("c1-etcd-m4"), "{condition:?}");
+        assert!(!condition.message.contains("c1-etcd-m3"), "{condition:?}");
+    }
+
+    #[test]
+    fn a_learners_join_deadline_runs_from_its_turn_not_from_its_machines_creation() {
+        let mut o = growing(&[Some("10.0.0.4"), Some("10.0.0.5")]);
+        o.machines[3].age = DEADLINE * 10;
+        in_its_turn(&mut o, JUST_BEFORE, learner_added());
+        assert_eq!(wait_reason(&plan(&o)), reason::WAITING_FOR_MEMBER_JOIN);
+        o.machines[3].join_started = Some(JUST_AFTER);
+        let step = plan(&o);
+        assert_eq!(failed_join_of(&step), Some("c1-etcd-m3"), "{step:?}");
+        assert!(
+            step.reason().1.contains(
+                "did not become a healthy etcd member within 5m0s (its member was added but never started)"
+            ),
+            "{step:?}"
+        );
+        // A learner whose turn was never recorded (added before boot ahead existed): its
+        // Machine's age counts, as it did.
+        o.machines[3].join_started = None;
+        assert_eq!(failed_join_of(&plan(&o)), Some("c1-etcd-m3"));
+    }
+
+    #[test]
+    fn a_machine_that_fails_before_its_turn_is_replaced_without_touching_the_join_in_flight() {
+        // m3's learner catches up; m4 waits for its turn and fails.
+        let waiting = |edit: fn(&mut MachineView)| {
+            let mut o = growing(&[Some("10.0.0.4"), Some("10.0.0.5")]);
+            in_its_turn(&mut o, Duration::from_secs(1), learner_catching_up());
+            edit(&mut o.machines[4]);
+            o
+        };
+        type Case = (&'static str, fn(&mut MachineView), Option<&'static str>);
+        let listed_wait = learner_listed_wait(5, DEADLINE);
+        let cases: [Case; 6] = [
+            (
+                "reported failed",
+                |m| m.failed = true,
+                Some("the infrastructure reports it failed"),
+            ),
+            (
+                "no address past the deadline",
+                |m| {
+                    m.address = None;
+                    m.age = JUST_AFTER;
+                },
+                Some("it has no address after 5m0s"),
+            ),
+            (
+                "past its user data's wait",
+                |m| m.age = learner_listed_wait(5, DEADLINE),
+                Some("its user data stops waiting to be listed after 40m0s"),
+            ),
+            (
+                "booting, within the deadline",
+                |m| {
+                    m.address = None;
+                    m.age = JUST_BEFORE;
+                },
+                None,
+            ),
+            (
+                "waiting, within its wait",
+                |m| m.age = learner_listed_wait(5, DEADLINE) - Duration::from_secs(1),
+                None,
+            ),
+            ("waiting", |_| {}, None),
+        ];
+        assert_eq!(listed_wait, Duration::from_secs(2400));
+        for (what, edit, failure) in cases {
+            let o = waiting(edit);
+            let step = plan(&o);
+            match failure {
+                Some(why) => {
+                    assert_eq!(failed_join_of(&step), Some("c1-etcd-m4"), "{what}: {step:?}");
+                    let (reason, message) = step.reason();
+                    assert_eq!(reason, reason::MEMBER_JOIN_FAILED, "{what}");
+                    assert!(
+                        message.contains("failed before its turn to join"),
+                        "{what}: {message}"
+                    );
+                    assert!(message.contains(why), "{what}: {message}");
+                }
+                None => assert!(
+                    matches!(step, Step::Membership(MembershipStep::PromoteLearner { .. })),
+                    "{what}: {step:?}"
+                ),
+            }
+        }
+        // Its deletion removes no member: the hook goes at once; then a new Machine replaces
+        // it, booting ahead while m3 still joins.
+        let mut o = waiting(|m| m.failed = true);
+        o.machines[4].deleting = true;
+        assert_eq!(
+            plan(&o),
+            Step::Membership(MembershipStep::ReleaseHook {
+                machine: "c1-etcd-m4".into()
+            })
+        );
+        o.machines.pop();
+        members_mut(&mut o).pop();
+        members_mut(&mut o).push(learner_added());
+        assert!(
+            matches!(plan(&o), Step::Machines(MachineStep::CreateMachine { .. })),
+            "{:?}",
+            plan(&o)
+        );
+        // Remediation disabled: reported, left to a person.
+        let mut o = waiting(|m| m.failed = true);
+        o.remediation.enabled = false;
+        let step = plan(&o);
+        assert_eq!(wait_reason(&step), reason::MEMBER_JOIN_FAILED);
+        assert!(
+            wait_message(&step).contains("remediation is disabled"),
+            "{step:?}"
+        );
+    }
+
+    #[test]
+    fn a_dead_member_is_remediated_past_the_join_deadline_while_machines_wait_for_their_turn() {
+        // A waiting Machine's user data may join through the dead member: as a join in flight
+        // would, it holds the remediation until the join deadline (the member may come back).
+        let deletes_m1 = |o: &Observation| matches!(plan(o), Step::Machines(MachineStep::DeleteMachine { machine, .. }) if machine == "c1-etcd-m1");
+        let with_dead_member = |waiting: &[Option<&str>], unhealthy_for: Duration| {
+            let mut o = growing(waiting);
+            o.remediation.unhealthy_after = Duration::from_secs(60);
+            let m1 = &mut members_mut(&mut o)[1];
+            *m1 = unhealthy(m1.clone(), "connection refused");
+            m1.unhealthy_for = unhealthy_for;
+            o
+        };
+        let two_minutes = Duration::from_secs(120);
+        assert!(
+            deletes_m1(&with_dead_member(&[], two_minutes)),
+            "{:?}",
+            plan(&with_dead_member(&[], two_minutes))
+        );
+        let waiting = with_dead_member(&[Some("10.0.0.4")], two_minutes);
+        assert!(!deletes_m1(&waiting), "{:?}", plan(&waiting));
+        let waiting = with_dead_member(&[Some("10.0.0.4")], JUST_AFTER);
+        assert!(deletes_m1(&waiting), "{:?}", plan(&waiting));
+    }
+
+    #[test]
+    fn machines_waiting_for_a_turn_no_longer_needed_go_outdated_first_then_newest() {
+        // Scaled back to 3 before either joined.
+        let mut o = growing(&[Some("10.0.0.4"), None]);
+        o.replicas = 3;
+        match plan(&o) {
+            Step::Machines(MachineStep::DeleteMachine {
+                machine,
+                purpose: Removal::ScaleDown,
+                message,
+            }) => {
+                assert_eq!(machine, "c1-etcd-m4");
+                assert!(message.contains("no longer needed"), "{message}");
+            }
+            step => panic!("expected the newest waiting Machine to go, got {step:?}"),
+        }
+        // The spec changed under a waiting Machine: it goes rather than join.
+        let mut o = growing(&[Some("10.0.0.4"), Some("10.0.0.5")]);
+        o.machines[3].outdated = Some("etcdadmConfigSpec changed".into());
+        assert!(matches!(
+            plan(&o),
+            Step::Machines(MachineStep::DeleteMachine { machine, purpose: Removal::Rollout, .. }) if machine == "c1-etcd-m3"
+        ));
+    }
+
+    #[test]
+    fn a_rolling_update_without_a_control_plane_boots_nothing_ahead_of_its_step() {
+        // Without a KubeadmControlPlane, maxSurge 1: n1 replaces an old member and its learner
+        // joins; the next step's Machine is not created meanwhile (the removal after n1 could
+        // take away the member its user data would join through): never more than N+1 Machines.
+        let mut o = zoned(3, false);
+        outdate_all(&mut o);
+        let mut n1 = machine("c1-etcd-n1", Some("10.0.1.1"), Some("a"));
+        n1.learner_join = true;
+        n1.join_started = Some(Duration::from_secs(1));
+        o.machines.push(n1);
+        members_mut(&mut o).push(MemberView {
+            id: 9,
+            peer_urls: vec![names::peer_url("10.0.1.1")],
+            is_learner: true,
+            machine: Some("c1-etcd-n1".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            wait_reason(&plan(&o)),
+            reason::WAITING_FOR_MEMBER_JOIN,
+            "{:?}",
+            plan(&o)
+        );
+        assert_eq!(crate::controller::plan::rollout::waiting_room(&o), 0);
     }
 }

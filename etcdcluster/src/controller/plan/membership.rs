@@ -11,11 +11,13 @@ use etcdadm_shared::error::Error;
 use etcdadm_shared::etcd::{EtcdError, MemberClient, Refusal, member_id_hex};
 use etcdadm_shared::names;
 
-use super::machines::release_hook;
+use super::machines::{record_join_start, release_hook};
 use crate::controller::decision::{
     After, Applied, ConcernStep, Decision, EventNote, Hold, JOIN_POLL, MEMBERSHIP_RETRY, Outputs,
 };
-use crate::controller::observation::{EtcdView, Observation, healthy_client_urls, member_client_url};
+use crate::controller::observation::{
+    EtcdView, MachineView, Observation, healthy_client_urls, member_client_url,
+};
 use crate::controller::rules::{reason as rule, removal_refusal};
 
 /// Condition reasons of membership changes.
@@ -36,11 +38,13 @@ pub enum MembershipStep {
         machine: String,
     },
     /// Learner join: add Machine `machine`'s member as a learner at `peer_url`, asking the
-    /// healthy voter at `via_url`.
+    /// healthy voter at `via_url`; when its turn is new (`record_turn`), first write on the
+    /// Machine when it came, which its join deadline runs from.
     AddLearner {
         machine: String,
         peer_url: String,
         via_url: String,
+        record_turn: bool,
     },
     /// Learner join: turn Machine `machine`'s learner into a voter, asking `via_url` (etcd
     /// refuses until it has caught up).
@@ -152,8 +156,14 @@ impl ConcernStep for MembershipStep {
                 outcome(out, o, "remove", result)
             }
             MembershipStep::AddLearner {
-                via_url, peer_url, ..
+                machine,
+                via_url,
+                peer_url,
+                record_turn,
             } => {
+                if *record_turn {
+                    record_join_start(out, &o.namespace, machine).await?;
+                }
                 let member = member_client(out, o, via_url)?;
                 // A member already there with that peer URL (an earlier attempt) is the one wanted.
                 match member.member_add(std::slice::from_ref(peer_url), true).await {
@@ -215,16 +225,54 @@ pub fn promote(o: &Observation) -> Option<Decision<MembershipStep>> {
     }))
 }
 
-/// Rules 1, 2 and 4: a Machine that joins as a learner and has its address is pre-added, once
-/// every member is a started, healthy voter of ours (so never two learners). The first member
-/// initializes the cluster and is never pre-added.
+/// Rules 1, 2 and 4: a Machine whose turn to join came (recorded on it) and that has no member
+/// yet (the controller stopped between recording the turn and adding the learner) is pre-added,
+/// once every member is a started, healthy voter of ours (so never two learners). The first
+/// member initializes the cluster and is never pre-added.
 pub fn pre_add(o: &Observation) -> Option<Decision<MembershipStep>> {
     if !o.initialized_now() {
         return None;
     }
-    let machine = o
-        .active_machines()
-        .find(|m| m.learner_join && !m.was_member && o.member_of(&m.name).is_none())?;
+    let machine = o.joined_machines().find(|m| {
+        m.learner_join && !m.was_member && m.join_started.is_some() && o.member_of(&m.name).is_none()
+    })?;
+    add_learner(o, machine, false)
+}
+
+/// Whose turn it is to join (docs/safety.md, "Boot ahead"), once the replica count or the
+/// rollout wants a member added and rules 1 and 2 allow it: the oldest Machine waiting for its
+/// turn that has an address is added as a learner, its turn recorded first. While every waiting
+/// Machine still boots, that is what is awaited. `None` when no Machine waits: one is created.
+pub fn next_turn(o: &Observation) -> Option<Decision<MembershipStep>> {
+    let waiting: Vec<&MachineView> = o.waiting_machines().filter(|m| m.outdated.is_none()).collect();
+    let first = waiting.first()?;
+    let Some(booted) = waiting.iter().find(|m| m.address.is_some()) else {
+        return Some(Decision::Hold(Hold::wait(
+            rule::WAITING_FOR_MACHINE_ADDRESS,
+            format!(
+                "Machine {} has no address yet: its member is added as a learner once it has booted",
+                first.name
+            ),
+        )));
+    };
+    Some(add_learner(o, booted, true).unwrap_or_else(|| {
+        Decision::Hold(Hold::wait(
+            rule::WAITING_FOR_HEALTHY_MEMBERS,
+            format!(
+                "Machine {} waits for its turn to join: every member must be a healthy voter first",
+                booted.name
+            ),
+        ))
+    }))
+}
+
+/// Machine `machine`'s learner added at its peer URL through a healthy voter, if every member is
+/// a started, healthy voter of ours (rules 1, 2 and 4: so never two learners).
+fn add_learner(
+    o: &Observation,
+    machine: &MachineView,
+    record_turn: bool,
+) -> Option<Decision<MembershipStep>> {
     let address = machine.address.as_deref()?;
     let members = o.members();
     let clear = !members.is_empty()
@@ -239,6 +287,7 @@ pub fn pre_add(o: &Observation) -> Option<Decision<MembershipStep>> {
         machine: machine.name.clone(),
         peer_url: names::peer_url(address),
         via_url,
+        record_turn,
     }))
 }
 
@@ -371,8 +420,10 @@ mod tests {
     /// whose member is in the state `member` gives (`None`: not added yet).
     fn learner_joining(voters: usize, age: std::time::Duration, member: Option<MemberView>) -> Observation {
         let mut o = running(voters);
-        // The next odd size: the spec allows no other.
+        // The next odd size: the spec allows no other. One Machine at a time, so that the join
+        // of this one is all there is (booting ahead is tested on its own).
         o.replicas = (voters as i32 + 1) | 1;
+        parallel_machines(&mut o, 1);
         let name = format!("c1-etcd-m{voters}");
         let mut m = machine(&name, Some(&format!("10.0.0.{}", voters + 1)), None);
         m.age = age;
@@ -422,6 +473,7 @@ mod tests {
                 machine: "c1-etcd-m3".into(),
                 peer_url: "https://10.0.0.4:2380".into(),
                 via_url: "https://10.0.0.1:2379".into(),
+                record_turn: true,
             })
         );
         assert_eq!(step.reason().0, reason::ADDING_LEARNER);
@@ -554,10 +606,7 @@ mod tests {
         members_mut(&mut stranger)[2].machine = None;
         stranger.machines.remove(2);
         let step = plan(&stranger);
-        assert_eq!(wait_reason(&step), reason::WAITING_FOR_MEMBER_JOIN);
-        assert!(
-            wait_message(&step).contains("added as a learner once every member is a healthy voter of ours")
-        );
+        assert_eq!(wait_reason(&step), reason::UNKNOWN_MEMBERS, "{step:?}");
     }
 
     #[test]
@@ -608,27 +657,80 @@ mod tests {
     }
 
     #[test]
-    fn growing_one_to_five_every_join_is_a_learner_add_then_its_promotion() {
-        let mut w = World::new(running(1));
-        w.learner_joins = true;
-        w.o.replicas = 5;
+    fn growing_one_to_five_machines_boot_ahead_up_to_the_bound_and_join_one_at_a_time() {
+        // (parallelMachines, the creations and joins expected in order, when one order is the
+        // only one the bound allows)
+        let serial = ["create", "add-learner", "promote"].repeat(4);
+        let ahead = [["create"].repeat(4), ["add-learner", "promote"].repeat(4)].concat();
+        let cases: [(Option<i32>, Option<Vec<&str>>); 5] = [
+            (None, Some(ahead)),
+            (Some(4), None),
+            (Some(3), None),
+            (Some(2), None),
+            (Some(1), Some(serial)),
+        ];
+        for (bound, expected) in cases {
+            let mut o = running(1);
+            o.replicas = 5;
+            if let Some(n) = bound {
+                parallel_machines(&mut o, n);
+            }
+            let mut w = World::new(o);
+            let steps = w.run();
+            let joins: Vec<&str> = steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::Machines(MachineStep::CreateMachine { .. }) => Some("create"),
+                    Step::Membership(MembershipStep::AddLearner { .. }) => Some("add-learner"),
+                    Step::Membership(MembershipStep::PromoteLearner { .. }) => Some("promote"),
+                    _ => None,
+                })
+                .collect();
+            if let Some(expected) = expected {
+                assert_eq!(joins, expected, "{bound:?}: {steps:#?}");
+            }
+            // Joins one at a time: every learner added is promoted before the next is added.
+            let adds: Vec<&str> = joins.iter().copied().filter(|s| *s != "create").collect();
+            assert_eq!(adds, ["add-learner", "promote"].repeat(4), "{bound:?}");
+            assert_eq!(joins.iter().filter(|s| **s == "create").count(), 4, "{bound:?}");
+            assert_eq!(w.max_learners, 1, "{bound:?}");
+            let most = bound.map_or(4, |n| n as usize);
+            assert_eq!(w.max_unjoined, most, "{bound:?}: Machines not yet voters at once");
+            assert_eq!(w.max_machines, 5, "{bound:?}");
+            assert_eq!(w.o.voters().len(), 5);
+        }
+    }
+
+    #[test]
+    fn voter_joins_create_one_machine_at_a_time_whatever_the_bound() {
+        let mut o = running(1);
+        o.replicas = 5;
+        voter_joins(&mut o);
+        let mut w = World::new(o);
         let steps = w.run();
-        let joins: Vec<&str> = steps
-            .iter()
-            .filter_map(|s| match s {
-                Step::Machines(MachineStep::CreateMachine { .. }) => Some("create"),
-                Step::Membership(MembershipStep::AddLearner { .. }) => Some("add-learner"),
-                Step::Membership(MembershipStep::PromoteLearner { .. }) => Some("promote"),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(
-            joins,
-            ["create", "add-learner", "promote"].repeat(4),
+        assert!(
+            steps
+                .iter()
+                .all(|s| !matches!(s, Step::Membership(MembershipStep::AddLearner { .. }))),
             "{steps:#?}"
         );
-        assert_eq!(w.max_learners, 1);
-        assert_eq!(w.o.voters().len(), 5);
+        assert_eq!(
+            w.max_unjoined, 0,
+            "each voter joins at its creation in this world"
+        );
+        // A voter join in flight (created, not a member yet) holds the next creation back.
+        let mut o = running(3);
+        o.replicas = 5;
+        voter_joins(&mut o);
+        o.machines.push(machine("c1-etcd-m3", None, None));
+        let step = plan(&o);
+        assert_eq!(
+            wait_reason(&step),
+            reason::WAITING_FOR_MACHINE_ADDRESS,
+            "{step:?}"
+        );
+        o.machines[3].address = Some("10.0.0.4".into());
+        assert_eq!(wait_reason(&plan(&o)), reason::WAITING_FOR_MEMBER_JOIN);
     }
 
     #[test]

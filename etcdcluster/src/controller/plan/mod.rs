@@ -248,12 +248,17 @@ fn membership_changes(o: &Observation) -> Step {
         Err(refusal) => return refusal.into(),
     };
     let wanted = rollout::want(o);
-    // Rule 1: one change in flight, a join given up on past its deadline; a learner join
-    // finished by its promotion, or begun once the way is clear (rule 2).
+    let room = rollout::waiting_room(o);
+    // Rule 1: one change in flight, a join given up on past its deadline (or a Machine that
+    // failed before its turn); Machines waiting for their turn that are no longer needed; a
+    // learner join finished by its promotion, or resumed; Machines booted ahead of their turn
+    // (no membership change: they join one at a time).
     step(machines::deletion_in_flight(o))
         .or_else(|| step(machines::failed_join(o)))
+        .or_else(|| step(machines::surplus_waiting(o, room)))
         .or_else(|| step(membership::promote(o)))
         .or_else(|| step(membership::pre_add(o)))
+        .or_else(|| step(machines::create_ahead(o, &allowed, room)))
         .or_else(|| step(rules::pending_change(o)))
         .or_else(|| step(remediation::replace_corrupt(o)))
         .or_else(|| {
@@ -275,7 +280,9 @@ fn membership_changes(o: &Observation) -> Step {
 /// What the replica count and the rollout strategy want, once every gate is open.
 fn act(o: &Observation, allowed: &[String], wanted: Want<'_>) -> Step {
     match wanted {
-        Want::Add(purpose) => machines::create_machine(o, allowed, purpose).into(),
+        // A Machine waiting for its turn joins before any is created (rules 1 and 2 hold here).
+        Want::Add(purpose) => step(membership::next_turn(o))
+            .unwrap_or_else(|| machines::create_machine(o, allowed, purpose).into()),
         Want::Remove(candidates, purpose) => {
             // A remove-first rollout's removal is the first half of a replacement: not begun
             // unless the second half can be made.

@@ -59,10 +59,16 @@ fn overdue_stranger(o: &Observation) -> Option<&MemberView> {
 
 /// Machines whose member left etcd, and Machines whose member is dead, deleted once unhealthy
 /// for `unhealthyAfter`: one at a time, under rule 3, with backoff after a failed replacement.
-/// Nothing while an overdue stranger waits for its removal ([`remove_stranger`]).
+/// Nothing while an overdue stranger waits for its removal ([`remove_stranger`]). While Machines
+/// wait for their turn to join, whose user data may join through that member, not before the
+/// join deadline either, as a join in flight would hold it (docs/safety.md, "Boot ahead").
 pub fn replace_overdue(o: &Observation) -> Option<Decision<MachineStep>> {
     let policy = o.remediation;
-    let after = policy.unhealthy_after;
+    let after = if o.waiting_machines().next().is_some() {
+        policy.unhealthy_after.max(policy.join_deadline)
+    } else {
+        policy.unhealthy_after
+    };
     let overdue = |d: Duration| d > after;
     if overdue_stranger(o).is_some() || !policy.enabled {
         return None;
@@ -92,7 +98,7 @@ pub fn replace_overdue(o: &Observation) -> Option<Decision<MachineStep>> {
     }
     let retries = match &machine.replaces {
         Some(last) if machine.age < MIN_HEALTHY_PERIOD => {
-            let wait = remediation_backoff(after, last.retries);
+            let wait = remediation_backoff(policy.unhealthy_after, last.retries);
             if last.ago < wait {
                 return Some(Decision::Hold(Hold::refusal(
                     reason::REMEDIATION_BACKOFF,

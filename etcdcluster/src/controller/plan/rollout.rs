@@ -1,6 +1,7 @@
 //! Scale and rolling replacement (docs/safety.md, "Scale up and down", "Rolling
-//! replacement"): what the replica count and the rollout strategy want next, health aside. Which
-//! Machines are outdated is read into the observation (`observation::outdated`).
+//! replacement", "Boot ahead"): what the replica count and the rollout strategy want next, health
+//! aside, counting the Machines whose join began; and how many more may boot ahead of their
+//! turn. Which Machines are outdated is read into the observation (`observation::outdated`).
 
 use super::machines::{Growth, Removal};
 use crate::controller::observation::{MachineView, Observation, sorted_urls, voting_endpoints};
@@ -17,9 +18,11 @@ pub enum Want<'a> {
     Nothing,
 }
 
-/// Scale and rollout decisions (docs/safety.md, "Scale up and down", "Rolling replacement").
+/// Scale and rollout decisions (docs/safety.md, "Scale up and down", "Rolling replacement"),
+/// over the Machines whose join began: one waiting for its turn is not a member yet, and an
+/// add gives it its turn before any Machine is created.
 pub fn want(o: &Observation) -> Want<'_> {
-    let active: Vec<&MachineView> = o.active_machines().collect();
+    let active: Vec<&MachineView> = o.joined_machines().collect();
     let outdated: Vec<&MachineView> = active.iter().copied().filter(|m| m.outdated.is_some()).collect();
     let n = usize::try_from(o.replicas).unwrap_or(0);
     let (a, old) = (active.len(), outdated.len());
@@ -81,6 +84,29 @@ pub fn want(o: &Observation) -> Want<'_> {
     }
 }
 
+/// How many Machines may wait for their turn to join (docs/safety.md, "Boot ahead"): one for
+/// each member of the current spec still to add; during a rolling update the current step's
+/// and, with a KubeadmControlPlane (every new member added before any removal), the next one's,
+/// never past the Machines the strategy allows (removing first: N; adding first: N + 1; with a
+/// KubeadmControlPlane: 2N).
+pub fn waiting_room(o: &Observation) -> usize {
+    let joined: Vec<&MachineView> = o.joined_machines().collect();
+    let n = usize::try_from(o.replicas).unwrap_or(0);
+    let old = joined.iter().filter(|m| m.outdated.is_some()).count();
+    let needed = n.saturating_sub(joined.len() - old);
+    if old == 0 {
+        return needed;
+    }
+    let (ahead, most) = match (o.surge(), o.kcp_in_use()) {
+        (false, _) => (1, n),
+        (true, Some(_)) => (2, 2 * n),
+        // Removals interleave with joins: a Machine booted ahead could wait on a member the next
+        // removal takes away (its user data joins through one), so none boots ahead.
+        (true, None) => (1, n + 1),
+    };
+    needed.min(ahead).min(most.saturating_sub(joined.len()))
+}
+
 /// Client URLs of the members of up-to-date active Machines: the endpoints a rollout switches
 /// the control plane to.
 fn up_to_date_endpoints(o: &Observation) -> Vec<String> {
@@ -110,6 +136,8 @@ mod tests {
         let mut w = World::new(o);
         let steps = w.run();
         assert_eq!(w.max_members, 6, "surge to 2N");
+        assert_eq!(w.max_machines, 6, "Machines booted ahead stay within 2N");
+        assert_eq!(w.max_learners, 1);
         assert_eq!(w.kcp_writes.len(), 1, "one endpoint update: {:?}", w.kcp_writes);
         assert!(
             w.kcp_writes[0].iter().all(|e| !old.contains(e)),
@@ -139,22 +167,37 @@ mod tests {
 
     #[test]
     fn rollout_without_kcp_or_with_max_surge_zero_stays_within_its_bounds() {
-        // No KCP, maxSurge 1: never more than N+1.
+        // No KCP, maxSurge 1: never more than N+1 members nor Machines (nothing boots ahead:
+        // removals interleave with joins), with learner or voter joins.
         let mut o = zoned(3, false);
         outdate_all(&mut o);
         let mut w = World::new(o);
-        w.run();
+        let steps = w.run();
         assert_eq!(w.max_members, 4);
         assert_eq!(w.max_machines, 4);
+        assert_eq!(w.max_learners, 1);
         assert!(new_members_only(&w));
         assert_eq!(zone_counts(&w.o), vec![1, 1, 1]);
-        // maxSurge 0 without KCP: never more than N.
+        let adds = steps
+            .iter()
+            .filter(|s| matches!(s, Step::Membership(MembershipStep::AddLearner { .. })))
+            .count();
+        assert_eq!(adds, 3, "one learner per replaced member: {steps:#?}");
+        let mut o = zoned(3, false);
+        outdate_all(&mut o);
+        voter_joins(&mut o);
+        let mut w = World::new(o);
+        w.run();
+        assert_eq!((w.max_members, w.max_machines), (4, 4));
+        assert!(new_members_only(&w));
+        // maxSurge 0 without KCP: never more than N, Machines included.
         let mut o = zoned(3, false);
         o.max_surge = 0;
         outdate_all(&mut o);
         let mut w = World::new(o);
         w.run();
         assert_eq!(w.max_members, 3);
+        assert_eq!(w.max_machines, 3);
         assert!(new_members_only(&w));
         // maxSurge 0 with a KCP: never more than N, one control plane rollout per member.
         let mut o = zoned(3, true);

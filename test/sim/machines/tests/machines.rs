@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use etcdadm_bootstrap::render::{
-    CaFiles, EtcdadmCommand, LEARNER_JOIN_SCRIPT, RenderInput, ResolvedSecrets, render_user_data,
+    CaFiles, EtcdadmCommand, LEARNER_JOIN_SCRIPT, LearnerJoin, RenderInput, ResolvedSecrets, render_user_data,
 };
 use etcdadm_shared::api::config::EtcdadmConfigSpec;
 use etcdadm_shared::etcd::{EtcdTls, Member, MemberClient, Refusal};
@@ -522,7 +522,7 @@ fn learner_join_user_data(sim: &Sim, name: &str, url: &str) -> String {
         },
         command: EtcdadmCommand::Join {
             urls: &[url.to_string()],
-            learner: true,
+            learner: Some(LearnerJoin::default()),
         },
         secrets: &ResolvedSecrets::default(),
     })
