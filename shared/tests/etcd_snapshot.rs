@@ -63,6 +63,34 @@ async fn wait_healthy(member: &MemberClient) {
     panic!("{} never became healthy", member.endpoint());
 }
 
+/// A member restarting when the snapshot begins (as one does just after its join, to apply its
+/// environment file) is waited for, not reported unreachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_waits_out_a_member_restarting_as_it_begins() {
+    let ca = ca();
+    let mut cluster = TlsEtcdCluster::start(&ca, 1);
+    let tls = EtcdTls::issued_by(&ca, "snapshot-test", Duration::from_secs(600)).unwrap();
+    let member = MemberClient::new(&cluster.client_urls()[0], &tls, Duration::from_secs(5)).unwrap();
+    wait_healthy(&member).await;
+    let mut kv = member.etcd_client().await.unwrap();
+    kv.put("key/a", "value", None).await.unwrap();
+    let written = member.local_revision().await.unwrap();
+    let s3 = SeaweedFs::start().await;
+    let store = s3.create_bucket("etcd-backups").await;
+    let key = "default/c1-etcd/snap-restart.db";
+    let upload = store.create_multipart_upload(key).await.unwrap();
+
+    cluster.stop(0);
+    let snapshot = stream_to_store(&member, &store, key, &upload, IDLE);
+    let restart = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::task::block_in_place(|| cluster.restart(0));
+    };
+    let (stored, ()) = tokio::join!(snapshot, restart);
+    let stored = stored.unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+    assert_eq!(stored.revision, written);
+}
+
 #[tokio::test]
 async fn a_followers_snapshot_lands_in_s3_and_restores_every_key() {
     let ca = ca();

@@ -17,7 +17,7 @@
 
 mod checksum;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use tracing::warn;
@@ -119,6 +119,24 @@ pub async fn stream_to_store(
     }
 }
 
+/// How long a snapshot's first call waits out a member that does not answer: etcd restarting,
+/// as a member does once just after its join to apply its environment file (about a second).
+const FIRST_ANSWER_WAIT: Duration = Duration::from_secs(15);
+
+/// The member's revision, asked again every half second while it is unreachable, until
+/// [`FIRST_ANSWER_WAIT`] has passed.
+async fn first_revision(member: &MemberClient) -> Result<i64, EtcdError> {
+    let deadline = Instant::now() + FIRST_ANSWER_WAIT;
+    loop {
+        match member.local_revision().await {
+            Err(EtcdError::Unreachable { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            answer => return answer,
+        }
+    }
+}
+
 /// The verified database, the object's SHA-256, the revision and whether it is exact.
 type Filled = (Verified, [u8; 32], i64, bool);
 
@@ -127,7 +145,7 @@ async fn fill(
     writer: &mut MultipartWriter,
     idle: Duration,
 ) -> Result<Filled, SnapshotError> {
-    let before = member.local_revision().await?;
+    let before = first_revision(member).await?;
     let mut stream = member.snapshot(idle).await?;
     let mut trailer = ChecksumTrailer::default();
     let mut object = Sha256::new();
