@@ -202,8 +202,16 @@ pub async fn settled(client: &Client, cluster: &str, replicas: usize) -> Result<
         .collect();
     let (ready, ..) = condition(&etcd, "Ready");
     let (_, _, ready_message) = condition(&etcd, "Ready");
+    // Each Machine's user data ran to its end: a member whose etcd.env got lines after its join
+    // restarts etcd once before the bootstrap succeeds, and a read of every member must not meet
+    // that restart.
+    let booting: Vec<String> = machines
+        .iter()
+        .filter(|m| m.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Running"))
+        .map(|m| m.name_any())
+        .collect();
     let state = format!(
-        "ready={} generation={:?}/{:?} updated={:?} members={:?} machines={:?} Ready: {ready_message}",
+        "ready={} generation={:?}/{:?} updated={:?} members={:?} machines={:?} bootstrap not done={booting:?} Ready: {ready_message}",
         status.ready,
         status.observed_generation,
         etcd.metadata.generation,
@@ -226,6 +234,7 @@ pub async fn settled(client: &Client, cluster: &str, replicas: usize) -> Result<
         && member_names.len() == replicas
         && machines.len() == replicas
         && machines.iter().all(|m| !m.is_deleting())
+        && booting.is_empty()
         && condition(&etcd, "MachinesSpecUpToDate").0 == "True";
     if !done {
         return Err(state);
