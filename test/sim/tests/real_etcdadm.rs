@@ -335,24 +335,10 @@ async fn a_cluster_restored_from_a_snapshot_in_seaweedfs_has_every_key_at_raised
     );
     let url = status.members[0].client_url.as_deref().unwrap();
     let member = MemberClient::new(url, &tls, Duration::from_secs(5)).unwrap();
-    let mut kv = member.etcd_client().await.unwrap();
-    let options = etcd_client::WatchOptions::new()
-        .with_prefix()
-        .with_start_revision(old_last);
-    let mut stream = kv.watch("app/", Some(options)).await.unwrap();
-    let answer = loop {
-        let answer = stream
-            .message()
-            .await
-            .unwrap()
-            .expect("the watch ended unanswered");
-        if answer.compact_revision() > 0 || answer.canceled() {
-            break answer;
-        }
-    };
+    let compacted = compact_revision_seen_from(&member, "app/", old_last).await;
     assert!(
-        answer.compact_revision() > old_last,
-        "a watch from {old_last} answered {answer:?}"
+        compacted > old_last,
+        "a watch from {old_last} was told the history is compacted up to {compacted}"
     );
     // One member restored with `etcdadm init --snapshot`, the others joined: their logs say so.
     let runtime = plane.built_in.as_ref().unwrap();

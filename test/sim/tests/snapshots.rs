@@ -234,27 +234,9 @@ async fn revisions_after_restore(
                 ("True", "RevisionsBumped"),
                 "{message}"
             );
-            let mut kv = member.etcd_client().await.unwrap();
-            let mut stream = kv
-                .watch(
-                    "app/",
-                    Some(
-                        etcd_client::WatchOptions::new()
-                            .with_prefix()
-                            .with_start_revision(old_last),
-                    ),
-                )
-                .await
-                .unwrap();
-            let mut compacted = false;
-            while let Some(answer) = stream.message().await.unwrap() {
-                if answer.compact_revision() > 0 || answer.canceled() {
-                    compacted = answer.compact_revision() >= old_last;
-                    break;
-                }
-            }
+            let compacted = compact_revision_seen_from(&member, "app/", old_last).await;
             assert!(
-                compacted,
+                compacted >= old_last,
                 "a watch from revision {old_last} was not told it is compacted"
             );
         }

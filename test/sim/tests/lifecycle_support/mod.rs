@@ -944,3 +944,24 @@ pub async fn write_keys(
     let written = member.local_revision().await.unwrap();
     (member, written)
 }
+
+/// What a watch of `prefix` from `revision`, opened on `member`, is told about compaction: the
+/// compact revision of its first answer that names one or cancels the watch (0 if it was
+/// cancelled for another reason). Panics if the watch ends unanswered.
+pub async fn compact_revision_seen_from(member: &MemberClient, prefix: &str, revision: i64) -> i64 {
+    let mut kv = member.etcd_client().await.unwrap();
+    let options = etcd_client::WatchOptions::new()
+        .with_prefix()
+        .with_start_revision(revision);
+    let mut stream = kv.watch(prefix, Some(options)).await.unwrap();
+    loop {
+        let answer = stream
+            .message()
+            .await
+            .unwrap()
+            .expect("the watch ended unanswered");
+        if answer.compact_revision() > 0 || answer.canceled() {
+            return answer.compact_revision();
+        }
+    }
+}
