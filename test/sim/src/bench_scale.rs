@@ -557,7 +557,7 @@ async fn seed_cluster(
         let machine = machines.create(&Default::default(), &machine).await?;
         let status = json!({"status": {
             "addresses": [{"type": "InternalIP", "address": ip.to_string()}],
-            "phase": "Running",
+            "phase": "Provisioned",
             "initialization": {"bootstrapDataSecretCreated": true, "infrastructureProvisioned": true},
         }});
         machines

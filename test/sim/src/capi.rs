@@ -1,93 +1,32 @@
-//! The CAPI stand-in: the parts of CAPI's Machine and Cluster controllers and of an
-//! infrastructure provider (`SimCluster`, `SimMachine`) that etcd flows need, v1beta2 contract.
+//! The CAPI stand-in: the parts of CAPI's Cluster and Machine controllers that etcd flows need,
+//! v1beta2 contract, in front of the sim's infrastructure provider ([`crate::infra`]). What it
+//! does is what real Cluster API v1.13 was seen to do (docs/capi.md, "Where the stand-ins
+//! differed"): a Machine without a Node stays `Provisioned`, the infrastructure machine is
+//! deleted (and gone) before the bootstrap config, pre-terminate hooks hold the deletion.
 //!
 //! It polls instead of watching: it is test infrastructure, and a poll loop restarts cleanly.
 
-use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
-
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
-use tracing::{info, warn};
+use tracing::warn;
 
 use etcdadm_shared::api::EtcdadmConfig;
 use etcdadm_shared::api::capi::{Cluster, Machine};
 use etcdadm_shared::names;
-use etcdadm_sim_machines::{MachineRuntime, MachineSpec, MachineState};
 
-use crate::boot_delay::{BootDelay, Draws};
+use crate::infra::is_subset;
+pub use crate::infra::{sim_cluster_resource, sim_machine_resource, sim_machine_template_resource};
 
 /// CAPI's Machine finalizer.
 pub const MACHINE_FINALIZER: &str = "machine.cluster.x-k8s.io";
 const MANAGER: &str = "capi-standin";
-const TICK: Duration = Duration::from_millis(250);
+const TICK: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// The infrastructure kinds of the sim.
-pub fn sim_machine_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "infrastructure.cluster.x-k8s.io",
-        "v1beta2",
-        "SimMachine",
-    ))
-}
-
-pub fn sim_machine_template_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "infrastructure.cluster.x-k8s.io",
-        "v1beta2",
-        "SimMachineTemplate",
-    ))
-}
-
-pub fn sim_cluster_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "infrastructure.cluster.x-k8s.io",
-        "v1beta2",
-        "SimCluster",
-    ))
-}
-
-/// Where machines live and how they boot.
+/// CAPI's Cluster and Machine controllers, as far as etcd Machines meet them.
 pub struct CapiStandIn {
     pub client: Client,
     pub namespace: String,
-    pub runtime: Arc<dyn MachineRuntime>,
-    /// Machine root directories are created under here.
-    pub work_dir: PathBuf,
-    /// Machine IPs are `<ip_prefix>.N` for N in 2..=254.
-    pub ip_prefix: [u8; 3],
-    /// Validity of the member certificates of machines booted from now on (`None`: etcdadm's
-    /// 365 days); see [`crate::plane::Plane::set_member_certificate_validity`].
-    pub member_certificate_validity: Arc<Mutex<Option<Duration>>>,
-    /// Whether machines booted from now on route through a second interface while reporting
-    /// the first one's address; see [`crate::plane::Plane::set_default_route_on_second_interface`].
-    pub default_route_on_second_interface: Arc<AtomicBool>,
-    /// How long a Machine takes to boot once its bootstrap data exists.
-    pub boot_delay: BootDelay,
-    /// When each Machine waiting to boot is due, and the delays still to draw.
-    pub booting: Mutex<Booting>,
-}
-
-/// Machines whose bootstrap data exists and that have not booted yet.
-#[derive(Debug)]
-pub struct Booting {
-    due: BTreeMap<String, Instant>,
-    draws: Draws,
-}
-
-impl Booting {
-    pub fn new(delay: BootDelay) -> Booting {
-        Booting {
-            due: BTreeMap::new(),
-            draws: delay.draws(),
-        }
-    }
 }
 
 impl CapiStandIn {
@@ -123,30 +62,43 @@ impl CapiStandIn {
         }
     }
 
-    /// Infrastructure ready and failure domains copied from the SimCluster (none: ready at once).
+    /// The Cluster controller: own the SimCluster, copy its provisioning and failure domains.
     async fn reconcile_cluster(&self, cluster: &Cluster) -> Result<(), kube::Error> {
+        if cluster.spec.paused.unwrap_or(false) {
+            return Ok(());
+        }
         let mut failure_domains = vec![];
+        let mut provisioned = cluster.spec.infrastructure_ref.is_none();
         if let Some(infra) = &cluster.spec.infrastructure_ref {
             let api: Api<DynamicObject> =
                 Api::namespaced_with(self.client.clone(), &self.namespace, &sim_cluster_resource());
             let Some(sim) = api.get_opt(&infra.name).await? else {
                 return Ok(());
             };
-            if let Some(domains) = sim.data.pointer("/spec/failureDomains").and_then(Value::as_array) {
-                failure_domains = domains
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(|d| json!({"name": d, "controlPlane": true}))
-                    .collect();
+            if let Some(owner) = cluster.controller_owner_ref(&()) {
+                let owner = serde_json::to_value(owner).unwrap_or_default();
+                ensure_owner(&api, &sim, &owner).await?;
             }
-            if sim.data.pointer("/status/initialization/provisioned") != Some(&json!(true)) {
-                let patch = json!({"status": {"initialization": {"provisioned": true}}});
-                api.patch_status(&infra.name, &Self::params(), &Patch::Merge(&patch))
+            if let Some(domains) = sim
+                .data
+                .pointer("/status/failureDomains")
+                .and_then(Value::as_array)
+            {
+                failure_domains = domains.clone();
+            }
+            provisioned = sim.data.pointer("/status/initialization/provisioned") == Some(&json!(true));
+            if let Some(endpoint) = sim.data.pointer("/spec/controlPlaneEndpoint")
+                && !cluster.spec.rest.contains_key("controlPlaneEndpoint")
+            {
+                let patch = json!({"spec": {"controlPlaneEndpoint": endpoint}});
+                Api::<Cluster>::namespaced(self.client.clone(), &self.namespace)
+                    .patch(&cluster.name_any(), &Self::params(), &Patch::Merge(&patch))
                     .await?;
             }
         }
-        if cluster.infrastructure_ready()
-            && cluster.status.as_ref().map(|s| s.failure_domains.len()) == Some(failure_domains.len())
+        if !provisioned
+            || (cluster.infrastructure_ready()
+                && cluster.status.as_ref().map(|s| s.failure_domains.len()) == Some(failure_domains.len()))
         {
             return Ok(());
         }
@@ -184,7 +136,7 @@ impl CapiStandIn {
             let configs: Api<EtcdadmConfig> = Api::namespaced(self.client.clone(), &self.namespace);
             if let Some(config) = configs.get_opt(&config_ref.name).await? {
                 if let Some(owner) = &owner {
-                    self.ensure_owner(&configs, &config, owner).await?;
+                    ensure_config_owner(&configs, &config, owner).await?;
                 }
                 if data_secret.is_none()
                     && let Some(secret) = config.status.as_ref().and_then(|s| s.data_secret_name.clone())
@@ -198,65 +150,49 @@ impl CapiStandIn {
             }
         }
 
-        // Infrastructure: own the SimMachine; boot it once bootstrap data exists.
+        // Infrastructure: the Machine controls its SimMachine; the provider boots it.
         let infra_name = machine.spec.infrastructure_ref.name.clone();
         let Some(sim) = sims.get_opt(&infra_name).await? else {
             return Ok(());
         };
-        if let Some(owner) = &owner
-            && !sim
-                .owner_references()
-                .iter()
-                .any(|r| r.kind == "Machine" && r.name == name)
+        let machine_ref = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": name,
+            "uid": machine.uid().unwrap_or_default(), "controller": true, "blockOwnerDeletion": true,
+        });
+        ensure_owner(&sims, &sim, &machine_ref).await?;
+        let provisioned = sim.data.pointer("/status/initialization/provisioned") == Some(&json!(true));
+        let provider_id = sim.data.pointer("/spec/providerID").and_then(Value::as_str);
+        if provisioned
+            && let Some(id) = provider_id
+            && machine.spec.rest.get("providerID").and_then(Value::as_str) != Some(id)
         {
-            let mut owners: Vec<Value> = sim
-                .owner_references()
-                .iter()
-                .filter_map(|r| serde_json::to_value(r).ok())
-                .collect();
-            owners.push(owner.clone());
-            sims.patch(
-                &infra_name,
-                &Self::params(),
-                &Patch::Merge(&json!({"metadata": {"ownerReferences": owners}})),
-            )
-            .await?;
-        }
-        let mut address = sim
-            .data
-            .pointer("/status/addresses/0/address")
-            .and_then(Value::as_str)
-            .map(String::from);
-        if address.is_none()
-            && let Some(secret_name) = &data_secret
-            && self.boot_due(&name)
-        {
-            address = self.boot(&name, &infra_name, secret_name, &sims).await?;
+            machines
+                .patch(
+                    &name,
+                    &Self::params(),
+                    &Patch::Merge(&json!({"spec": {"providerID": id}})),
+                )
+                .await?;
         }
 
-        // Machine status, as CAPI's Machine controller reports it.
-        let state = self.runtime.state(&name);
-        let phase = match (&address, &state) {
-            (None, _) if data_secret.is_none() => "Pending",
-            (None, _) => "Provisioning",
-            (
-                Some(_),
-                MachineState::Running {
-                    bootstrap_succeeded: true,
-                },
-            ) => "Running",
-            (Some(_), MachineState::Failed { .. }) => "Failed",
-            (Some(_), _) => "Provisioned",
+        // Machine status, as CAPI's Machine controller reports it: without a Node a Machine
+        // stays Provisioned; a terminal failure of its infrastructure makes it Failed.
+        let failure = sim.data.pointer("/status/failureReason").and_then(Value::as_str);
+        let phase = match (provisioned, failure) {
+            (_, Some(_)) => "Failed",
+            (false, _) if data_secret.is_none() => "Pending",
+            (false, _) => "Provisioning",
+            (true, None) => "Provisioned",
         };
         let mut status = json!({
             "phase": phase,
             "initialization": {
                 "bootstrapDataSecretCreated": data_secret.is_some(),
-                "infrastructureProvisioned": address.is_some(),
+                "infrastructureProvisioned": provisioned,
             },
         });
-        if let Some(address) = &address {
-            status["addresses"] = json!([{"type": "InternalIP", "address": address}]);
+        if provisioned && let Some(addresses) = sim.data.pointer("/status/addresses") {
+            status["addresses"] = addresses.clone();
         }
         let current = machine
             .status
@@ -271,153 +207,29 @@ impl CapiStandIn {
         Ok(())
     }
 
-    async fn ensure_owner(
-        &self,
-        configs: &Api<EtcdadmConfig>,
-        config: &EtcdadmConfig,
-        owner: &Value,
-    ) -> Result<(), kube::Error> {
-        let owner_uid = owner.get("uid").and_then(Value::as_str).unwrap_or_default();
-        if config.owner_references().iter().any(|r| r.uid == owner_uid) {
-            return Ok(());
-        }
-        let has_controller = config
-            .owner_references()
-            .iter()
-            .any(|r| r.controller == Some(true));
-        let mut new_owner = owner.clone();
-        if has_controller {
-            new_owner["controller"] = json!(false);
-        }
-        let mut owners: Vec<Value> = config
-            .owner_references()
-            .iter()
-            .filter_map(|r| serde_json::to_value(r).ok())
-            .collect();
-        owners.push(new_owner);
-        let patch = json!({"metadata": {"ownerReferences": owners}});
-        configs
-            .patch(&config.name_any(), &Self::params(), &Patch::Merge(&patch))
-            .await?;
-        Ok(())
-    }
-
-    /// Whether Machine `name`, whose bootstrap data exists, has finished booting: its delay is
-    /// drawn when it is first asked about.
-    fn boot_due(&self, name: &str) -> bool {
-        if self.boot_delay == BootDelay::None {
-            return true;
-        }
-        let mut booting = self.booting.lock().unwrap_or_else(PoisonError::into_inner);
-        let Booting { due, draws } = &mut *booting;
-        let at = *due.entry(name.to_string()).or_insert_with(|| {
-            let delay = draws.next_delay();
-            info!(machine = name, delay = ?delay, "machine booting");
-            Instant::now() + delay
-        });
-        Instant::now() >= at
-    }
-
-    /// Allocate an address, hand the user data to the runtime, report the SimMachine provisioned.
-    async fn boot(
-        &self,
-        machine: &str,
-        infra: &str,
-        secret_name: &str,
-        sims: &Api<DynamicObject>,
-    ) -> Result<Option<String>, kube::Error> {
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
-        let Some(secret) = secrets.get_opt(secret_name).await? else {
-            return Ok(None);
-        };
-        let Some(user_data) = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(names::DATA_SECRET_VALUE_KEY))
-            .and_then(|v| String::from_utf8(v.0.clone()).ok())
-        else {
-            warn!(
-                machine,
-                secret = secret_name,
-                "bootstrap data Secret has no value"
-            );
-            return Ok(None);
-        };
-        let taken: Vec<String> = sims
-            .list(&Default::default())
-            .await?
-            .items
-            .iter()
-            .filter_map(|s| {
-                s.data
-                    .pointer("/status/addresses/0/address")
-                    .and_then(Value::as_str)
-                    .map(String::from)
-            })
-            .collect();
-        let Some(ip) = self.free_ip(&taken) else {
-            warn!(machine, "no free machine address left");
-            return Ok(None);
-        };
-        let spec = MachineSpec {
-            name: machine.to_string(),
-            ip,
-            root: self.work_dir.join("machines").join(machine),
-            user_data,
-            member_certificate_validity: *self
-                .member_certificate_validity
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-            default_route_on_second_interface: self.default_route_on_second_interface.load(Ordering::Relaxed),
-        };
-        if let Err(e) = self.runtime.boot(&spec) {
-            warn!(machine, error = %e, "boot failed");
-            return Ok(None);
-        }
-        info!(machine, %ip, "machine booted");
-        let patch = json!({"status": {"initialization": {"provisioned": true},
-                                      "addresses": [{"type": "InternalIP", "address": ip.to_string()}]}});
-        sims.patch_status(infra, &Self::params(), &Patch::Merge(&patch))
-            .await?;
-        Ok(Some(ip.to_string()))
-    }
-
-    fn free_ip(&self, taken: &[String]) -> Option<IpAddr> {
-        let [a, b, c] = self.ip_prefix;
-        (2..=254u8)
-            .map(|n| IpAddr::V4(Ipv4Addr::new(a, b, c, n)))
-            .find(|ip| !taken.contains(&ip.to_string()) && self.runtime.address_free(*ip))
-    }
-
-    /// Deletion as CAPI does it: wait for pre-terminate hooks, then power off and release.
+    /// Deletion as CAPI does it: wait for pre-terminate hooks, delete the infrastructure
+    /// machine and wait until it is gone (its provider powers it off), then the bootstrap
+    /// config, then let the Machine go.
     async fn delete_machine(
         &self,
         machine: &Machine,
         machines: &Api<Machine>,
         sims: &Api<DynamicObject>,
     ) -> Result<(), kube::Error> {
-        let hooks: Vec<&String> = machine
+        let hooks = machine
             .annotations()
             .keys()
-            .filter(|k| k.starts_with(names::PRE_TERMINATE_HOOK_PREFIX))
-            .collect();
-        if !hooks.is_empty() {
+            .any(|k| k.starts_with(names::PRE_TERMINATE_HOOK_PREFIX));
+        if hooks {
             return Ok(());
         }
         let name = machine.name_any();
-        self.booting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .due
-            .remove(&name);
-        if let Err(e) = self.runtime.stop(&name) {
-            warn!(machine = %name, error = %e, "stopping machine failed");
-        }
-        // Like CAPI's Machine controller: the infrastructure machine and the bootstrap config
-        // are deleted with the Machine (other owners may keep them from being collected).
         let infra = &machine.spec.infrastructure_ref.name;
-        if sims.get_opt(infra).await?.is_some() {
-            sims.delete(infra, &Default::default()).await?;
+        if let Some(sim) = sims.get_opt(infra).await? {
+            if sim.metadata.deletion_timestamp.is_none() {
+                sims.delete(infra, &Default::default()).await?;
+            }
+            return Ok(());
         }
         if let Some(config_ref) = &machine.spec.bootstrap.config_ref {
             let configs: Api<EtcdadmConfig> = Api::namespaced(self.client.clone(), &self.namespace);
@@ -443,12 +255,68 @@ impl CapiStandIn {
     }
 }
 
-/// Whether every field of `wanted` is present with the same value in `current`.
-fn is_subset(wanted: &Value, current: &Value) -> bool {
-    match (wanted, current) {
-        (Value::Object(w), Value::Object(c)) => {
-            w.iter().all(|(k, v)| c.get(k).is_some_and(|cv| is_subset(v, cv)))
-        }
-        _ => wanted == current,
+/// Make `owner` an owner of `object` (the controller when `owner` says so).
+async fn ensure_owner(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    owner: &Value,
+) -> Result<(), kube::Error> {
+    let owner_uid = owner.get("uid").and_then(Value::as_str).unwrap_or_default();
+    if object.owner_references().iter().any(|r| r.uid == owner_uid) {
+        return Ok(());
     }
+    let mut owners: Vec<Value> = object
+        .owner_references()
+        .iter()
+        .filter_map(|r| serde_json::to_value(r).ok())
+        .collect();
+    owners.push(owner.clone());
+    api.patch(
+        &object.name_any(),
+        &PatchParams {
+            field_manager: Some(MANAGER.into()),
+            ..Default::default()
+        },
+        &Patch::Merge(&json!({"metadata": {"ownerReferences": owners}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The Machine as an owner of its bootstrap config: the controller unless another is.
+async fn ensure_config_owner(
+    configs: &Api<EtcdadmConfig>,
+    config: &EtcdadmConfig,
+    owner: &Value,
+) -> Result<(), kube::Error> {
+    let owner_uid = owner.get("uid").and_then(Value::as_str).unwrap_or_default();
+    if config.owner_references().iter().any(|r| r.uid == owner_uid) {
+        return Ok(());
+    }
+    let has_controller = config
+        .owner_references()
+        .iter()
+        .any(|r| r.controller == Some(true));
+    let mut new_owner = owner.clone();
+    if has_controller {
+        new_owner["controller"] = json!(false);
+    }
+    let mut owners: Vec<Value> = config
+        .owner_references()
+        .iter()
+        .filter_map(|r| serde_json::to_value(r).ok())
+        .collect();
+    owners.push(new_owner);
+    let patch = json!({"metadata": {"ownerReferences": owners}});
+    configs
+        .patch(
+            &config.name_any(),
+            &PatchParams {
+                field_manager: Some(MANAGER.into()),
+                ..Default::default()
+            },
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
 }

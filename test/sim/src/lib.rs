@@ -12,10 +12,13 @@ pub mod demo;
 pub mod error;
 pub mod fake_etcd;
 pub mod history;
+pub mod infra;
 pub mod kcp;
 pub mod manifests;
+pub mod netns;
 pub mod plane;
 pub mod real_apiserver;
+pub mod real_capi;
 
 use std::path::PathBuf;
 

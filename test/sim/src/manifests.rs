@@ -69,18 +69,24 @@ pub async fn create_managed_cluster(
     Api::<Cluster>::namespaced(client.clone(), ns)
         .create(&pp, &cluster_obj)
         .await?;
+    let templates: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &sim_machine_template_resource());
+    let template_name = format!("{name}-etcd");
+    let mut template_names = vec![template_name.clone()];
+    if cluster.with_kcp {
+        template_names.push(kcp_name.clone());
+    }
+    for template_name in &template_names {
+        let template: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "SimMachineTemplate",
+            "metadata": {"name": template_name, "namespace": ns},
+            "spec": {"template": {"spec": {}}},
+        }))?;
+        templates.create(&pp, &template).await?;
+    }
     if cluster.with_kcp {
         create_kcp(client, ns, name, &kcp_name).await?;
     }
-    let template_name = format!("{name}-etcd");
-    let templates: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns, &sim_machine_template_resource());
-    let template: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "SimMachineTemplate",
-        "metadata": {"name": template_name, "namespace": ns},
-        "spec": {"template": {"spec": {}}},
-    }))?;
-    templates.create(&pp, &template).await?;
     let mut spec = json!({
         "replicas": cluster.replicas,
         "infrastructureTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
@@ -105,15 +111,19 @@ pub async fn create_managed_cluster(
     Ok(())
 }
 
-/// The KubeadmControlPlane `kcp_name` of cluster `name`: 3 replicas, external etcd with a
-/// placeholder endpoint (the EtcdadmCluster writes the real ones).
+/// The KubeadmControlPlane `kcp_name` of cluster `name`: 3 replicas on the SimMachineTemplate
+/// of the same name, external etcd with a placeholder endpoint (the EtcdadmCluster writes the
+/// real ones) and the files kubeadm reads its certificates from.
 async fn create_kcp(client: &Client, ns: &str, name: &str, kcp_name: &str) -> Result<(), SimError> {
     let pp = PostParams::default();
     let label = json!({names::CLUSTER_NAME_LABEL: name});
     let kcp: KubeadmControlPlane = serde_json::from_value(json!({
         "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane",
         "metadata": {"name": kcp_name, "namespace": ns, "labels": label},
-        "spec": {"replicas": 3, "version": "v1.33.0", "kubeadmConfigSpec": {"clusterConfiguration": {"etcd": {"external": {
+        "spec": {"replicas": 3, "version": "v1.33.0",
+            "machineTemplate": {"spec": {"infrastructureRef": {
+                "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "SimMachineTemplate", "name": kcp_name}}},
+            "kubeadmConfigSpec": {"clusterConfiguration": {"etcd": {"external": {
             "endpoints": ["https://placeholder.invalid:2379"],
             "caFile": "/etc/kubernetes/pki/etcd/ca.crt",
             "certFile": "/etc/kubernetes/pki/apiserver-etcd-client.crt",

@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,8 +17,9 @@ use etcdadm_sim_machines::network::Lab;
 use etcdadm_sim_machines::{BuiltInRuntime, ExternalRuntime, MachineRuntime};
 
 use crate::boot_delay::BootDelay;
-use crate::capi::{Booting, CapiStandIn};
+use crate::capi::CapiStandIn;
 use crate::error::SimError;
+use crate::infra::{BootSettings, Booting, SimInfra};
 use crate::kcp::{KcpRecord, KcpStandIn};
 
 /// Namespace the demo and the benches use; scenarios choose their own.
@@ -69,6 +69,19 @@ pub struct PlaneOptions {
     /// How long each Machine takes to boot (get its address and run its user data) once its
     /// bootstrap data exists.
     pub boot_delay: BootDelay,
+    /// Who plays Cluster API: the stand-ins of this crate, or the real controllers, which the
+    /// caller runs (see [`crate::real_capi`]); the sim's infrastructure provider runs either way.
+    pub capi: Capi,
+}
+
+/// Who plays Cluster API's controllers for a plane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Capi {
+    /// [`CapiStandIn`] and [`KcpStandIn`] run in the plane.
+    #[default]
+    StandIn,
+    /// The real CAPI, KubeadmControlPlane and kubeadm bootstrap managers run beside the plane.
+    Real,
 }
 
 impl Default for PlaneOptions {
@@ -87,6 +100,7 @@ impl Default for PlaneOptions {
             controller_env: vec![],
             image_tools: vec![],
             boot_delay: BootDelay::None,
+            capi: Capi::StandIn,
         }
     }
 }
@@ -109,8 +123,7 @@ pub struct Plane {
     pub built_in: Option<Arc<BuiltInRuntime>>,
     pub kcp_record: Arc<Mutex<KcpRecord>>,
     pub namespace: String,
-    member_certificate_validity: Arc<Mutex<Option<Duration>>>,
-    default_route_on_second_interface: Arc<AtomicBool>,
+    settings: BootSettings,
     controller_kubeconfigs: std::collections::BTreeMap<&'static str, PathBuf>,
     controller_args: Vec<String>,
     controller_env: Vec<(String, String)>,
@@ -228,22 +241,28 @@ impl Plane {
             (None, Some(built_in)) => built_in.clone(),
             (None, None) => return Err(SimError::Setup("no machine runtime".into())),
         };
-        let member_certificate_validity = Arc::new(Mutex::new(None));
-        let default_route_on_second_interface = Arc::new(AtomicBool::new(false));
-        let capi = CapiStandIn {
+        let settings = BootSettings::default();
+        let infra = SimInfra {
             client: client.clone(),
             namespace: options.namespace.clone(),
             runtime: runtime.clone(),
             work_dir: work_dir.clone(),
             ip_prefix,
-            member_certificate_validity: member_certificate_validity.clone(),
-            default_route_on_second_interface: default_route_on_second_interface.clone(),
+            settings: settings.clone(),
             boot_delay: options.boot_delay,
             booting: Mutex::new(Booting::new(options.boot_delay)),
         };
+        let mut tasks = vec![tokio::spawn(infra.run())];
         let kcp = KcpStandIn::new(client.clone(), &options.namespace, options.kcp_rollout_step);
         let kcp_record = kcp.record.clone();
-        let tasks = vec![tokio::spawn(capi.run()), tokio::spawn(kcp.run())];
+        if options.capi == Capi::StandIn {
+            let capi = CapiStandIn {
+                client: client.clone(),
+                namespace: options.namespace.clone(),
+            };
+            tasks.push(tokio::spawn(capi.run()));
+            tasks.push(tokio::spawn(kcp.run()));
+        }
         Ok(Plane {
             server,
             served,
@@ -255,8 +274,7 @@ impl Plane {
             built_in,
             kcp_record,
             namespace: options.namespace.clone(),
-            member_certificate_validity,
-            default_route_on_second_interface,
+            settings,
             controller_kubeconfigs: options.controller_kubeconfigs.clone(),
             controller_args: options.controller_args.clone(),
             controller_env: options.controller_env.clone(),
@@ -272,6 +290,7 @@ impl Plane {
     /// replacements with fresh ones.
     pub fn set_member_certificate_validity(&self, validity: Option<Duration>) {
         *self
+            .settings
             .member_certificate_validity
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = validity;
@@ -280,7 +299,8 @@ impl Plane {
     /// Machines booted from now on have a second interface holding their default route, while
     /// the Machine reports the first interface's address (real-etcdadm machines only).
     pub fn set_default_route_on_second_interface(&self, enabled: bool) {
-        self.default_route_on_second_interface
+        self.settings
+            .default_route_on_second_interface
             .store(enabled, std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -483,7 +503,7 @@ pub fn spawn_controller_with_ports(
 }
 
 /// A plain HTTP GET on loopback: status code and body.
-pub(crate) async fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), SimError> {
+pub async fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), SimError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let failed = |e: std::io::Error| SimError::Setup(format!("GET http://{addr}{path}: {e}"));
     let mut stream = tokio::net::TcpStream::connect(addr).await.map_err(failed)?;

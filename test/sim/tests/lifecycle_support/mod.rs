@@ -205,11 +205,10 @@ pub async fn settled(client: &Client, cluster: &str, replicas: usize) -> Result<
     // Each Machine's user data ran to its end: a member whose etcd.env got lines after its join
     // restarts etcd once before the bootstrap succeeds, and a read of every member must not meet
     // that restart.
-    let booting: Vec<String> = machines
-        .iter()
-        .filter(|m| m.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Running"))
-        .map(|m| m.name_any())
-        .collect();
+    let names: Vec<String> = machines.iter().map(|m| m.name_any()).collect();
+    let booting = etcdadm_sim::infra::bootstrap_not_done(client, client.default_namespace(), &names)
+        .await
+        .map_err(|e| e.to_string())?;
     let state = format!(
         "ready={} generation={:?}/{:?} updated={:?} members={:?} machines={:?} bootstrap not done={booting:?} Ready: {ready_message}",
         status.ready,

@@ -1,0 +1,550 @@
+//! The sim's infrastructure provider: `SimCluster`, `SimMachine` and `SimMachineTemplate` under
+//! Cluster API's v1beta2 infrastructure contract, booting process machines from the bootstrap
+//! data Secret their Machine names. It is the same provider under both the CAPI stand-in and the
+//! real Cluster API controllers, so the two tiers differ only in who plays CAPI.
+//!
+//! Contract, as it does it (docs/capi.md, "The sim's infrastructure provider"):
+//! - it acts on an object only once CAPI has made it an owner reference (the Cluster for a
+//!   SimCluster, the Machine for a SimMachine), and never while the Cluster or the object is
+//!   paused;
+//! - a SimCluster reports `status.initialization.provisioned` and its `spec.failureDomains` as
+//!   `status.failureDomains` (every one usable by control plane Machines), and has a
+//!   `spec.controlPlaneEndpoint` (`<prefix>.1:6443` unless given), which CAPI copies to the
+//!   Cluster;
+//! - a SimMachine boots once its Machine has `spec.bootstrap.dataSecretName`, then reports
+//!   `spec.providerID`, `status.addresses` and `status.initialization.provisioned`, and, as
+//!   CAPD does, whether its user data ran (condition `BootstrapExecSucceeded`); a machine that
+//!   could not boot is reported as a terminal failure (`status.failureReason`/`failureMessage`);
+//! - each object carries the provider's finalizer; a SimMachine being deleted is powered off
+//!   before the finalizer goes.
+//!
+//! Machines whose bootstrap config is not an EtcdadmConfig (a KubeadmControlPlane's) are
+//! control plane hosts: they get an address and are reported provisioned, without running
+//! their user data (there is no kubelet here).
+//!
+//! It polls instead of watching: it is test infrastructure, and a poll loop restarts cleanly.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tracing::{info, warn};
+
+use etcdadm_shared::api::capi::{Cluster, Machine};
+use etcdadm_shared::names;
+use etcdadm_sim_machines::{MachineRuntime, MachineSpec, MachineState};
+
+use crate::boot_delay::{BootDelay, Draws};
+
+/// The API group of the sim's infrastructure kinds.
+pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
+/// The version they are served at, which is also the CAPI contract they implement.
+pub const VERSION: &str = "v1beta2";
+/// The provider's finalizer on SimClusters and SimMachines.
+pub const FINALIZER: &str = "sim.infrastructure.cluster.x-k8s.io";
+/// The condition saying whether a SimMachine's user data ran to its end (CAPD's name for it).
+pub const BOOTSTRAP_EXEC_SUCCEEDED: &str = "BootstrapExecSucceeded";
+/// `spec.providerID` of the SimMachine of Machine `name`.
+pub fn provider_id(name: &str) -> String {
+    format!("sim:///{name}")
+}
+
+const MANAGER: &str = "sim-infrastructure";
+const TICK: Duration = Duration::from_millis(250);
+
+fn resource(kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(GROUP, VERSION, kind))
+}
+
+pub fn sim_machine_resource() -> ApiResource {
+    resource("SimMachine")
+}
+
+pub fn sim_machine_template_resource() -> ApiResource {
+    resource("SimMachineTemplate")
+}
+
+pub fn sim_cluster_resource() -> ApiResource {
+    resource("SimCluster")
+}
+
+/// What can be changed about the machines booted from now on, while the provider runs.
+#[derive(Clone, Default)]
+pub struct BootSettings {
+    /// Validity of the member certificates of machines booted from now on (`None`: etcdadm's
+    /// 365 days); see [`crate::plane::Plane::set_member_certificate_validity`].
+    pub member_certificate_validity: Arc<Mutex<Option<Duration>>>,
+    /// Whether machines booted from now on route through a second interface while reporting
+    /// the first one's address; see [`crate::plane::Plane::set_default_route_on_second_interface`].
+    pub default_route_on_second_interface: Arc<AtomicBool>,
+}
+
+/// The provider: one per namespace it serves.
+pub struct SimInfra {
+    pub client: Client,
+    pub namespace: String,
+    pub runtime: Arc<dyn MachineRuntime>,
+    /// Machine root directories are created under here.
+    pub work_dir: PathBuf,
+    /// Machine IPs are `<ip_prefix>.N` for N in 2..=254.
+    pub ip_prefix: [u8; 3],
+    pub settings: BootSettings,
+    /// How long a Machine takes to boot once its bootstrap data exists.
+    pub boot_delay: BootDelay,
+    /// When each machine waiting to boot is due, and the delays still to draw.
+    pub booting: Mutex<Booting>,
+}
+
+/// Machines whose bootstrap data exists and that have not booted yet.
+#[derive(Debug)]
+pub struct Booting {
+    due: BTreeMap<String, Instant>,
+    draws: Draws,
+}
+
+impl Booting {
+    pub fn new(delay: BootDelay) -> Booting {
+        Booting {
+            due: BTreeMap::new(),
+            draws: delay.draws(),
+        }
+    }
+}
+
+/// The owner reference of `kind` on `object`, by name.
+fn owner_named(object: &DynamicObject, kind: &str) -> Option<String> {
+    object
+        .owner_references()
+        .iter()
+        .find(|r| r.kind == kind && r.api_version.starts_with("cluster.x-k8s.io/"))
+        .map(|r| r.name.clone())
+}
+
+fn params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+impl SimInfra {
+    /// Reconcile every SimCluster and SimMachine until cancelled.
+    pub async fn run(self) {
+        loop {
+            if let Err(e) = self.tick().await {
+                warn!(error = %e, "sim infrastructure pass failed");
+            }
+            tokio::time::sleep(TICK).await;
+        }
+    }
+
+    /// One pass over all SimClusters and SimMachines.
+    pub async fn tick(&self) -> Result<(), kube::Error> {
+        let clusters = self.api(&sim_cluster_resource());
+        for sim in clusters.list(&Default::default()).await?.items {
+            if let Err(e) = self.reconcile_cluster(&clusters, &sim).await {
+                warn!(simcluster = %sim.name_any(), error = %e, "SimCluster pass failed");
+            }
+        }
+        let machines = self.api(&sim_machine_resource());
+        for sim in machines.list(&Default::default()).await?.items {
+            if let Err(e) = self.reconcile_machine(&machines, &sim).await {
+                warn!(simmachine = %sim.name_any(), error = %e, "SimMachine pass failed");
+            }
+        }
+        Ok(())
+    }
+
+    fn api(&self, resource: &ApiResource) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), &self.namespace, resource)
+    }
+
+    /// Whether the Cluster `name` (when there is one) or the object itself is paused.
+    async fn paused(&self, object: &DynamicObject, cluster: Option<&str>) -> Result<bool, kube::Error> {
+        if object.annotations().contains_key(names::PAUSED_ANNOTATION) {
+            return Ok(true);
+        }
+        let Some(cluster) = cluster else {
+            return Ok(false);
+        };
+        let clusters: Api<Cluster> = Api::namespaced(self.client.clone(), &self.namespace);
+        Ok(clusters.get_opt(cluster).await?.is_some_and(|c| c.is_paused()))
+    }
+
+    async fn remove_finalizer(
+        &self,
+        api: &Api<DynamicObject>,
+        sim: &DynamicObject,
+    ) -> Result<(), kube::Error> {
+        let finalizers: Vec<&String> = sim.finalizers().iter().filter(|f| *f != FINALIZER).collect();
+        if finalizers.len() == sim.finalizers().len() {
+            return Ok(());
+        }
+        let patch =
+            json!({"metadata": {"finalizers": finalizers, "resourceVersion": sim.resource_version()}});
+        api.patch(&sim.name_any(), &params(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
+    async fn add_finalizer(&self, api: &Api<DynamicObject>, sim: &DynamicObject) -> Result<(), kube::Error> {
+        if sim.finalizers().iter().any(|f| f == FINALIZER) {
+            return Ok(());
+        }
+        let mut finalizers = sim.finalizers().to_vec();
+        finalizers.push(FINALIZER.into());
+        let patch =
+            json!({"metadata": {"finalizers": finalizers, "resourceVersion": sim.resource_version()}});
+        api.patch(&sim.name_any(), &params(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
+    /// A SimCluster: provisioned at once (there is nothing to create), its failure domains
+    /// offered to control plane and etcd Machines alike.
+    async fn reconcile_cluster(
+        &self,
+        api: &Api<DynamicObject>,
+        sim: &DynamicObject,
+    ) -> Result<(), kube::Error> {
+        if sim.metadata.deletion_timestamp.is_some() {
+            return self.remove_finalizer(api, sim).await;
+        }
+        let Some(cluster) = owner_named(sim, "Cluster") else {
+            return Ok(());
+        };
+        if self.paused(sim, Some(&cluster)).await? {
+            return Ok(());
+        }
+        self.add_finalizer(api, sim).await?;
+        if sim.data.pointer("/spec/controlPlaneEndpoint/host").is_none() {
+            let [a, b, c] = self.ip_prefix;
+            let endpoint =
+                json!({"spec": {"controlPlaneEndpoint": {"host": format!("{a}.{b}.{c}.1"), "port": 6443}}});
+            api.patch(&sim.name_any(), &params(), &Patch::Merge(&endpoint))
+                .await?;
+        }
+        let domains: Vec<Value> = sim
+            .data
+            .pointer("/spec/failureDomains")
+            .and_then(Value::as_array)
+            .map(|domains| {
+                domains
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(|d| json!({"name": d, "controlPlane": true}))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let status = json!({"initialization": {"provisioned": true}, "failureDomains": domains});
+        if sim
+            .data
+            .get("status")
+            .is_some_and(|current| is_subset(&status, current))
+        {
+            return Ok(());
+        }
+        api.patch_status(
+            &sim.name_any(),
+            &params(),
+            &Patch::Merge(&json!({ "status": status })),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// A SimMachine's whole life: wait for its Machine, boot from its bootstrap data, report,
+    /// power off on deletion.
+    async fn reconcile_machine(
+        &self,
+        api: &Api<DynamicObject>,
+        sim: &DynamicObject,
+    ) -> Result<(), kube::Error> {
+        let name = sim.name_any();
+        let cluster = sim.labels().get(names::CLUSTER_NAME_LABEL).cloned();
+        if self.paused(sim, cluster.as_deref()).await? {
+            return Ok(());
+        }
+        let Some(machine_name) = owner_named(sim, "Machine") else {
+            if sim.metadata.deletion_timestamp.is_some() {
+                self.power_off(&name);
+                return self.remove_finalizer(api, sim).await;
+            }
+            return Ok(());
+        };
+        if sim.metadata.deletion_timestamp.is_some() {
+            self.power_off(&machine_name);
+            return self.remove_finalizer(api, sim).await;
+        }
+        self.add_finalizer(api, sim).await?;
+        let machines: Api<Machine> = Api::namespaced(self.client.clone(), &self.namespace);
+        let Some(machine) = machines.get_opt(&machine_name).await? else {
+            return Ok(());
+        };
+        let mut address = sim
+            .data
+            .pointer("/status/addresses/0/address")
+            .and_then(Value::as_str)
+            .map(String::from);
+        let etcd_member = machine
+            .spec
+            .bootstrap
+            .config_ref
+            .as_ref()
+            .is_some_and(|r| r.kind == "EtcdadmConfig");
+        if address.is_none()
+            && let Some(secret_name) = &machine.spec.bootstrap.data_secret_name
+            && self.boot_due(&machine_name)
+        {
+            address = self.boot(&machine_name, secret_name, etcd_member).await?;
+        }
+        let Some(address) = address else {
+            return Ok(());
+        };
+        self.report(api, sim, &machine_name, &address, etcd_member).await
+    }
+
+    /// What the SimMachine says of its machine: provider ID, address, provisioned, whether its
+    /// user data ran, and a terminal failure when it could not boot.
+    async fn report(
+        &self,
+        api: &Api<DynamicObject>,
+        sim: &DynamicObject,
+        machine_name: &str,
+        address: &str,
+        etcd_member: bool,
+    ) -> Result<(), kube::Error> {
+        let name = sim.name_any();
+        let id = provider_id(machine_name);
+        if sim.data.pointer("/spec/providerID").and_then(Value::as_str) != Some(id.as_str()) {
+            api.patch(
+                &name,
+                &params(),
+                &Patch::Merge(&json!({"spec": {"providerID": id}})),
+            )
+            .await?;
+        }
+        let mut status = json!({
+            "initialization": {"provisioned": true},
+            "addresses": [{"type": "InternalIP", "address": address}],
+        });
+        if etcd_member {
+            let (condition, failure) = match self.runtime.state(machine_name) {
+                MachineState::Running {
+                    bootstrap_succeeded: true,
+                } => (("True", "BootstrapExecSucceeded", String::new()), None),
+                MachineState::Running {
+                    bootstrap_succeeded: false,
+                } => (
+                    (
+                        "False",
+                        "BootstrapFailed",
+                        "the user data did not run to its end".into(),
+                    ),
+                    None,
+                ),
+                MachineState::Failed { reason } => {
+                    (("False", "BootstrapFailed", reason.clone()), Some(reason))
+                }
+                MachineState::Booting | MachineState::Off => (
+                    ("False", "Bootstrapping", "the user data is running".into()),
+                    None,
+                ),
+            };
+            let (state, reason, message) = condition;
+            status["conditions"] = json!([condition_json(sim, state, reason, &message)]);
+            if let Some(reason) = failure {
+                status["failureReason"] = json!("BootstrapFailed");
+                status["failureMessage"] = json!(reason);
+            }
+        }
+        if sim
+            .data
+            .get("status")
+            .is_some_and(|current| is_subset(&status, current))
+        {
+            return Ok(());
+        }
+        api.patch_status(&name, &params(), &Patch::Merge(&json!({ "status": status })))
+            .await?;
+        Ok(())
+    }
+
+    fn power_off(&self, machine_name: &str) {
+        self.booting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .due
+            .remove(machine_name);
+        if let Err(e) = self.runtime.stop(machine_name) {
+            warn!(machine = machine_name, error = %e, "stopping machine failed");
+        }
+    }
+
+    /// Whether Machine `name`, whose bootstrap data exists, has finished booting: its delay is
+    /// drawn when it is first asked about.
+    fn boot_due(&self, name: &str) -> bool {
+        if self.boot_delay == BootDelay::None {
+            return true;
+        }
+        let mut booting = self.booting.lock().unwrap_or_else(PoisonError::into_inner);
+        let Booting { due, draws } = &mut *booting;
+        let at = *due.entry(name.to_string()).or_insert_with(|| {
+            let delay = draws.next_delay();
+            info!(machine = name, delay = ?delay, "machine booting");
+            Instant::now() + delay
+        });
+        Instant::now() >= at
+    }
+
+    /// Allocate an address and, for an etcd member, hand its user data to the runtime.
+    async fn boot(
+        &self,
+        machine: &str,
+        secret_name: &str,
+        etcd_member: bool,
+    ) -> Result<Option<String>, kube::Error> {
+        let taken: Vec<String> = self
+            .api(&sim_machine_resource())
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .filter_map(|s| {
+                s.data
+                    .pointer("/status/addresses/0/address")
+                    .and_then(Value::as_str)
+                    .map(String::from)
+            })
+            .collect();
+        let Some(ip) = self.free_ip(&taken) else {
+            warn!(machine, "no free machine address left");
+            return Ok(None);
+        };
+        if !etcd_member {
+            info!(machine, %ip, "control plane host provisioned (its user data is not run here)");
+            return Ok(Some(ip.to_string()));
+        }
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        let Some(secret) = secrets.get_opt(secret_name).await? else {
+            return Ok(None);
+        };
+        let Some(user_data) = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(names::DATA_SECRET_VALUE_KEY))
+            .and_then(|v| String::from_utf8(v.0.clone()).ok())
+        else {
+            warn!(
+                machine,
+                secret = secret_name,
+                "bootstrap data Secret has no value"
+            );
+            return Ok(None);
+        };
+        let spec = MachineSpec {
+            name: machine.to_string(),
+            ip,
+            root: self.work_dir.join("machines").join(machine),
+            user_data,
+            member_certificate_validity: *self
+                .settings
+                .member_certificate_validity
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+            default_route_on_second_interface: self
+                .settings
+                .default_route_on_second_interface
+                .load(Ordering::Relaxed),
+        };
+        if let Err(e) = self.runtime.boot(&spec) {
+            warn!(machine, error = %e, "boot failed");
+            return Ok(None);
+        }
+        info!(machine, %ip, "machine booted");
+        Ok(Some(ip.to_string()))
+    }
+
+    fn free_ip(&self, taken: &[String]) -> Option<IpAddr> {
+        let [a, b, c] = self.ip_prefix;
+        (2..=254u8)
+            .map(|n| IpAddr::V4(Ipv4Addr::new(a, b, c, n)))
+            .find(|ip| !taken.contains(&ip.to_string()) && self.runtime.address_free(*ip))
+    }
+}
+
+/// A v1beta2 condition of `sim`, keeping its transition time while the status stays.
+fn condition_json(sim: &DynamicObject, status: &str, reason: &str, message: &str) -> Value {
+    let current = sim
+        .data
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|conditions| {
+            conditions
+                .iter()
+                .find(|c| c["type"] == BOOTSTRAP_EXEC_SUCCEEDED && c["status"] == status)
+        });
+    let since = current
+        .and_then(|c| c["lastTransitionTime"].as_str().map(String::from))
+        .unwrap_or_else(|| {
+            k8s_openapi::jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%SZ")
+                .to_string()
+        });
+    json!({
+        "type": BOOTSTRAP_EXEC_SUCCEEDED,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+    })
+}
+
+/// Whether every field of `wanted` is present with the same value in `current`.
+pub fn is_subset(wanted: &Value, current: &Value) -> bool {
+    match (wanted, current) {
+        (Value::Object(w), Value::Object(c)) => {
+            w.iter().all(|(k, v)| c.get(k).is_some_and(|cv| is_subset(v, cv)))
+        }
+        _ => wanted == current,
+    }
+}
+
+/// Whether the SimMachine reports that its user data ran to its end.
+pub fn bootstrap_succeeded(sim: &DynamicObject) -> bool {
+    sim.data
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c["type"] == BOOTSTRAP_EXEC_SUCCEEDED && c["status"] == "True")
+        })
+}
+
+/// The Machines among `names` whose SimMachine does not yet report its user data ran to its end
+/// (none of them under real CAPI and the stand-in alike has a phase that says so: without a
+/// Node a Machine stays `Provisioned`).
+pub async fn bootstrap_not_done(
+    client: &Client,
+    namespace: &str,
+    names: &[String],
+) -> Result<Vec<String>, kube::Error> {
+    let sims: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &sim_machine_resource());
+    let done: Vec<String> = sims
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter(|s| bootstrap_succeeded(s))
+        .map(|s| s.name_any())
+        .collect();
+    Ok(names.iter().filter(|n| !done.contains(n)).cloned().collect())
+}

@@ -1,0 +1,253 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The providers beside the real Cluster API v1.13 (docs/capi.md): installed with `clusterctl
+//! init` on a real kube-apiserver with the real core, kubeadm bootstrap and KubeadmControlPlane
+//! managers, the sim's infrastructure provider booting the machines. Each scenario runs in a
+//! network namespace of its own (CAPI's managers listen on every interface).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use etcdadm_shared::api::EtcdadmCluster;
+use etcdadm_shared::api::capi::{ControlPlaneEtcd, KubeadmControlPlane, Machine};
+use etcdadm_shared::names;
+use etcdadm_shared::testing::TempDir;
+use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
+use etcdadm_sim::netns;
+use etcdadm_sim::plane::{Plane, PlaneOptions};
+use etcdadm_sim::real_capi::RealCapi;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Run `name`'s body in a network namespace of its own.
+macro_rules! isolated {
+    ($name:literal, $body:expr) => {
+        if let Some(result) = netns::run_isolated($name) {
+            result.unwrap();
+            return;
+        }
+        runtime().block_on($body);
+    };
+}
+
+/// On a failure, every log of the scenario's work directory (the managers', clusterctl's, the
+/// API server's, the machines') is copied under `$SIM_LOG_DIR/<scenario>/`, when set.
+struct KeepLogs<'a>(&'a TempDir, &'static str);
+
+impl Drop for KeepLogs<'_> {
+    fn drop(&mut self) {
+        let Some(dir) = std::env::var_os("SIM_LOG_DIR").filter(|_| std::thread::panicking()) else {
+            return;
+        };
+        let target = std::path::PathBuf::from(dir).join(self.1);
+        let _ = std::fs::create_dir_all(&target);
+        let _ = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("cd \"$0\" && find . -name '*.log' -exec cp --parents {} \"$1\" \\;")
+            .arg(self.0.path())
+            .arg(&target)
+            .status();
+    }
+}
+
+/// Poll `get` every 250 ms until it answers `Ok`, for at most `timeout`; the last answer is the
+/// error.
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut get: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match get().await {
+            Ok(value) => return Ok(value),
+            Err(last) if std::time::Instant::now() > deadline => {
+                return Err(format!("{what}: not within {timeout:?}: {last}"));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
+async fn kubeadm_config(client: &Client, name: &str) -> DynamicObject {
+    let resource = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+        "bootstrap.cluster.x-k8s.io",
+        "v1beta2",
+        "KubeadmConfig",
+    ));
+    Api::<DynamicObject>::namespaced_with(client.clone(), client.default_namespace(), &resource)
+        .get(name)
+        .await
+        .unwrap()
+}
+
+fn secret_text(secret: &Secret, key: &str) -> String {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_real_kcp_waits_for_etcd_then_takes_its_endpoints_and_certificates() {
+    isolated!(
+        "the_real_kcp_waits_for_etcd_then_takes_its_endpoints_and_certificates",
+        create_gates_the_real_kcp()
+    );
+}
+
+async fn create_gates_the_real_kcp() {
+    let work = TempDir::new("sim-real-capi-create");
+    let _keep = KeepLogs(&work, "create");
+    let real = match RealCapi::start(&work.path().join("capi")).await {
+        Ok(real) => real,
+        Err(e) => panic!("{e}"),
+    };
+    let plane = Plane::start(real.plane_options(PlaneOptions {
+        namespace: "real-capi".into(),
+        ip_prefix: [127, 0, 40],
+        ..Default::default()
+    }))
+    .await
+    .unwrap();
+    let client = plane.client.clone();
+    let spec = ManagedCluster {
+        name: "c1",
+        replicas: 3,
+        zones: &["zone-a", "zone-b", "zone-c"],
+        config_spec: json!({}),
+        health_check: json!({"interval": "1s", "timeout": "1s"}),
+        with_kcp: true,
+        extra_spec: json!({}),
+    };
+    create_managed_cluster(&client, client.default_namespace(), &spec)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", real.logs()));
+
+    // Until etcd is Ready, the real KCP is paused and has created no Machine.
+    let kcps: Api<KubeadmControlPlane> = Api::default_namespaced(client.clone());
+    let etcds: Api<EtcdadmCluster> = Api::default_namespaced(client.clone());
+    let machines: Api<Machine> = Api::default_namespaced(client.clone());
+    let kcp_owned = |m: &Machine| m.labels().contains_key("cluster.x-k8s.io/control-plane");
+    let ready = wait_for("etcd Ready", TIMEOUT, || async {
+        let etcd = etcds.get("c1-etcd").await.map_err(|e| e.to_string())?;
+        let kcp = kcps.get("c1-control-plane").await.map_err(|e| e.to_string())?;
+        let control_plane = machines
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .into_iter()
+            .filter(kcp_owned)
+            .count();
+        let status = etcd.status.clone().unwrap_or_default();
+        if !status.ready {
+            assert!(
+                kcp.annotations().contains_key(names::PAUSED_ANNOTATION) || control_plane == 0,
+                "KCP unpaused before etcd was ready"
+            );
+            assert_eq!(control_plane, 0, "KCP created a Machine before etcd was ready");
+            return Err(format!("not ready: {:?}", status.conditions));
+        }
+        Ok(etcd)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", real.logs()));
+    let endpoints = ready.status.clone().unwrap_or_default().endpoints;
+
+    // Then KCP gets the endpoints, is unpaused, and its first Machine's KubeadmConfig and bootstrap
+    // data (rendered by the real kubeadm bootstrap provider) name them and carry our certificates.
+    let first = wait_for(
+        "the first control plane Machine's bootstrap data",
+        TIMEOUT,
+        || async {
+            let kcp = kcps.get("c1-control-plane").await.map_err(|e| e.to_string())?;
+            let ControlPlaneEtcd::External(mut listed) = kcp.etcd() else {
+                return Err("KCP lost etcd.external".to_string());
+            };
+            listed.sort();
+            if listed.join(",") != endpoints || kcp.annotations().contains_key(names::PAUSED_ANNOTATION) {
+                return Err(format!(
+                    "KCP endpoints {listed:?}, annotations {:?}",
+                    kcp.annotations()
+                ));
+            }
+            let machine = machines
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .find(|m| kcp_owned(m) && m.spec.bootstrap.data_secret_name.is_some())
+                .ok_or("no control plane Machine with bootstrap data yet")?;
+            Ok(machine)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", real.logs()));
+    let config_name = &first.spec.bootstrap.config_ref.as_ref().unwrap().name;
+    let config = kubeadm_config(&client, config_name).await;
+    let external = &config.data["spec"]["clusterConfiguration"]["etcd"]["external"];
+    let mut rendered: Vec<String> = serde_json::from_value(external["endpoints"].clone()).unwrap();
+    rendered.sort();
+    assert_eq!(
+        rendered.join(","),
+        endpoints,
+        "the KubeadmConfig names our endpoints"
+    );
+    let secrets: Api<Secret> = Api::default_namespaced(client.clone());
+    let user_data = secret_text(
+        &secrets
+            .get(first.spec.bootstrap.data_secret_name.as_ref().unwrap())
+            .await
+            .unwrap(),
+        "value",
+    );
+    let etcd_ca = secret_text(&secrets.get("c1-etcd").await.unwrap(), "tls.crt");
+    let client_cert = secret_text(&secrets.get("c1-apiserver-etcd-client").await.unwrap(), "tls.crt");
+    let indented = |pem: &str| {
+        pem.lines()
+            .find(|l| !l.starts_with("-----"))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        user_data.contains(&indented(&etcd_ca)),
+        "the bootstrap data writes our etcd CA"
+    );
+    assert!(
+        user_data.contains(&indented(&client_cert)),
+        "the bootstrap data writes our API server client certificate"
+    );
+
+    // The etcd Machines as the real Machine controller sees them.
+    for machine in machines
+        .list(&ListParams::default().labels(&format!("{}=c1-etcd", names::ETCD_CLUSTER_LABEL)))
+        .await
+        .unwrap()
+        .items
+    {
+        let status = serde_json::to_value(machine.status.as_ref().unwrap()).unwrap();
+        println!(
+            "etcd Machine {}: phase {:?}, conditions {}",
+            machine.name_any(),
+            status["phase"],
+            status["conditions"]
+        );
+    }
+    drop(plane);
+    drop(real);
+}
