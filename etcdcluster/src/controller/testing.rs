@@ -71,6 +71,7 @@ pub fn cluster_found(failure_domains: Vec<String>) -> ClusterView {
         deleting: false,
         infrastructure_ready: true,
         failure_domains,
+        deletes_etcd_last: false,
     }
 }
 

@@ -19,6 +19,9 @@ use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
 use etcdadm_sim::netns;
 use etcdadm_sim::plane::{Plane, PlaneOptions};
 use etcdadm_sim::real_capi::RealCapi;
+use etcdadm_sim_machines::MachineRuntime;
+
+mod lifecycle_support;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -37,6 +40,11 @@ macro_rules! isolated {
             result.unwrap();
             return;
         }
+        // The plane's own warnings (infrastructure provider, stand-ins) on stderr.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(std::env::var("SIM_LOG").unwrap_or_else(|_| "warn".into()))
+            .with_writer(std::io::stderr)
+            .try_init();
         runtime().block_on($body);
     };
 }
@@ -248,6 +256,144 @@ async fn create_gates_the_real_kcp() {
             status["conditions"]
         );
     }
+    drop(plane);
+    drop(real);
+}
+
+#[test]
+fn deleting_the_cluster_removes_everything_in_capis_order() {
+    isolated!(
+        "deleting_the_cluster_removes_everything_in_capis_order",
+        delete_the_cluster()
+    );
+}
+
+/// What is left of cluster `c1` in the namespace, by kind, and which processes still run.
+async fn leftovers(client: &Client, plane: &Plane) -> Vec<String> {
+    let mut left = vec![];
+    let kinds = [
+        ("cluster.x-k8s.io", "v1beta2", "Cluster"),
+        ("cluster.x-k8s.io", "v1beta2", "Machine"),
+        ("controlplane.cluster.x-k8s.io", "v1beta2", "KubeadmControlPlane"),
+        ("bootstrap.cluster.x-k8s.io", "v1beta2", "KubeadmConfig"),
+        ("bootstrap.cluster.x-k8s.io", "v1beta1", "EtcdadmConfig"),
+        ("etcdcluster.cluster.x-k8s.io", "v1beta1", "EtcdadmCluster"),
+        ("infrastructure.cluster.x-k8s.io", "v1beta2", "SimMachine"),
+        ("infrastructure.cluster.x-k8s.io", "v1beta2", "SimCluster"),
+        ("infrastructure.cluster.x-k8s.io", "v1beta2", "SimMachineTemplate"),
+    ];
+    for (group, version, kind) in kinds {
+        let resource =
+            kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(group, version, kind));
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), client.default_namespace(), &resource);
+        for object in api.list(&Default::default()).await.unwrap().items {
+            left.push(format!("{kind} {}", object.name_any()));
+        }
+    }
+    let secrets: Api<Secret> = Api::default_namespaced(client.clone());
+    for secret in secrets.list(&Default::default()).await.unwrap().items {
+        let owners: Vec<String> = secret
+            .owner_references()
+            .iter()
+            .map(|o| format!("{} {}", o.kind, o.name))
+            .collect();
+        left.push(format!("Secret {} (owners {owners:?})", secret.name_any()));
+    }
+    let built_in = plane.built_in.as_ref().unwrap();
+    for name in built_in.machine_names() {
+        if built_in.state(&name) != etcdadm_sim_machines::MachineState::Off {
+            left.push(format!("machine process {name}"));
+        }
+    }
+    left.sort();
+    left
+}
+
+async fn delete_the_cluster() {
+    let work = TempDir::new("sim-real-capi-delete");
+    let _keep = KeepLogs(&work, "delete");
+    let real = RealCapi::start(&work.path().join("capi"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let plane = Plane::start(real.plane_options(PlaneOptions {
+        namespace: "real-capi".into(),
+        ip_prefix: [127, 0, 41],
+        ..Default::default()
+    }))
+    .await
+    .unwrap();
+    let client = plane.client.clone();
+    let spec = ManagedCluster {
+        name: "c1",
+        replicas: 3,
+        zones: &["zone-a", "zone-b", "zone-c"],
+        config_spec: json!({}),
+        health_check: json!({"interval": "1s", "timeout": "1s"}),
+        with_kcp: true,
+        extra_spec: json!({}),
+    };
+    create_managed_cluster(&client, client.default_namespace(), &spec)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", real.logs()));
+    let machines: Api<Machine> = Api::default_namespaced(client.clone());
+    wait_for("etcd Ready and a control plane Machine", TIMEOUT, || async {
+        let all = machines
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items;
+        let control_plane = all
+            .iter()
+            .filter(|m| m.labels().contains_key("cluster.x-k8s.io/control-plane"))
+            .count();
+        (control_plane > 0 && all.len() == 4).then_some(()).ok_or(format!(
+            "{} Machines, {control_plane} of the control plane",
+            all.len()
+        ))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", real.logs()));
+    let watchers = lifecycle_support::Watchers::start(&client, "c1").await;
+
+    let clusters: Api<etcdadm_shared::api::capi::Cluster> = Api::default_namespaced(client.clone());
+    clusters.delete("c1", &Default::default()).await.unwrap();
+    // The order real CAPI deletes in, as it happens: when each object got its deletionTimestamp.
+    let order = std::sync::Mutex::new(Vec::<String>::new());
+    let deleted = wait_for("everything of the Cluster gone", Duration::from_secs(90), || {
+        let order = &order;
+        let machines = &machines;
+        let client = &client;
+        let plane = &plane;
+        async move {
+            for machine in machines
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+            {
+                let kind = if machine.labels().contains_key("cluster.x-k8s.io/control-plane") {
+                    "control plane"
+                } else {
+                    "etcd"
+                };
+                let entry = format!("{kind} Machine {}", machine.name_any());
+                let mut order = order.lock().unwrap();
+                if machine.is_deleting() && !order.contains(&entry) {
+                    order.push(entry);
+                }
+            }
+            let left = leftovers(client, plane).await;
+            left.is_empty().then_some(()).ok_or(format!("left: {left:?}"))
+        }
+    })
+    .await;
+    println!("deletion order: {:#?}", order.lock().unwrap());
+    if let Err(e) = deleted {
+        panic!("{e}\n{}", real.logs());
+    }
+    let (history, machine_log) = watchers.finish();
+    lifecycle_support::assert_safe(&history, &machine_log);
     drop(plane);
     drop(real);
 }

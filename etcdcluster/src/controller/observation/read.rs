@@ -384,6 +384,7 @@ async fn read_cluster_side(
             deleting: cluster.meta().deletion_timestamp.is_some(),
             infrastructure_ready: cluster.infrastructure_ready(),
             failure_domains: cluster.failure_domain_names(),
+            deletes_etcd_last: cluster.spec.managed_external_etcd_ref.is_some(),
         },
         ca,
         init_secret: init.map(|s| InitSecret::from_secret(&s)),

@@ -28,6 +28,10 @@ pub enum ClusterView {
         infrastructure_ready: bool,
         /// Failure domains the infrastructure offers, sorted.
         failure_domains: Vec<String>,
+        /// The Cluster names this EtcdadmCluster in `spec.managedExternalEtcdRef` (EKS
+        /// Anywhere's fork of CAPI, whose Cluster controller deletes etcd after the control
+        /// plane); upstream CAPI deletes etcd Machines as workers, before the control plane.
+        deletes_etcd_last: bool,
     },
 }
 

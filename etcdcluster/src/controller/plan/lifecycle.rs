@@ -1,8 +1,9 @@
 //! The EtcdadmCluster's own life: a Cluster to serve and not paused, owned by its Cluster and
 //! finalized, a spec that can be acted on, provisioned infrastructure; and its deletion
-//! (docs/safety.md, "Deletion"): the control plane goes first (the API servers need etcd until
-//! then), then every etcd Machine with its hook released (the whole cluster is going, so no
-//! member is removed one by one), then the finalizer.
+//! (docs/safety.md, "Deletion"): every etcd Machine with its hook released (the whole cluster
+//! is going, so no member is removed one by one), then the finalizer. The control plane goes
+//! first (the API servers need etcd until then) unless its Cluster is being deleted by upstream
+//! Cluster API, which deletes etcd Machines with the workers, before the control plane.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
@@ -190,8 +191,24 @@ pub fn deletion(o: &Observation) -> Option<Decision<LifecycleStep>> {
     (o.deleting || cluster_deleting).then(|| deletion_step(o))
 }
 
+/// Whether the control plane's Machines must be gone before etcd's: always, unless the whole
+/// Cluster is being deleted by upstream Cluster API. Its Cluster controller counts etcd Machines
+/// as workers and deletes the control plane only once every worker is gone (and KCP waits for
+/// them too), while it skips draining and Node deletion for a Cluster being deleted: waiting
+/// there would deadlock the deletion, going costs the API servers nothing they still need.
+fn control_plane_first(o: &Observation) -> bool {
+    !matches!(
+        o.cluster,
+        ClusterView::Found {
+            deleting: true,
+            deletes_etcd_last: false,
+            ..
+        }
+    )
+}
+
 fn deletion_step(o: &Observation) -> Decision<LifecycleStep> {
-    if o.control_plane_machines > 0 {
+    if o.control_plane_machines > 0 && control_plane_first(o) {
         return Decision::Hold(Hold::wait(
             reason::WAITING_FOR_CONTROL_PLANE_DELETION,
             format!(
@@ -307,6 +324,7 @@ mod tests {
             deleting: false,
             infrastructure_ready: false,
             failure_domains: vec![],
+            deletes_etcd_last: false,
         };
         assert_eq!(wait_reason(&plan(&o)), reason::WAITING_FOR_INFRASTRUCTURE);
     }
@@ -324,6 +342,7 @@ mod tests {
             deleting: false,
             infrastructure_ready: true,
             failure_domains: vec![],
+            deletes_etcd_last: false,
         };
         assert_eq!(plan(&o), Step::Lifecycle(LifecycleStep::Paused));
         assert!(!plan(&o).writes());
@@ -377,7 +396,36 @@ mod tests {
             deleting: true,
             infrastructure_ready: true,
             failure_domains: vec![],
+            deletes_etcd_last: false,
         };
         assert_eq!(wait_reason(&plan(&o)), reason::WAITING_FOR_CLUSTER_DELETION);
+    }
+
+    #[test]
+    fn a_cluster_deleted_by_upstream_capi_takes_etcd_with_its_workers_the_forks_after_its_control_plane() {
+        let deleting_cluster = |deletes_etcd_last| ClusterView::Found {
+            reference: cluster_ref(),
+            paused: false,
+            deleting: true,
+            infrastructure_ready: true,
+            failure_domains: vec![],
+            deletes_etcd_last,
+        };
+        // Upstream: CAPI waits for the etcd Machines before it deletes the control plane.
+        let mut o = running(3);
+        o.cluster = deleting_cluster(false);
+        o.control_plane_machines = 3;
+        let Step::Lifecycle(LifecycleStep::ReleaseAndDeleteMachines { names }) = plan(&o) else {
+            panic!("expected Machine deletion, got {:?}", plan(&o));
+        };
+        assert_eq!(names.len(), 3);
+        // EKS Anywhere's fork deletes the control plane first: wait for it.
+        o.cluster = deleting_cluster(true);
+        assert_eq!(wait_reason(&plan(&o)), reason::WAITING_FOR_CONTROL_PLANE_DELETION);
+        // Only the EtcdadmCluster deleted: the control plane still uses etcd.
+        let mut o = running(3);
+        o.deleting = true;
+        o.control_plane_machines = 1;
+        assert_eq!(wait_reason(&plan(&o)), reason::WAITING_FOR_CONTROL_PLANE_DELETION);
     }
 }

@@ -111,6 +111,7 @@ mod tests {
             deleting: false,
             infrastructure_ready: true,
             failure_domains: zones.clone(),
+            deletes_etcd_last: false,
         };
         let mut placed = Vec::new();
         for i in 0..3 {
@@ -174,6 +175,7 @@ mod tests {
             deleting: false,
             infrastructure_ready: true,
             failure_domains: cluster,
+            deletes_etcd_last: false,
         };
         assert_eq!(wait_reason(&plan(&o)), reason::NO_FAILURE_DOMAIN);
     }

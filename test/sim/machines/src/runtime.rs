@@ -198,6 +198,13 @@ impl BuiltInRuntime {
         self.machines.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Every machine this runtime ever booted, by name (whatever its state now).
+    pub fn machine_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.lock().keys().cloned().collect();
+        names.sort();
+        names
+    }
+
     /// The runner's PID (also the machine's process group), while it runs.
     pub fn runner_pid(&self, name: &str) -> Option<u32> {
         self.lock()

@@ -32,12 +32,16 @@ fn params() -> PatchParams {
 /// Run both until cancelled, every `every`.
 pub async fn run(client: Client, every: Duration) {
     let mut resources = vec![];
-    loop {
+    for pass in 0u64.. {
         if let Err(e) = aggregate_cluster_roles(&client).await {
             warn!(error = %e, "ClusterRole aggregation pass failed");
         }
-        if resources.is_empty() {
-            resources = collectable(&client).await.unwrap_or_default();
+        // Kinds come and go with CRDs (and are served a moment after they are created).
+        if pass % 10 == 0 {
+            match collectable(&client).await {
+                Ok(found) => resources = found,
+                Err(e) => warn!(error = %e, "discovery failed"),
+            }
         }
         if let Err(e) = collect_garbage(&client, &resources).await {
             warn!(error = %e, "garbage collection pass failed");
@@ -87,7 +91,9 @@ async fn collectable(client: &Client) -> Result<Vec<ApiResource>, kube::Error> {
     let mut resources = vec![];
     for group in discovery.groups() {
         let ours = group.name().ends_with("x-k8s.io");
-        for (resource, capabilities) in group.recommended_resources() {
+        // Every kind at its most stable version: a group's preferred version need not serve
+        // them all (bootstrap.cluster.x-k8s.io: KubeadmConfig at v1beta2, ours at v1beta1).
+        for (resource, capabilities) in group.resources_by_stability() {
             let core = group.name().is_empty() && matches!(resource.kind.as_str(), "Secret" | "ConfigMap");
             if (ours || core)
                 && capabilities.scope == Scope::Namespaced
@@ -118,10 +124,19 @@ pub async fn collect_garbage(client: &Client, resources: &[ApiResource]) -> Resu
         // An owner of a kind not listed here is taken to exist: nothing is deleted on a guess.
         let mut gone = vec![];
         for owner in owners {
-            let Some(owner_resource) = resources.iter().find(|r| r.kind == owner.kind) else {
+            let group = owner.api_version.rsplit_once('/').map_or("", |(group, _)| group);
+            let Some(owner_resource) = resources
+                .iter()
+                .find(|r| r.kind == owner.kind && r.group == group)
+            else {
                 continue;
             };
-            if !alive.contains(&owner.uid) && owner_gone(client, namespace, owner_resource, owner).await? {
+            // A failed read is no evidence: the owner is taken to exist until the next pass.
+            if !alive.contains(&owner.uid)
+                && owner_gone(client, namespace, owner_resource, owner)
+                    .await
+                    .unwrap_or(false)
+            {
                 gone.push(owner.uid.clone());
             }
         }
@@ -130,8 +145,10 @@ pub async fn collect_garbage(client: &Client, resources: &[ApiResource]) -> Resu
         }
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
         if gone.len() == owners.len() {
-            if object.metadata.deletion_timestamp.is_none() {
-                let _ = api.delete(&object.name_any(), &DeleteParams::background()).await;
+            if object.metadata.deletion_timestamp.is_none()
+                && let Err(e) = api.delete(&object.name_any(), &DeleteParams::background()).await
+            {
+                warn!(object = %object.name_any(), error = %e, "garbage collection: delete failed");
             }
         } else if !gone.is_empty() {
             let kept: Vec<_> = owners.iter().filter(|o| !gone.contains(&o.uid)).collect();
