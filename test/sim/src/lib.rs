@@ -19,6 +19,7 @@ pub mod netns;
 pub mod plane;
 pub mod real_apiserver;
 pub mod real_capi;
+pub mod spdy;
 
 use std::path::PathBuf;
 
