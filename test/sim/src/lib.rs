@@ -14,6 +14,7 @@ pub mod fake_etcd;
 pub mod history;
 pub mod infra;
 pub mod kcp;
+pub mod load_balancer;
 pub mod manifests;
 pub mod netns;
 pub mod plane;
