@@ -19,8 +19,9 @@
 //!   before the finalizer goes.
 //!
 //! Machines whose bootstrap config is not an EtcdadmConfig (a KubeadmControlPlane's) are
-//! control plane hosts: they get an address and are reported provisioned, without running
-//! their user data (there is no kubelet here).
+//! control plane hosts: they get an address and are reported provisioned. Under real CAPI a
+//! KubeadmConfig's host boots into a real API server on the cluster's etcd, behind the
+//! SimCluster's load balancer ([`crate::control_plane_host`]); elsewhere its user data is not run.
 //!
 //! It polls instead of watching: it is test infrastructure, and a poll loop restarts cleanly.
 
@@ -42,6 +43,7 @@ use etcdadm_shared::names;
 use etcdadm_sim_machines::{MachineRuntime, MachineSpec, MachineState};
 
 use crate::boot_delay::{BootDelay, Draws};
+use crate::control_plane_host::{ControlPlaneHosts, HostSpec};
 
 /// The API group of the sim's infrastructure kinds.
 pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
@@ -100,6 +102,8 @@ pub struct SimInfra {
     pub boot_delay: BootDelay,
     /// When each machine waiting to boot is due, and the delays still to draw.
     pub booting: Mutex<Booting>,
+    /// Where KubeadmConfig-bootstrapped Machines boot into control plane hosts (real CAPI only).
+    pub control_plane: Option<Arc<ControlPlaneHosts>>,
 }
 
 /// Machines whose bootstrap data exists and that have not booted yet.
@@ -215,6 +219,9 @@ impl SimInfra {
         sim: &DynamicObject,
     ) -> Result<(), kube::Error> {
         if sim.metadata.deletion_timestamp.is_some() {
+            if let Some(hosts) = &self.control_plane {
+                hosts.remove_balancer(&sim.name_any());
+            }
             return self.remove_finalizer(api, sim).await;
         }
         let Some(cluster) = owner_named(sim, "Cluster") else {
@@ -224,12 +231,16 @@ impl SimInfra {
             return Ok(());
         }
         self.add_finalizer(api, sim).await?;
+        let [a, b, c] = self.ip_prefix;
+        let endpoint = json!({"host": format!("{a}.{b}.{c}.1"), "port": 6443});
         if sim.data.pointer("/spec/controlPlaneEndpoint/host").is_none() {
-            let [a, b, c] = self.ip_prefix;
-            let endpoint =
-                json!({"spec": {"controlPlaneEndpoint": {"host": format!("{a}.{b}.{c}.1"), "port": 6443}}});
-            api.patch(&sim.name_any(), &params(), &Patch::Merge(&endpoint))
+            let patch = json!({"spec": {"controlPlaneEndpoint": endpoint}});
+            api.patch(&sim.name_any(), &params(), &Patch::Merge(&patch))
                 .await?;
+        }
+        if let Some(hosts) = &self.control_plane {
+            let given = sim.data.pointer("/spec/controlPlaneEndpoint");
+            hosts.balance(&sim.name_any(), given.unwrap_or(&endpoint)).await;
         }
         let domains: Vec<Value> = sim
             .data
@@ -293,22 +304,27 @@ impl SimInfra {
             .pointer("/status/addresses/0/address")
             .and_then(Value::as_str)
             .map(String::from);
-        let etcd_member = machine
+        let config_kind = machine
             .spec
             .bootstrap
             .config_ref
             .as_ref()
-            .is_some_and(|r| r.kind == "EtcdadmConfig");
+            .map(|r| r.kind.as_str());
+        let etcd_member = config_kind == Some("EtcdadmConfig");
+        let kubeadm_host = self.control_plane.is_some() && config_kind == Some("KubeadmConfig");
         if address.is_none()
             && let Some(secret_name) = &machine.spec.bootstrap.data_secret_name
             && self.boot_due(&machine_name)
         {
-            address = self.boot(&machine_name, secret_name, etcd_member).await?;
+            address = self
+                .boot(&machine, secret_name, etcd_member, kubeadm_host)
+                .await?;
         }
         let Some(address) = address else {
             return Ok(());
         };
-        self.report(api, sim, &machine_name, &address, etcd_member).await
+        self.report(api, sim, &machine_name, &address, etcd_member || kubeadm_host)
+            .await
     }
 
     /// What the SimMachine says of its machine: provider ID, address, provisioned, whether its
@@ -319,7 +335,7 @@ impl SimInfra {
         sim: &DynamicObject,
         machine_name: &str,
         address: &str,
-        etcd_member: bool,
+        runs_user_data: bool,
     ) -> Result<(), kube::Error> {
         let name = sim.name_any();
         let id = provider_id(machine_name);
@@ -335,8 +351,12 @@ impl SimInfra {
             "initialization": {"provisioned": true},
             "addresses": [{"type": "InternalIP", "address": address}],
         });
-        if etcd_member {
-            let (condition, failure) = match self.runtime.state(machine_name) {
+        if runs_user_data {
+            let state = match (self.runtime.state(machine_name), &self.control_plane) {
+                (MachineState::Off, Some(hosts)) => hosts.state(machine_name),
+                (state, _) => state,
+            };
+            let (condition, failure) = match state {
                 MachineState::Running {
                     bootstrap_succeeded: true,
                 } => (("True", "BootstrapExecSucceeded", String::new()), None),
@@ -383,8 +403,13 @@ impl SimInfra {
             .unwrap_or_else(PoisonError::into_inner)
             .due
             .remove(machine_name);
-        if let Err(e) = self.runtime.stop(machine_name) {
-            warn!(machine = machine_name, error = %e, "stopping machine failed");
+        match &self.control_plane {
+            Some(hosts) if hosts.state(machine_name) != MachineState::Off => hosts.stop(machine_name),
+            _ => {
+                if let Err(e) = self.runtime.stop(machine_name) {
+                    warn!(machine = machine_name, error = %e, "stopping machine failed");
+                }
+            }
         }
     }
 
@@ -404,13 +429,17 @@ impl SimInfra {
         Instant::now() >= at
     }
 
-    /// Allocate an address and, for an etcd member, hand its user data to the runtime.
+    /// Allocate an address and, for an etcd member, hand its user data to the runtime (for a
+    /// kubeadm control plane host, to [`ControlPlaneHosts`]).
     async fn boot(
         &self,
-        machine: &str,
+        owner: &Machine,
         secret_name: &str,
         etcd_member: bool,
+        kubeadm_host: bool,
     ) -> Result<Option<String>, kube::Error> {
+        let name = owner.name_any();
+        let machine = name.as_str();
         let taken: Vec<String> = self
             .api(&sim_machine_resource())
             .list(&Default::default())
@@ -428,7 +457,7 @@ impl SimInfra {
             warn!(machine, "no free machine address left");
             return Ok(None);
         };
-        if !etcd_member {
+        if !etcd_member && !kubeadm_host {
             info!(machine, %ip, "control plane host provisioned (its user data is not run here)");
             return Ok(Some(ip.to_string()));
         }
@@ -449,6 +478,18 @@ impl SimInfra {
             );
             return Ok(None);
         };
+        if let (false, Some(hosts)) = (etcd_member, &self.control_plane) {
+            hosts.boot(HostSpec {
+                machine: machine.to_string(),
+                cluster: owner.spec.cluster_name.clone(),
+                address: ip,
+                user_data,
+                version: owner.spec.version.clone().unwrap_or_default(),
+                provider_id: provider_id(machine),
+            });
+            info!(machine, %ip, "control plane host booting");
+            return Ok(Some(ip.to_string()));
+        }
         let spec = MachineSpec {
             name: machine.to_string(),
             ip,

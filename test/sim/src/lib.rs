@@ -7,6 +7,7 @@ pub mod bench_scale;
 pub mod bench_steps;
 pub mod boot_delay;
 pub mod capi;
+pub mod control_plane_host;
 pub mod dashboard_svg;
 pub mod demo;
 pub mod error;
