@@ -461,21 +461,7 @@ impl SimInfra {
             info!(machine, %ip, "control plane host provisioned (its user data is not run here)");
             return Ok(Some(ip.to_string()));
         }
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
-        let Some(secret) = secrets.get_opt(secret_name).await? else {
-            return Ok(None);
-        };
-        let Some(user_data) = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(names::DATA_SECRET_VALUE_KEY))
-            .and_then(|v| String::from_utf8(v.0.clone()).ok())
-        else {
-            warn!(
-                machine,
-                secret = secret_name,
-                "bootstrap data Secret has no value"
-            );
+        let Some(user_data) = self.user_data(machine, secret_name).await? else {
             return Ok(None);
         };
         if let (false, Some(hosts)) = (etcd_member, &self.control_plane) {
@@ -511,6 +497,27 @@ impl SimInfra {
         }
         info!(machine, %ip, "machine booted");
         Ok(Some(ip.to_string()))
+    }
+
+    /// The bootstrap data in Secret `secret_name`, once it exists (a Secret without a value is
+    /// reported).
+    async fn user_data(&self, machine: &str, secret_name: &str) -> Result<Option<String>, kube::Error> {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        let Some(secret) = secrets.get_opt(secret_name).await? else {
+            return Ok(None);
+        };
+        let value = secret
+            .data
+            .and_then(|mut d| d.remove(names::DATA_SECRET_VALUE_KEY));
+        let user_data = value.and_then(|v| String::from_utf8(v.0).ok());
+        if user_data.is_none() {
+            warn!(
+                machine,
+                secret = secret_name,
+                "bootstrap data Secret has no value"
+            );
+        }
+        Ok(user_data)
     }
 
     fn free_ip(&self, taken: &[String]) -> Option<IpAddr> {

@@ -156,6 +156,16 @@ async fn read_request<S: AsyncRead + Unpin>(
     ))
 }
 
+/// The streams of one SPDY session.
+struct Streams {
+    decoder: HeaderDecoder,
+    encoder: HeaderEncoder,
+    /// The `error` stream of each request ID.
+    errors: HashMap<String, u32>,
+    /// Where each `data` stream's bytes go (`None`: the peer closed its half).
+    forwards: HashMap<u32, mpsc::Sender<Option<Vec<u8>>>>,
+}
+
 /// One SPDY session: each `data` stream is forwarded to its port on the host; its `error`
 /// stream (same request ID) carries a failure to connect.
 async fn session<S: AsyncRead + AsyncWrite + Send + 'static>(
@@ -172,10 +182,12 @@ async fn session<S: AsyncRead + AsyncWrite + Send + 'static>(
             }
         }
     });
-    let mut decoder = HeaderDecoder::default();
-    let mut encoder = HeaderEncoder::default();
-    let mut error_streams: HashMap<String, u32> = HashMap::new();
-    let mut forwards: HashMap<u32, mpsc::Sender<Option<Vec<u8>>>> = HashMap::new();
+    let mut streams = Streams {
+        decoder: HeaderDecoder::default(),
+        encoder: HeaderEncoder::default(),
+        errors: HashMap::new(),
+        forwards: HashMap::new(),
+    };
     while let Some(frame) = spdy::read_frame(&mut reader).await? {
         match frame {
             Frame::Control {
@@ -183,25 +195,8 @@ async fn session<S: AsyncRead + AsyncWrite + Send + 'static>(
                 payload,
                 ..
             } => {
-                let (id, headers) = spdy::syn_stream(&payload, &mut decoder)?;
-                debug!(id, ?headers, "SYN_STREAM");
-                send(&to_peer, spdy::syn_reply(id, &mut encoder)).await;
-                let request = spdy::header(&headers, "requestid")
-                    .unwrap_or_default()
-                    .to_string();
-                match spdy::header(&headers, "streamtype") {
-                    Some("error") => {
-                        error_streams.insert(request, id);
-                    }
-                    Some("data") => {
-                        let port = spdy::header(&headers, "port").and_then(|p| p.parse::<u16>().ok());
-                        let (to_target, from_peer) = mpsc::channel(QUEUE);
-                        forwards.insert(id, to_target);
-                        let streams = (id, error_streams.get(&request).copied());
-                        let target = port.map(|port| SocketAddr::new(host, port));
-                        tasks.spawn(forward(target, streams, from_peer, to_peer.clone()));
-                    }
-                    _ => {}
+                if let Some(forward) = streams.open(&payload, host, &to_peer).await? {
+                    tasks.spawn(forward);
                 }
             }
             Frame::Control {
@@ -217,28 +212,63 @@ async fn session<S: AsyncRead + AsyncWrite + Send + 'static>(
                 payload,
                 ..
             } => {
-                forwards.remove(&spdy::stream_id(&payload)?);
+                streams.forwards.remove(&spdy::stream_id(&payload)?);
             }
             Frame::Control { .. } => {}
             Frame::Data {
                 stream,
                 flags,
                 payload,
-            } => {
-                let Some(to_target) = forwards.get(&stream) else {
-                    continue;
-                };
-                if !payload.is_empty() {
-                    let _ = to_target.send(Some(payload)).await;
-                }
-                if flags & spdy::FLAG_FIN != 0 {
-                    let _ = to_target.send(None).await;
-                    forwards.remove(&stream);
-                }
-            }
+            } => streams.deliver(stream, flags, payload).await,
         }
     }
     Ok(())
+}
+
+impl Streams {
+    /// Accept the stream a SYN_STREAM opens; a `data` stream's forwarder is returned to run.
+    async fn open(
+        &mut self,
+        payload: &[u8],
+        host: IpAddr,
+        to_peer: &mpsc::Sender<Vec<u8>>,
+    ) -> Result<Option<impl Future<Output = ()> + Send + 'static>, SpdyError> {
+        let (id, headers) = spdy::syn_stream(payload, &mut self.decoder)?;
+        debug!(id, ?headers, "SYN_STREAM");
+        send(to_peer, spdy::syn_reply(id, &mut self.encoder)).await;
+        let request = spdy::header(&headers, "requestid")
+            .unwrap_or_default()
+            .to_string();
+        match spdy::header(&headers, "streamtype") {
+            Some("error") => {
+                self.errors.insert(request, id);
+                Ok(None)
+            }
+            Some("data") => {
+                let port = spdy::header(&headers, "port").and_then(|p| p.parse::<u16>().ok());
+                let (to_target, from_peer) = mpsc::channel(QUEUE);
+                self.forwards.insert(id, to_target);
+                let streams = (id, self.errors.get(&request).copied());
+                let target = port.map(|port| SocketAddr::new(host, port));
+                Ok(Some(forward(target, streams, from_peer, to_peer.clone())))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// A data frame from the peer: to its stream's forwarder, FIN closing that half.
+    async fn deliver(&mut self, stream: u32, flags: u8, payload: Vec<u8>) {
+        let Some(to_target) = self.forwards.get(&stream) else {
+            return;
+        };
+        if !payload.is_empty() {
+            let _ = to_target.send(Some(payload)).await;
+        }
+        if flags & spdy::FLAG_FIN != 0 {
+            let _ = to_target.send(None).await;
+            self.forwards.remove(&stream);
+        }
+    }
 }
 
 async fn send(to_peer: &mpsc::Sender<Vec<u8>>, frame: Vec<u8>) {
