@@ -16,7 +16,8 @@
 //!   CAPD does, whether its user data ran (condition `BootstrapExecSucceeded`); a machine that
 //!   could not boot is reported as a terminal failure (`status.failureReason`/`failureMessage`);
 //! - each object carries the provider's finalizer; a SimMachine being deleted is powered off
-//!   before the finalizer goes.
+//!   before the finalizer goes, unless `clusterctl move` deletes it (`delete-for-move`): its
+//!   machine keeps running, and the provider of the target finds it again by its provider ID.
 //!
 //! Machines whose bootstrap config is not an EtcdadmConfig (a KubeadmControlPlane's) are
 //! control plane hosts: they get an address and are reported provisioned, without running
@@ -57,6 +58,8 @@ pub fn provider_id(name: &str) -> String {
 }
 
 const MANAGER: &str = "sim-infrastructure";
+/// What `clusterctl move` annotates the source's objects with before it deletes them.
+const DELETE_FOR_MOVE: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
 const TICK: Duration = Duration::from_millis(250);
 
 fn resource(kind: &str) -> ApiResource {
@@ -280,7 +283,10 @@ impl SimInfra {
             return Ok(());
         };
         if sim.metadata.deletion_timestamp.is_some() {
-            self.power_off(&machine_name);
+            // A copy deleted by `clusterctl move` leaves its machine running for the target.
+            if !sim.annotations().contains_key(DELETE_FOR_MOVE) {
+                self.power_off(&machine_name);
+            }
             return self.remove_finalizer(api, sim).await;
         }
         self.add_finalizer(api, sim).await?;
@@ -299,6 +305,11 @@ impl SimInfra {
             .config_ref
             .as_ref()
             .is_some_and(|r| r.kind == "EtcdadmConfig");
+        // A machine booted before, whose object carries no status (a copy made by `clusterctl
+        // move`): found again by its provider ID, as a cloud's API finds an instance.
+        if address.is_none() && sim.data.pointer("/spec/providerID").is_some() {
+            address = self.runtime.address(&machine_name).map(|ip| ip.to_string());
+        }
         if address.is_none()
             && let Some(secret_name) = &machine.spec.bootstrap.data_secret_name
             && self.boot_due(&machine_name)

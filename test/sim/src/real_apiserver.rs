@@ -197,7 +197,8 @@ async fn apply_document(client: &kube::Client, document: &Value) -> Result<(), S
 /// a missing RBAC verb shows up here first.
 pub fn forbidden_lines(log: &str) -> String {
     log.lines()
-        .filter(|l| l.contains("403") || l.contains("forbidden") || l.contains("Forbidden"))
+        // "forbidden" in any case: a bare "403" also matches timestamps.
+        .filter(|l| l.to_lowercase().contains("forbidden"))
         .take(20)
         .collect::<Vec<_>>()
         .join("\n")

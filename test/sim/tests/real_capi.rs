@@ -304,6 +304,17 @@ async fn create_gates_the_real_kcp() {
             status["conditions"]
         );
     }
+    // Every manager ran as its ServiceAccount, as clusterctl installed it: none was refused by
+    // RBAC (ours under config/rbac, CAPI's through the roles our components aggregate into it).
+    for pod in &real.pods {
+        let log = std::fs::read_to_string(&pod.log).unwrap_or_default();
+        let refused = etcdadm_sim::real_apiserver::forbidden_lines(&log);
+        assert!(
+            refused.is_empty(),
+            "{} was refused by RBAC:\n{refused}",
+            pod.deployment
+        );
+    }
     drop(plane);
     drop(real);
 }
