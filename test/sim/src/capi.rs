@@ -2,11 +2,12 @@
 //! v1beta2 contract, in front of the sim's infrastructure provider ([`crate::infra`]). What it
 //! does is what real Cluster API v1.13 was seen to do (docs/capi.md, "Where the stand-ins
 //! differed"): a Machine without a Node stays `Provisioned`, the infrastructure machine is
-//! deleted (and gone) before the bootstrap config, pre-terminate hooks hold the deletion.
+//! deleted (and gone) before the bootstrap config, pre-terminate hooks hold the deletion, and a
+//! Cluster is deleted only once its worker Machines (etcd Machines among them) are gone.
 //!
 //! It polls instead of watching: it is test infrastructure, and a poll loop restarts cleanly.
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::warn;
@@ -20,6 +21,8 @@ pub use crate::infra::{sim_cluster_resource, sim_machine_resource, sim_machine_t
 
 /// CAPI's Machine finalizer.
 pub const MACHINE_FINALIZER: &str = "machine.cluster.x-k8s.io";
+/// CAPI's Cluster finalizer.
+pub const CLUSTER_FINALIZER: &str = "cluster.cluster.x-k8s.io";
 const MANAGER: &str = "capi-standin";
 const TICK: std::time::Duration = std::time::Duration::from_millis(250);
 
@@ -62,10 +65,31 @@ impl CapiStandIn {
         }
     }
 
-    /// The Cluster controller: own the SimCluster, copy its provisioning and failure domains.
+    /// The Cluster controller: own the SimCluster and the control plane object, copy the
+    /// infrastructure's provisioning, endpoint and failure domains; delete in CAPI's order.
     async fn reconcile_cluster(&self, cluster: &Cluster) -> Result<(), kube::Error> {
         if cluster.spec.paused.unwrap_or(false) {
             return Ok(());
+        }
+        let clusters: Api<Cluster> = Api::namespaced(self.client.clone(), &self.namespace);
+        if cluster.metadata.deletion_timestamp.is_some() {
+            return self.delete_cluster(cluster, &clusters).await;
+        }
+        if !cluster.finalizers().iter().any(|f| f == CLUSTER_FINALIZER) {
+            let mut finalizers = cluster.finalizers().to_vec();
+            finalizers.push(CLUSTER_FINALIZER.into());
+            clusters
+                .patch(
+                    &cluster.name_any(),
+                    &Self::params(),
+                    &Patch::Merge(&json!({"metadata": {"finalizers": finalizers}})),
+                )
+                .await?;
+        }
+        let owner = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                           "name": cluster.name_any(), "uid": cluster.uid().unwrap_or_default()});
+        if let Some(control_plane) = self.control_plane(cluster).await? {
+            ensure_owner(&self.control_plane_api(), &control_plane, &owner).await?;
         }
         let mut failure_domains = vec![];
         let mut provisioned = cluster.spec.infrastructure_ref.is_none();
@@ -106,6 +130,77 @@ impl CapiStandIn {
         Api::<Cluster>::namespaced(self.client.clone(), &self.namespace)
             .patch_status(&cluster.name_any(), &Self::params(), &Patch::Merge(&patch))
             .await?;
+        Ok(())
+    }
+
+    fn control_plane_api(&self) -> Api<DynamicObject> {
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "controlplane.cluster.x-k8s.io",
+            "v1beta2",
+            "KubeadmControlPlane",
+        ));
+        Api::namespaced_with(self.client.clone(), &self.namespace, &resource)
+    }
+
+    /// The KubeadmControlPlane the Cluster names, when it exists.
+    async fn control_plane(&self, cluster: &Cluster) -> Result<Option<DynamicObject>, kube::Error> {
+        match &cluster.spec.control_plane_ref {
+            Some(reference) if reference.kind == "KubeadmControlPlane" => {
+                self.control_plane_api().get_opt(&reference.name).await
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// A Cluster's deletion as CAPI v1.13 does it: it waits until every worker Machine (etcd
+    /// Machines count as workers) is gone, then deletes the control plane object, then the
+    /// infrastructure cluster, then lets the Cluster go.
+    async fn delete_cluster(&self, cluster: &Cluster, clusters: &Api<Cluster>) -> Result<(), kube::Error> {
+        let name = cluster.name_any();
+        let selector = format!("{}={name}", names::CLUSTER_NAME_LABEL);
+        let machines: Api<Machine> = Api::namespaced(self.client.clone(), &self.namespace);
+        let workers = machines
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await?
+            .items
+            .iter()
+            .filter(|m| !m.labels().contains_key(names::CONTROL_PLANE_LABEL))
+            .count();
+        if workers > 0 {
+            return Ok(());
+        }
+        if let Some(control_plane) = self.control_plane(cluster).await? {
+            if control_plane.metadata.deletion_timestamp.is_none() {
+                self.control_plane_api()
+                    .delete(&control_plane.name_any(), &Default::default())
+                    .await?;
+            }
+            return Ok(());
+        }
+        if let Some(infra) = &cluster.spec.infrastructure_ref {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &self.namespace, &sim_cluster_resource());
+            if let Some(sim) = api.get_opt(&infra.name).await? {
+                if sim.metadata.deletion_timestamp.is_none() {
+                    api.delete(&infra.name, &Default::default()).await?;
+                }
+                return Ok(());
+            }
+        }
+        let finalizers: Vec<&String> = cluster
+            .finalizers()
+            .iter()
+            .filter(|f| *f != CLUSTER_FINALIZER)
+            .collect();
+        if finalizers.len() != cluster.finalizers().len() {
+            clusters
+                .patch(
+                    &name,
+                    &Self::params(),
+                    &Patch::Merge(&json!({"metadata": {"finalizers": finalizers}})),
+                )
+                .await?;
+        }
         Ok(())
     }
 

@@ -16,7 +16,8 @@
 //!   CAPD does, whether its user data ran (condition `BootstrapExecSucceeded`); a machine that
 //!   could not boot is reported as a terminal failure (`status.failureReason`/`failureMessage`);
 //! - each object carries the provider's finalizer; a SimMachine being deleted is powered off
-//!   before the finalizer goes.
+//!   before the finalizer goes, unless `clusterctl move` deletes it (`delete-for-move`): its
+//!   machine keeps running, and the provider of the target finds it again by its provider ID.
 //!
 //! Machines whose bootstrap config is not an EtcdadmConfig (a KubeadmControlPlane's) are
 //! control plane hosts: they get an address and are reported provisioned. Under real CAPI a
@@ -44,6 +45,7 @@ use etcdadm_sim_machines::{MachineRuntime, MachineSpec, MachineState};
 
 use crate::boot_delay::{BootDelay, Draws};
 use crate::control_plane_host::{ControlPlaneHosts, HostSpec};
+pub use crate::infra_report::{bootstrap_not_done, bootstrap_succeeded};
 
 /// The API group of the sim's infrastructure kinds.
 pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
@@ -59,6 +61,8 @@ pub fn provider_id(name: &str) -> String {
 }
 
 const MANAGER: &str = "sim-infrastructure";
+/// What `clusterctl move` annotates the source's objects with before it deletes them.
+const DELETE_FOR_MOVE: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
 const TICK: Duration = Duration::from_millis(250);
 
 fn resource(kind: &str) -> ApiResource {
@@ -131,7 +135,7 @@ fn owner_named(object: &DynamicObject, kind: &str) -> Option<String> {
         .map(|r| r.name.clone())
 }
 
-fn params() -> PatchParams {
+pub(crate) fn params() -> PatchParams {
     PatchParams {
         field_manager: Some(MANAGER.into()),
         ..Default::default()
@@ -291,7 +295,10 @@ impl SimInfra {
             return Ok(());
         };
         if sim.metadata.deletion_timestamp.is_some() {
-            self.power_off(&machine_name);
+            // A copy deleted by `clusterctl move` leaves its machine running for the target.
+            if !sim.annotations().contains_key(DELETE_FOR_MOVE) {
+                self.power_off(&machine_name);
+            }
             return self.remove_finalizer(api, sim).await;
         }
         self.add_finalizer(api, sim).await?;
@@ -312,6 +319,16 @@ impl SimInfra {
             .map(|r| r.kind.as_str());
         let etcd_member = config_kind == Some("EtcdadmConfig");
         let kubeadm_host = self.control_plane.is_some() && config_kind == Some("KubeadmConfig");
+        // A machine booted before, whose object carries no status (a copy made by `clusterctl
+        // move`): found again by its provider ID, as a cloud's API finds an instance.
+        if address.is_none() && sim.data.pointer("/spec/providerID").is_some() {
+            let host = self.control_plane.as_ref().and_then(|h| h.address(&machine_name));
+            address = self
+                .runtime
+                .address(&machine_name)
+                .or(host)
+                .map(|ip| ip.to_string());
+        }
         if address.is_none()
             && let Some(secret_name) = &machine.spec.bootstrap.data_secret_name
             && self.boot_due(&machine_name)
@@ -325,76 +342,6 @@ impl SimInfra {
         };
         self.report(api, sim, &machine_name, &address, etcd_member || kubeadm_host)
             .await
-    }
-
-    /// What the SimMachine says of its machine: provider ID, address, provisioned, whether its
-    /// user data ran, and a terminal failure when it could not boot.
-    async fn report(
-        &self,
-        api: &Api<DynamicObject>,
-        sim: &DynamicObject,
-        machine_name: &str,
-        address: &str,
-        runs_user_data: bool,
-    ) -> Result<(), kube::Error> {
-        let name = sim.name_any();
-        let id = provider_id(machine_name);
-        if sim.data.pointer("/spec/providerID").and_then(Value::as_str) != Some(id.as_str()) {
-            api.patch(
-                &name,
-                &params(),
-                &Patch::Merge(&json!({"spec": {"providerID": id}})),
-            )
-            .await?;
-        }
-        let mut status = json!({
-            "initialization": {"provisioned": true},
-            "addresses": [{"type": "InternalIP", "address": address}],
-        });
-        if runs_user_data {
-            let state = match (self.runtime.state(machine_name), &self.control_plane) {
-                (MachineState::Off, Some(hosts)) => hosts.state(machine_name),
-                (state, _) => state,
-            };
-            let (condition, failure) = match state {
-                MachineState::Running {
-                    bootstrap_succeeded: true,
-                } => (("True", "BootstrapExecSucceeded", String::new()), None),
-                MachineState::Running {
-                    bootstrap_succeeded: false,
-                } => (
-                    (
-                        "False",
-                        "BootstrapFailed",
-                        "the user data did not run to its end".into(),
-                    ),
-                    None,
-                ),
-                MachineState::Failed { reason } => {
-                    (("False", "BootstrapFailed", reason.clone()), Some(reason))
-                }
-                MachineState::Booting | MachineState::Off => (
-                    ("False", "Bootstrapping", "the user data is running".into()),
-                    None,
-                ),
-            };
-            let (state, reason, message) = condition;
-            status["conditions"] = json!([condition_json(sim, state, reason, &message)]);
-            if let Some(reason) = failure {
-                status["failureReason"] = json!("BootstrapFailed");
-                status["failureMessage"] = json!(reason);
-            }
-        }
-        if sim
-            .data
-            .get("status")
-            .is_some_and(|current| is_subset(&status, current))
-        {
-            return Ok(());
-        }
-        api.patch_status(&name, &params(), &Patch::Merge(&json!({ "status": status })))
-            .await?;
-        Ok(())
     }
 
     fn power_off(&self, machine_name: &str) {
@@ -528,33 +475,6 @@ impl SimInfra {
     }
 }
 
-/// A v1beta2 condition of `sim`, keeping its transition time while the status stays.
-fn condition_json(sim: &DynamicObject, status: &str, reason: &str, message: &str) -> Value {
-    let current = sim
-        .data
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|conditions| {
-            conditions
-                .iter()
-                .find(|c| c["type"] == BOOTSTRAP_EXEC_SUCCEEDED && c["status"] == status)
-        });
-    let since = current
-        .and_then(|c| c["lastTransitionTime"].as_str().map(String::from))
-        .unwrap_or_else(|| {
-            k8s_openapi::jiff::Timestamp::now()
-                .strftime("%Y-%m-%dT%H:%M:%SZ")
-                .to_string()
-        });
-    json!({
-        "type": BOOTSTRAP_EXEC_SUCCEEDED,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": since,
-    })
-}
-
 /// Whether every field of `wanted` is present with the same value in `current`.
 pub fn is_subset(wanted: &Value, current: &Value) -> bool {
     match (wanted, current) {
@@ -563,36 +483,4 @@ pub fn is_subset(wanted: &Value, current: &Value) -> bool {
         }
         _ => wanted == current,
     }
-}
-
-/// Whether the SimMachine reports that its user data ran to its end.
-pub fn bootstrap_succeeded(sim: &DynamicObject) -> bool {
-    sim.data
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|c| c["type"] == BOOTSTRAP_EXEC_SUCCEEDED && c["status"] == "True")
-        })
-}
-
-/// The Machines among `names` whose SimMachine does not yet report its user data ran to its end
-/// (none of them under real CAPI and the stand-in alike has a phase that says so: without a
-/// Node a Machine stays `Provisioned`).
-pub async fn bootstrap_not_done(
-    client: &Client,
-    namespace: &str,
-    names: &[String],
-) -> Result<Vec<String>, kube::Error> {
-    let sims: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &sim_machine_resource());
-    let done: Vec<String> = sims
-        .list(&Default::default())
-        .await?
-        .items
-        .iter()
-        .filter(|s| bootstrap_succeeded(s))
-        .map(|s| s.name_any())
-        .collect();
-    Ok(names.iter().filter(|n| !done.contains(n)).cloned().collect())
 }

@@ -1,6 +1,8 @@
 //! The KubeadmControlPlane stand-in: what the etcd controller's gating and rollout rules talk to.
-//! It honours the paused annotation, will not "create machines" before the etcd certificate
-//! Secrets exist, records every endpoint list it is given, and rolls its (imaginary) machines
+//! Like the real KCP (docs/capi.md), it waits for the Cluster's owner reference, honours the
+//! paused annotation, will not "create machines" before the etcd certificate Secrets exist and
+//! makes itself their controller, reports v1beta2 status and conditions, records every endpoint
+//! list it is given, and rolls its (imaginary) machines
 //! one step at a time when the endpoints change or `spec.rollout.after` moves (each move is
 //! recorded as a rollout request), as a real KCP rollout would.
 
@@ -111,7 +113,12 @@ impl KcpStandIn {
         let name = kcp.name_any();
         let rollout_after = kcp.rollout_after().map(|t| t.to_string());
         self.note_rollout_request(&name, rollout_after.as_deref());
-        if kcp.annotations().contains_key(names::PAUSED_ANNOTATION) {
+        // Like the real KCP: nothing before the Cluster controller has made the Cluster its owner.
+        let owned_by_cluster = kcp
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "Cluster" && o.api_version.starts_with("cluster.x-k8s.io/"));
+        if !owned_by_cluster || kcp.annotations().contains_key(names::PAUSED_ANNOTATION) {
             return Ok(());
         }
         let ControlPlaneEtcd::External(endpoints) = kcp.etcd() else {
@@ -129,22 +136,22 @@ impl KcpStandIn {
             names::kcp_etcd_ca_secret_name(&cluster),
             names::apiserver_client_secret_name(&cluster),
         ] {
-            if secrets.get_opt(&secret).await?.is_none() {
-                missing.push(secret);
+            match secrets.get_opt(&secret).await? {
+                Some(found) => self.control(&secrets, &found, kcp).await?,
+                None => missing.push(secret),
             }
         }
+        let previous = kcp.status.as_ref().map(|s| &s.rest);
         let status = if !missing.is_empty() {
-            let message = format!(
-                "refusing to create machines: Secret {} missing",
-                missing.join(", ")
-            );
-            json!({"replicas": 0, "upToDateReplicas": 0, "updatedReplicas": 0,
-                   "conditions": [condition("EtcdCertificatesAvailable", "False", "SecretsMissing", &message)]})
+            let message = format!("external certificate not found: Secret {}", missing.join(", "));
+            json!({"replicas": 0, "upToDateReplicas": 0, "deprecated": {"v1beta1": {"updatedReplicas": 0}},
+                   "conditions": [condition(previous, "CertificatesAvailable", "False", "InternalError", &message)]})
         } else {
             let up_to_date = self.step_machines(&name, &endpoints, rollout_after, replicas);
             json!({"replicas": replicas, "readyReplicas": replicas, "upToDateReplicas": up_to_date,
-                   "updatedReplicas": up_to_date,
-                   "conditions": [condition("EtcdCertificatesAvailable", "True", "SecretsFound", "")]})
+                   "deprecated": {"v1beta1": {"updatedReplicas": up_to_date}},
+                   "initialization": {"controlPlaneInitialized": true},
+                   "conditions": [condition(previous, "CertificatesAvailable", "True", "Available", "")]})
         };
         let mut status = status;
         status["observedGeneration"] = json!(kcp.metadata.generation);
@@ -162,6 +169,48 @@ impl KcpStandIn {
             api.patch_status(&name, &params, &Patch::Merge(&json!({"status": status})))
                 .await?;
         }
+        Ok(())
+    }
+
+    /// Make this KCP the controller of a Secret of CAPI's type it reads certificates from,
+    /// replacing any other controller, as the real KCP does (other owners stay).
+    async fn control(
+        &self,
+        secrets: &Api<Secret>,
+        secret: &Secret,
+        kcp: &KubeadmControlPlane,
+    ) -> Result<(), kube::Error> {
+        let uid = kcp.uid().unwrap_or_default();
+        let is_capi_type = secret.type_.as_deref() == Some(names::CLUSTER_SECRET_TYPE);
+        if !is_capi_type
+            || secret
+                .owner_references()
+                .iter()
+                .any(|o| o.uid == uid && o.controller == Some(true))
+        {
+            return Ok(());
+        }
+        let mut owners: Vec<serde_json::Value> = secret
+            .owner_references()
+            .iter()
+            .filter(|o| o.controller != Some(true))
+            .filter_map(|o| serde_json::to_value(o).ok())
+            .collect();
+        owners.push(json!({
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane",
+            "name": kcp.name_any(), "uid": uid, "controller": true, "blockOwnerDeletion": true,
+        }));
+        let params = PatchParams {
+            field_manager: Some(MANAGER.into()),
+            ..Default::default()
+        };
+        secrets
+            .patch(
+                &secret.name_any(),
+                &params,
+                &Patch::Merge(&json!({"metadata": {"ownerReferences": owners}})),
+            )
+            .await?;
         Ok(())
     }
 
@@ -246,6 +295,23 @@ impl KcpStandIn {
     }
 }
 
-fn condition(type_: &str, status: &str, reason: &str, message: &str) -> serde_json::Value {
-    json!({"type": type_, "status": status, "reason": reason, "message": message})
+/// A v1beta2 condition, keeping the transition time it had while its status stays.
+fn condition(
+    previous: Option<&etcdadm_shared::api::capi::Rest>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+) -> serde_json::Value {
+    let since = previous
+        .and_then(|rest| rest.get("conditions"))
+        .and_then(serde_json::Value::as_array)
+        .and_then(|all| all.iter().find(|c| c["type"] == type_ && c["status"] == status))
+        .and_then(|c| c["lastTransitionTime"].as_str().map(String::from))
+        .unwrap_or_else(|| {
+            k8s_openapi::jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%SZ")
+                .to_string()
+        });
+    json!({"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": since})
 }

@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! The KubeadmControlPlane stand-in: pause, refusal without etcd Secrets, endpoint recording and
-//! the rollout it simulates when the endpoints change.
+//! The KubeadmControlPlane stand-in: the Cluster's owner reference awaited, pause, refusal
+//! without etcd Secrets (then their control), endpoint recording and the rollout it simulates
+//! when the endpoints change.
 
 use std::time::Duration;
 
@@ -31,6 +32,22 @@ async fn kcp_waits_for_unpause_and_secrets_then_rolls_on_endpoint_change() {
     api.create(&PostParams::default(), &kcp).await.unwrap();
     let standin = KcpStandIn::new(client.clone(), "default", Duration::ZERO);
 
+    let unpause = json!({"metadata": {"annotations": {names::PAUSED_ANNOTATION: null}}});
+    api.patch("c1-cp", &PatchParams::default(), &Patch::Merge(&unpause))
+        .await
+        .unwrap();
+    standin.tick().await.unwrap();
+    assert_eq!(
+        api.get("c1-cp").await.unwrap().status,
+        None,
+        "a KCP without the Cluster's owner reference is left alone, as the real one"
+    );
+    let owned = json!({"metadata": {
+        "annotations": {names::PAUSED_ANNOTATION: ""},
+        "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "uid": "c1-uid"}]}});
+    api.patch("c1-cp", &PatchParams::default(), &Patch::Merge(&owned))
+        .await
+        .unwrap();
     standin.tick().await.unwrap();
     assert_eq!(
         api.get("c1-cp").await.unwrap().status,
@@ -38,14 +55,14 @@ async fn kcp_waits_for_unpause_and_secrets_then_rolls_on_endpoint_change() {
         "a paused KCP is left alone"
     );
 
-    let unpause = json!({"metadata": {"annotations": {names::PAUSED_ANNOTATION: null}}});
     api.patch("c1-cp", &PatchParams::default(), &Patch::Merge(&unpause))
         .await
         .unwrap();
     standin.tick().await.unwrap();
     let s = status(&api.get("c1-cp").await.unwrap());
     assert_eq!(s["replicas"], 0);
-    assert_eq!(s["conditions"][0]["reason"], "SecretsMissing");
+    assert_eq!(s["conditions"][0]["type"], "CertificatesAvailable");
+    assert_eq!(s["conditions"][0]["status"], "False");
     assert!(
         s["conditions"][0]["message"]
             .as_str()
@@ -58,13 +75,39 @@ async fn kcp_waits_for_unpause_and_secrets_then_rolls_on_endpoint_change() {
         names::kcp_etcd_ca_secret_name("c1"),
         names::apiserver_client_secret_name("c1"),
     ] {
-        let secret: Secret = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        let secret: Secret = serde_json::from_value(json!({"metadata": {"name": name,
+            "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "uid": "c1-uid"}]},
+            "type": names::CLUSTER_SECRET_TYPE}))
+        .unwrap();
         secrets.create(&PostParams::default(), &secret).await.unwrap();
     }
     standin.tick().await.unwrap();
     let kcp = api.get("c1-cp").await.unwrap();
     assert_eq!(status(&kcp)["replicas"], 3);
     assert!(kcp.rollout_complete(), "{:?}", kcp.status);
+    // As the real KCP: the controller of the Secrets it reads, the Cluster still an owner.
+    for name in [
+        names::kcp_etcd_ca_secret_name("c1"),
+        names::apiserver_client_secret_name("c1"),
+    ] {
+        let owners: Vec<(String, Option<bool>)> = secrets
+            .get(&name)
+            .await
+            .unwrap()
+            .metadata
+            .owner_references
+            .unwrap_or_default()
+            .into_iter()
+            .map(|o| (o.kind, o.controller))
+            .collect();
+        assert_eq!(
+            owners,
+            [
+                ("Cluster".to_string(), None),
+                ("KubeadmControlPlane".to_string(), Some(true))
+            ]
+        );
+    }
 
     let endpoints = json!({"spec": {"kubeadmConfigSpec": {"clusterConfiguration": {"etcd": {"external": {"endpoints": ["https://127.0.1.2:2379"]}}}}}});
     api.patch("c1-cp", &PatchParams::default(), &Patch::Merge(&endpoints))
@@ -75,7 +118,7 @@ async fn kcp_waits_for_unpause_and_secrets_then_rolls_on_endpoint_change() {
         standin.tick().await.unwrap();
         let kcp = api.get("c1-cp").await.unwrap();
         seen.push((
-            status(&kcp)["updatedReplicas"].as_i64().unwrap(),
+            status(&kcp)["upToDateReplicas"].as_i64().unwrap(),
             kcp.rollout_complete(),
         ));
     }

@@ -241,6 +241,54 @@ async fn create_gates_the_real_kcp() {
         "the bootstrap data writes our API server client certificate"
     );
 
+    // The real KCP makes itself the controller of our two Secrets (it does so with every Secret
+    // of CAPI's type it reads certificates from); the Cluster stays an owner, so the garbage
+    // collector keeps them as long as the Cluster exists, KCP or not.
+    for name in ["c1-etcd", "c1-apiserver-etcd-client"] {
+        let owners: Vec<String> = secrets
+            .get(name)
+            .await
+            .unwrap()
+            .owner_references()
+            .iter()
+            .map(|o| {
+                format!(
+                    "{} {} controller={}",
+                    o.kind,
+                    o.name,
+                    o.controller.unwrap_or(false)
+                )
+            })
+            .collect();
+        println!("Secret {name} owners: {owners:?}");
+        assert!(
+            owners.contains(&"Cluster c1 controller=false".to_string()),
+            "Secret {name} lost its Cluster owner: {owners:?}"
+        );
+    }
+
+    // What a user reads in `clusterctl describe cluster`.
+    let describe = real
+        .clusterctl()
+        .unwrap()
+        .args([
+            "describe",
+            "cluster",
+            "c1",
+            "--namespace",
+            "real-capi",
+            "--show-conditions",
+            "all",
+        ])
+        .output()
+        .await
+        .unwrap();
+    println!(
+        "clusterctl describe cluster:\n{}{}",
+        String::from_utf8_lossy(&describe.stdout),
+        String::from_utf8_lossy(&describe.stderr)
+    );
+
     // The etcd Machines as the real Machine controller sees them.
     for machine in machines
         .list(&ListParams::default().labels(&format!("{}=c1-etcd", names::ETCD_CLUSTER_LABEL)))
@@ -254,6 +302,17 @@ async fn create_gates_the_real_kcp() {
             machine.name_any(),
             status["phase"],
             status["conditions"]
+        );
+    }
+    // Every manager ran as its ServiceAccount, as clusterctl installed it: none was refused by
+    // RBAC (ours under config/rbac, CAPI's through the roles our components aggregate into it).
+    for pod in &real.pods {
+        let log = std::fs::read_to_string(&pod.log).unwrap_or_default();
+        let refused = etcdadm_sim::real_apiserver::forbidden_lines(&log);
+        assert!(
+            refused.is_empty(),
+            "{} was refused by RBAC:\n{refused}",
+            pod.deployment
         );
     }
     drop(plane);

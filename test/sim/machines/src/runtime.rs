@@ -96,6 +96,10 @@ pub trait MachineRuntime: Send + Sync {
     fn stop(&self, name: &str) -> Result<(), MachineError>;
     fn fault(&self, name: &str, fault: Fault) -> Result<(), MachineError>;
     fn state(&self, name: &str) -> MachineState;
+    /// The address of machine `name` while it is on (not stopped): what a cloud's API answers
+    /// for an instance, so an infrastructure provider can find a machine it booted again (after
+    /// `clusterctl move`, whose copies carry no status).
+    fn address(&self, name: &str) -> Option<IpAddr>;
     /// Whether a machine may be given `ip` (besides no other Machine having it): by default,
     /// etcd's ports are free on it on this host.
     fn address_free(&self, ip: IpAddr) -> bool {
@@ -501,6 +505,10 @@ impl MachineRuntime for BuiltInRuntime {
         Ok(())
     }
 
+    fn address(&self, name: &str) -> Option<IpAddr> {
+        self.lock().get(name).filter(|m| m.child.is_some()).map(|m| m.ip)
+    }
+
     fn state(&self, name: &str) -> MachineState {
         let mut machines = self.lock();
         let Some(machine) = machines.get_mut(name) else {
@@ -742,6 +750,10 @@ impl MachineRuntime for ExternalRuntime {
             m.on = false;
         }
         Ok(())
+    }
+
+    fn address(&self, name: &str) -> Option<IpAddr> {
+        self.lock().get(name).filter(|m| m.on).map(|m| m.spec.ip)
     }
 
     fn state(&self, name: &str) -> MachineState {

@@ -71,6 +71,7 @@ impl Processes {
 }
 
 struct Host {
+    address: IpAddr,
     state: Arc<Mutex<MachineState>>,
     processes: Arc<Mutex<Processes>>,
     task: tokio::task::JoinHandle<()>,
@@ -108,7 +109,7 @@ impl ControlPlaneHosts {
         let state = Arc::new(Mutex::new(MachineState::Booting));
         let processes = Arc::new(Mutex::new(Processes::default()));
         let root = self.work_dir.join("machines").join(&spec.machine);
-        let machine = spec.machine.clone();
+        let (machine, address) = (spec.machine.clone(), spec.address);
         let (state_of_task, processes_of_task) = (state.clone(), processes.clone());
         let backends = self.backends.clone();
         let task = tokio::spawn(async move {
@@ -137,6 +138,7 @@ impl ControlPlaneHosts {
         hosts.insert(
             machine,
             Host {
+                address,
                 state,
                 processes,
                 task,
@@ -149,6 +151,12 @@ impl ControlPlaneHosts {
         lock(&self.hosts)
             .get(machine)
             .map_or(MachineState::Off, |h| lock(&h.state).clone())
+    }
+
+    /// The address of `machine` while it is on (booting, running or failed), as a cloud's API
+    /// answers for an instance: how a provider finds it again after `clusterctl move`.
+    pub fn address(&self, machine: &str) -> Option<IpAddr> {
+        lock(&self.hosts).get(machine).map(|h| h.address)
     }
 
     /// Power `machine` off: out of the load balancer, its API server killed by PID.
