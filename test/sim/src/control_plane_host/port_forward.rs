@@ -73,9 +73,7 @@ pub async fn serve(address: IpAddr, node: &str, ca: &CertificateAuthority) -> Re
             .with_single_cert(chain, key)
             .map_err(|e| setup("TLS")(&e))?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = TcpListener::bind((address, KUBELET_PORT))
-        .await
-        .map_err(|e| setup(&format!("listening on {address}:{KUBELET_PORT}"))(&e))?;
+    let listener = listen(address).await?;
     let task = tokio::spawn(async move {
         let mut connections = JoinSet::new();
         while let Ok((tcp, peer)) = listener.accept().await {
@@ -91,6 +89,21 @@ pub async fn serve(address: IpAddr, node: &str, ca: &CertificateAuthority) -> Re
         }
     });
     Ok(PortForward { task })
+}
+
+/// Bind `address`:10250, waiting out a host powered off on the same address a moment ago
+/// (its listener closes when its task is next polled).
+async fn listen(address: IpAddr) -> Result<TcpListener, SimError> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match TcpListener::bind((address, KUBELET_PORT)).await {
+            Ok(listener) => return Ok(listener),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(setup(&format!("listening on {address}:{KUBELET_PORT}"))(&e)),
+        }
+    }
 }
 
 async fn connection(
