@@ -20,8 +20,9 @@
 //!   machine keeps running, and the provider of the target finds it again by its provider ID.
 //!
 //! Machines whose bootstrap config is not an EtcdadmConfig (a KubeadmControlPlane's) are
-//! control plane hosts: they get an address and are reported provisioned, without running
-//! their user data (there is no kubelet here).
+//! control plane hosts: they get an address and are reported provisioned. Under real CAPI a
+//! KubeadmConfig's host boots into a real API server on the cluster's etcd, behind the
+//! SimCluster's load balancer ([`crate::control_plane_host`]); elsewhere its user data is not run.
 //!
 //! It polls instead of watching: it is test infrastructure, and a poll loop restarts cleanly.
 
@@ -43,6 +44,8 @@ use etcdadm_shared::names;
 use etcdadm_sim_machines::{MachineRuntime, MachineSpec, MachineState};
 
 use crate::boot_delay::{BootDelay, Draws};
+use crate::control_plane_host::{ControlPlaneHosts, HostSpec};
+pub use crate::infra_report::{bootstrap_not_done, bootstrap_succeeded};
 
 /// The API group of the sim's infrastructure kinds.
 pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
@@ -103,6 +106,8 @@ pub struct SimInfra {
     pub boot_delay: BootDelay,
     /// When each machine waiting to boot is due, and the delays still to draw.
     pub booting: Mutex<Booting>,
+    /// Where KubeadmConfig-bootstrapped Machines boot into control plane hosts (real CAPI only).
+    pub control_plane: Option<Arc<ControlPlaneHosts>>,
 }
 
 /// Machines whose bootstrap data exists and that have not booted yet.
@@ -130,7 +135,7 @@ fn owner_named(object: &DynamicObject, kind: &str) -> Option<String> {
         .map(|r| r.name.clone())
 }
 
-fn params() -> PatchParams {
+pub(crate) fn params() -> PatchParams {
     PatchParams {
         field_manager: Some(MANAGER.into()),
         ..Default::default()
@@ -218,6 +223,9 @@ impl SimInfra {
         sim: &DynamicObject,
     ) -> Result<(), kube::Error> {
         if sim.metadata.deletion_timestamp.is_some() {
+            if let Some(hosts) = &self.control_plane {
+                hosts.remove_balancer(&sim.name_any());
+            }
             return self.remove_finalizer(api, sim).await;
         }
         let Some(cluster) = owner_named(sim, "Cluster") else {
@@ -227,12 +235,16 @@ impl SimInfra {
             return Ok(());
         }
         self.add_finalizer(api, sim).await?;
+        let [a, b, c] = self.ip_prefix;
+        let endpoint = json!({"host": format!("{a}.{b}.{c}.1"), "port": 6443});
         if sim.data.pointer("/spec/controlPlaneEndpoint/host").is_none() {
-            let [a, b, c] = self.ip_prefix;
-            let endpoint =
-                json!({"spec": {"controlPlaneEndpoint": {"host": format!("{a}.{b}.{c}.1"), "port": 6443}}});
-            api.patch(&sim.name_any(), &params(), &Patch::Merge(&endpoint))
+            let patch = json!({"spec": {"controlPlaneEndpoint": endpoint}});
+            api.patch(&sim.name_any(), &params(), &Patch::Merge(&patch))
                 .await?;
+        }
+        if let Some(hosts) = &self.control_plane {
+            let given = sim.data.pointer("/spec/controlPlaneEndpoint");
+            hosts.balance(&sim.name_any(), given.unwrap_or(&endpoint)).await;
         }
         let domains: Vec<Value> = sim
             .data
@@ -299,93 +311,37 @@ impl SimInfra {
             .pointer("/status/addresses/0/address")
             .and_then(Value::as_str)
             .map(String::from);
-        let etcd_member = machine
+        let config_kind = machine
             .spec
             .bootstrap
             .config_ref
             .as_ref()
-            .is_some_and(|r| r.kind == "EtcdadmConfig");
+            .map(|r| r.kind.as_str());
+        let etcd_member = config_kind == Some("EtcdadmConfig");
+        let kubeadm_host = self.control_plane.is_some() && config_kind == Some("KubeadmConfig");
         // A machine booted before, whose object carries no status (a copy made by `clusterctl
         // move`): found again by its provider ID, as a cloud's API finds an instance.
         if address.is_none() && sim.data.pointer("/spec/providerID").is_some() {
-            address = self.runtime.address(&machine_name).map(|ip| ip.to_string());
+            let host = self.control_plane.as_ref().and_then(|h| h.address(&machine_name));
+            address = self
+                .runtime
+                .address(&machine_name)
+                .or(host)
+                .map(|ip| ip.to_string());
         }
         if address.is_none()
             && let Some(secret_name) = &machine.spec.bootstrap.data_secret_name
             && self.boot_due(&machine_name)
         {
-            address = self.boot(&machine_name, secret_name, etcd_member).await?;
+            address = self
+                .boot(&machine, secret_name, etcd_member, kubeadm_host)
+                .await?;
         }
         let Some(address) = address else {
             return Ok(());
         };
-        self.report(api, sim, &machine_name, &address, etcd_member).await
-    }
-
-    /// What the SimMachine says of its machine: provider ID, address, provisioned, whether its
-    /// user data ran, and a terminal failure when it could not boot.
-    async fn report(
-        &self,
-        api: &Api<DynamicObject>,
-        sim: &DynamicObject,
-        machine_name: &str,
-        address: &str,
-        etcd_member: bool,
-    ) -> Result<(), kube::Error> {
-        let name = sim.name_any();
-        let id = provider_id(machine_name);
-        if sim.data.pointer("/spec/providerID").and_then(Value::as_str) != Some(id.as_str()) {
-            api.patch(
-                &name,
-                &params(),
-                &Patch::Merge(&json!({"spec": {"providerID": id}})),
-            )
-            .await?;
-        }
-        let mut status = json!({
-            "initialization": {"provisioned": true},
-            "addresses": [{"type": "InternalIP", "address": address}],
-        });
-        if etcd_member {
-            let (condition, failure) = match self.runtime.state(machine_name) {
-                MachineState::Running {
-                    bootstrap_succeeded: true,
-                } => (("True", "BootstrapExecSucceeded", String::new()), None),
-                MachineState::Running {
-                    bootstrap_succeeded: false,
-                } => (
-                    (
-                        "False",
-                        "BootstrapFailed",
-                        "the user data did not run to its end".into(),
-                    ),
-                    None,
-                ),
-                MachineState::Failed { reason } => {
-                    (("False", "BootstrapFailed", reason.clone()), Some(reason))
-                }
-                MachineState::Booting | MachineState::Off => (
-                    ("False", "Bootstrapping", "the user data is running".into()),
-                    None,
-                ),
-            };
-            let (state, reason, message) = condition;
-            status["conditions"] = json!([condition_json(sim, state, reason, &message)]);
-            if let Some(reason) = failure {
-                status["failureReason"] = json!("BootstrapFailed");
-                status["failureMessage"] = json!(reason);
-            }
-        }
-        if sim
-            .data
-            .get("status")
-            .is_some_and(|current| is_subset(&status, current))
-        {
-            return Ok(());
-        }
-        api.patch_status(&name, &params(), &Patch::Merge(&json!({ "status": status })))
-            .await?;
-        Ok(())
+        self.report(api, sim, &machine_name, &address, etcd_member || kubeadm_host)
+            .await
     }
 
     fn power_off(&self, machine_name: &str) {
@@ -394,8 +350,13 @@ impl SimInfra {
             .unwrap_or_else(PoisonError::into_inner)
             .due
             .remove(machine_name);
-        if let Err(e) = self.runtime.stop(machine_name) {
-            warn!(machine = machine_name, error = %e, "stopping machine failed");
+        match &self.control_plane {
+            Some(hosts) if hosts.state(machine_name) != MachineState::Off => hosts.stop(machine_name),
+            _ => {
+                if let Err(e) = self.runtime.stop(machine_name) {
+                    warn!(machine = machine_name, error = %e, "stopping machine failed");
+                }
+            }
         }
     }
 
@@ -415,13 +376,17 @@ impl SimInfra {
         Instant::now() >= at
     }
 
-    /// Allocate an address and, for an etcd member, hand its user data to the runtime.
+    /// Allocate an address and, for an etcd member, hand its user data to the runtime (for a
+    /// kubeadm control plane host, to [`ControlPlaneHosts`]).
     async fn boot(
         &self,
-        machine: &str,
+        owner: &Machine,
         secret_name: &str,
         etcd_member: bool,
+        kubeadm_host: bool,
     ) -> Result<Option<String>, kube::Error> {
+        let name = owner.name_any();
+        let machine = name.as_str();
         let taken: Vec<String> = self
             .api(&sim_machine_resource())
             .list(&Default::default())
@@ -439,27 +404,25 @@ impl SimInfra {
             warn!(machine, "no free machine address left");
             return Ok(None);
         };
-        if !etcd_member {
+        if !etcd_member && !kubeadm_host {
             info!(machine, %ip, "control plane host provisioned (its user data is not run here)");
             return Ok(Some(ip.to_string()));
         }
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
-        let Some(secret) = secrets.get_opt(secret_name).await? else {
+        let Some(user_data) = self.user_data(machine, secret_name).await? else {
             return Ok(None);
         };
-        let Some(user_data) = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(names::DATA_SECRET_VALUE_KEY))
-            .and_then(|v| String::from_utf8(v.0.clone()).ok())
-        else {
-            warn!(
-                machine,
-                secret = secret_name,
-                "bootstrap data Secret has no value"
-            );
-            return Ok(None);
-        };
+        if let (false, Some(hosts)) = (etcd_member, &self.control_plane) {
+            hosts.boot(HostSpec {
+                machine: machine.to_string(),
+                cluster: owner.spec.cluster_name.clone(),
+                address: ip,
+                user_data,
+                version: owner.spec.version.clone().unwrap_or_default(),
+                provider_id: provider_id(machine),
+            });
+            info!(machine, %ip, "control plane host booting");
+            return Ok(Some(ip.to_string()));
+        }
         let spec = MachineSpec {
             name: machine.to_string(),
             ip,
@@ -483,39 +446,33 @@ impl SimInfra {
         Ok(Some(ip.to_string()))
     }
 
+    /// The bootstrap data in Secret `secret_name`, once it exists (a Secret without a value is
+    /// reported).
+    async fn user_data(&self, machine: &str, secret_name: &str) -> Result<Option<String>, kube::Error> {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        let Some(secret) = secrets.get_opt(secret_name).await? else {
+            return Ok(None);
+        };
+        let value = secret
+            .data
+            .and_then(|mut d| d.remove(names::DATA_SECRET_VALUE_KEY));
+        let user_data = value.and_then(|v| String::from_utf8(v.0).ok());
+        if user_data.is_none() {
+            warn!(
+                machine,
+                secret = secret_name,
+                "bootstrap data Secret has no value"
+            );
+        }
+        Ok(user_data)
+    }
+
     fn free_ip(&self, taken: &[String]) -> Option<IpAddr> {
         let [a, b, c] = self.ip_prefix;
         (2..=254u8)
             .map(|n| IpAddr::V4(Ipv4Addr::new(a, b, c, n)))
             .find(|ip| !taken.contains(&ip.to_string()) && self.runtime.address_free(*ip))
     }
-}
-
-/// A v1beta2 condition of `sim`, keeping its transition time while the status stays.
-fn condition_json(sim: &DynamicObject, status: &str, reason: &str, message: &str) -> Value {
-    let current = sim
-        .data
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|conditions| {
-            conditions
-                .iter()
-                .find(|c| c["type"] == BOOTSTRAP_EXEC_SUCCEEDED && c["status"] == status)
-        });
-    let since = current
-        .and_then(|c| c["lastTransitionTime"].as_str().map(String::from))
-        .unwrap_or_else(|| {
-            k8s_openapi::jiff::Timestamp::now()
-                .strftime("%Y-%m-%dT%H:%M:%SZ")
-                .to_string()
-        });
-    json!({
-        "type": BOOTSTRAP_EXEC_SUCCEEDED,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": since,
-    })
 }
 
 /// Whether every field of `wanted` is present with the same value in `current`.
@@ -526,36 +483,4 @@ pub fn is_subset(wanted: &Value, current: &Value) -> bool {
         }
         _ => wanted == current,
     }
-}
-
-/// Whether the SimMachine reports that its user data ran to its end.
-pub fn bootstrap_succeeded(sim: &DynamicObject) -> bool {
-    sim.data
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|c| c["type"] == BOOTSTRAP_EXEC_SUCCEEDED && c["status"] == "True")
-        })
-}
-
-/// The Machines among `names` whose SimMachine does not yet report its user data ran to its end
-/// (none of them under real CAPI and the stand-in alike has a phase that says so: without a
-/// Node a Machine stays `Provisioned`).
-pub async fn bootstrap_not_done(
-    client: &Client,
-    namespace: &str,
-    names: &[String],
-) -> Result<Vec<String>, kube::Error> {
-    let sims: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &sim_machine_resource());
-    let done: Vec<String> = sims
-        .list(&Default::default())
-        .await?
-        .items
-        .iter()
-        .filter(|s| bootstrap_succeeded(s))
-        .map(|s| s.name_any())
-        .collect();
-    Ok(names.iter().filter(|n| !done.contains(n)).cloned().collect())
 }

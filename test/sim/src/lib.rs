@@ -7,18 +7,22 @@ pub mod bench_scale;
 pub mod bench_steps;
 pub mod boot_delay;
 pub mod capi;
+pub mod control_plane_host;
 pub mod dashboard_svg;
 pub mod demo;
 pub mod error;
 pub mod fake_etcd;
 pub mod history;
 pub mod infra;
+pub mod infra_report;
 pub mod kcp;
+pub mod load_balancer;
 pub mod manifests;
 pub mod netns;
 pub mod plane;
 pub mod real_apiserver;
 pub mod real_capi;
+pub mod spdy;
 
 use std::path::PathBuf;
 

@@ -18,6 +18,7 @@ use etcdadm_sim_machines::{BuiltInRuntime, ExternalRuntime, MachineRuntime};
 
 use crate::boot_delay::BootDelay;
 use crate::capi::CapiStandIn;
+use crate::control_plane_host::ControlPlaneHosts;
 use crate::error::SimError;
 use crate::infra::{BootSettings, Booting, SimInfra};
 use crate::kcp::{KcpRecord, KcpStandIn};
@@ -122,6 +123,8 @@ pub struct Plane {
     /// on a machine, read what its etcd runs with); `None` with an external runtime.
     pub built_in: Option<Arc<BuiltInRuntime>>,
     pub kcp_record: Arc<Mutex<KcpRecord>>,
+    /// Control plane hosts and their load balancers (real CAPI only).
+    pub control_plane: Option<Arc<ControlPlaneHosts>>,
     pub namespace: String,
     settings: BootSettings,
     controller_kubeconfigs: std::collections::BTreeMap<&'static str, PathBuf>,
@@ -139,6 +142,9 @@ impl Drop for Plane {
     fn drop(&mut self) {
         for task in &self.tasks {
             task.abort();
+        }
+        if let Some(hosts) = &self.control_plane {
+            hosts.shutdown();
         }
         for (_, child) in &mut self.controllers {
             let _ = child.start_kill();
@@ -242,6 +248,7 @@ impl Plane {
             (None, None) => return Err(SimError::Setup("no machine runtime".into())),
         };
         let settings = BootSettings::default();
+        let control_plane = (options.capi == Capi::Real).then(|| ControlPlaneHosts::new(work_dir));
         let infra = SimInfra {
             client: client.clone(),
             namespace: options.namespace.clone(),
@@ -251,6 +258,7 @@ impl Plane {
             settings: settings.clone(),
             boot_delay: options.boot_delay,
             booting: Mutex::new(Booting::new(options.boot_delay)),
+            control_plane: control_plane.clone(),
         };
         let mut tasks = vec![tokio::spawn(infra.run())];
         let kcp = KcpStandIn::new(client.clone(), &options.namespace, options.kcp_rollout_step);
@@ -273,6 +281,7 @@ impl Plane {
             lab,
             built_in,
             kcp_record,
+            control_plane,
             namespace: options.namespace.clone(),
             settings,
             controller_kubeconfigs: options.controller_kubeconfigs.clone(),

@@ -456,3 +456,13 @@ async fn delete_the_cluster() {
     drop(plane);
     drop(real);
 }
+
+mod kcp_workload;
+
+#[test]
+fn the_real_kcp_initializes_and_rolls_out_on_our_etcd() {
+    isolated!(
+        "the_real_kcp_initializes_and_rolls_out_on_our_etcd",
+        kcp_workload::scenario()
+    );
+}
