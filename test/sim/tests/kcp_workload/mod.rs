@@ -1,9 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
 //! The real KubeadmControlPlane on our etcd (real-CAPI tier): its control plane hosts run a real
 //! kube-apiserver storing in the EtcdadmCluster's members, so KCP initializes, and every change
-//! of the etcd endpoint list rolls its Machines out as it would in a real cluster. What the
-//! scenario measures: how many KCP rollouts each etcd change causes, how long each takes, and
-//! the longest pause of a client writing through the control plane's load balancer.
+//! of the etcd endpoint list rolls its Machines out as it would in a real cluster. The etcd
+//! changes: scale 3 → 5 → 3, an etcd Machine deleted by hand, a dead member remediated, a
+//! rolling replacement (`day_two`). What the scenario measures: how many KCP rollouts each
+//! causes, how long each takes, and the longest pause of a client writing through the control
+//! plane's load balancer; the membership history follows the safety rules throughout.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -26,6 +28,8 @@ use etcdadm_sim::plane::{Plane, PlaneOptions};
 use etcdadm_sim::real_capi::RealCapi;
 
 use super::{KeepLogs, TIMEOUT, lifecycle_support, wait_for};
+
+mod day_two;
 
 const CLUSTER: &str = "c1";
 const KCP: &str = "c1-control-plane";
@@ -195,6 +199,27 @@ struct Change {
 /// what KCP did on the way: endpoint lists it was given, generations, Machines created; with
 /// when each step was first seen.
 async fn change_replicas(client: &Client, from: usize, replicas: usize, real: &RealCapi) -> Change {
+    let what = format!("etcd {from} → {replicas}");
+    let patch = json!({"replicas": replicas});
+    follow_change(client, &what, replicas, real, || {
+        lifecycle_support::patch_spec(client, CLUSTER, patch.clone())
+    })
+    .await
+}
+
+/// Make an etcd change with `act`, wait until the cluster settles at `replicas` with KCP rolled
+/// out, and count what KCP did on the way (see [`change_replicas`]).
+async fn follow_change<F, Fut>(
+    client: &Client,
+    what: &str,
+    replicas: usize,
+    real: &RealCapi,
+    act: F,
+) -> Change
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     let machines: Vec<Machine> = control_plane_machines(client).await;
     let before: BTreeSet<String> = machines.iter().map(|m| m.name_any()).collect();
     let kcp_before = lifecycle_support::kcp(client, CLUSTER).await.unwrap();
@@ -208,7 +233,7 @@ async fn change_replicas(client: &Client, from: usize, replicas: usize, real: &R
     };
     let mut lists = vec![sorted(&kcp_before)];
     let mut events = Milestones::new(Instant::now());
-    lifecycle_support::patch_spec(client, CLUSTER, json!({"replicas": replicas})).await;
+    act().await;
     let mut seen = before.clone();
     let deadline = Instant::now() + CHANGE_TIMEOUT;
     loop {
@@ -258,7 +283,7 @@ async fn change_replicas(client: &Client, from: usize, replicas: usize, real: &R
         .and_then(|k| k.metadata.generation)
         .unwrap_or_default();
     Change {
-        what: format!("etcd {from} → {replicas}"),
+        what: what.to_string(),
         events,
         endpoint_lists: lists.len() - 1,
         generations: generation - generation_before,
@@ -303,7 +328,8 @@ pub async fn scenario() {
         replicas: 3,
         zones: &["zone-a", "zone-b", "zone-c"],
         config_spec: json!({}),
-        health_check: json!({"interval": "1s", "timeout": "1s"}),
+        // A dead member is replaced 10 s after it went bad (day_two).
+        health_check: json!({"interval": "1s", "timeout": "1s", "unhealthyAfter": "10s"}),
         with_kcp: true,
         extra_spec: json!({}),
     };
@@ -410,7 +436,12 @@ pub async fn scenario() {
     let watchers = lifecycle_support::Watchers::start(&client, CLUSTER).await;
     let mut changes = vec![];
     for (from, to) in [(3, 5), (5, 3)] {
-        let change = change_replicas(&client, from, to, &real).await;
+        changes.push(change_replicas(&client, from, to, &real).await);
+    }
+    changes.push(day_two::delete_a_machine(&client, &real).await);
+    changes.push(day_two::remediate_a_dead_member(&client, &plane, &real).await);
+    changes.push(day_two::roll(&client, &real).await);
+    for change in &changes {
         println!(
             "{}: KCP given {} new endpoint list(s), spec generation +{}, {} new control plane Machine(s) {:?}",
             change.what,
@@ -420,7 +451,6 @@ pub async fn scenario() {
             change.new_machines
         );
         change.events.print();
-        changes.push(change);
     }
     stop.store(true, Ordering::Relaxed);
     let writes = writer.await.unwrap();
