@@ -60,9 +60,8 @@ pub async fn delete_a_machine(client: &Client, real: &RealCapi) -> Change {
     let watch = tokio::spawn(async move {
         let deadline = Instant::now() + Duration::from_secs(600);
         while Instant::now() < deadline {
-            match hook_held(&watch_client, &watched).await {
-                Ok(false) => return false,
-                Ok(true) | Err(_) => {}
+            if let Ok(false) = hook_held(&watch_client, &watched).await {
+                return false;
             }
             if Api::<Machine>::default_namespaced(watch_client.clone())
                 .get_opt(&watched)
