@@ -5,13 +5,14 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PostParams};
 use tracing::info;
 
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, EtcdadmSnapshotSpec, S3Store};
 
-use super::context::{Context, FIELD_MANAGER};
+use super::context::{Context, FIELD_MANAGER, patch_params};
+use super::moving::{MOVE_LABEL, MoveStep, RECORD_ANNOTATION};
 use super::observe::store_client;
 use super::plan::{MAX_ATTEMPTS, SCHEDULED_FOR_ANNOTATION, reason};
 use super::status;
@@ -172,6 +173,36 @@ pub async fn retire(
 pub async fn invalid_schedule(ctx: &Context, cluster: &EtcdadmCluster, message: &str) {
     ctx.event(cluster, true, reason::INVALID_SCHEDULE, message.to_string())
         .await;
+}
+
+/// Keep a snapshot movable: its record, its status back from its record, a store Secret
+/// labelled for clusterctl move.
+pub async fn moving(ctx: &Context, namespace: &str, step: &MoveStep) -> Result<(), Error> {
+    let snapshots: Api<EtcdadmSnapshot> = Api::namespaced(ctx.client.clone(), namespace);
+    let params = patch_params();
+    match step {
+        MoveStep::Record { snapshot, record } => {
+            let patch = serde_json::json!({"metadata": {"annotations": {RECORD_ANNOTATION: record}}});
+            snapshots.patch(snapshot, &params, &Patch::Merge(&patch)).await?;
+        }
+        MoveStep::Reinstate { snapshot, status } => {
+            let patch = serde_json::json!({ "status": status });
+            snapshots
+                .patch_status(snapshot, &params, &Patch::Merge(&patch))
+                .await?;
+            info!(
+                snapshot,
+                "status reinstated from its record (a copy clusterctl move made)"
+            );
+        }
+        MoveStep::LabelSecret { secret } => {
+            let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+                Api::namespaced(ctx.client.clone(), namespace);
+            let patch = serde_json::json!({"metadata": {"labels": {MOVE_LABEL: ""}}});
+            secrets.patch(secret, &params, &Patch::Merge(&patch)).await?;
+        }
+    }
+    Ok(())
 }
 
 fn snapshots(ctx: &Context, snapshot: &EtcdadmSnapshot) -> Api<EtcdadmSnapshot> {

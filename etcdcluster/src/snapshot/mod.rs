@@ -8,12 +8,16 @@
 //! so the memory they hold stays bounded. Snapshots naming a cluster that does not exist are failed by a second, small
 //! controller keyed by snapshot (the first never hears of a cluster it has no object for).
 //!
+//! What survives `clusterctl move` (which copies no status) is `moving`'s: a finished
+//! snapshot's record, and the store's Secrets labelled to move.
+//!
 //! A controller that dies while taking a snapshot leaves it Running with its upload recorded;
 //! the next reconcile aborts that upload and takes the snapshot again, at most
 //! [`plan::MAX_ATTEMPTS`] times in all.
 
 mod apply;
 mod context;
+mod moving;
 mod observe;
 mod plan;
 mod retention;
@@ -75,6 +79,11 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
         let snapshots = observe::snapshots_of(&ctx.client, &namespace, &name).await?;
         if let Some(metrics) = &ctx.metrics {
             metrics.observe(&cluster, &snapshots, Timestamp::now());
+        }
+        let unlabelled = observe::unlabelled_store_secrets(&ctx.client, &namespace, &cluster).await?;
+        if let Some(step) = moving::next(&cluster, &snapshots, plan::is_paused(&cluster), &unlabelled) {
+            apply::moving(&ctx, &namespace, &step).await?;
+            continue;
         }
         let referenced = match &cluster.spec.backup {
             Some(_) => observe::referenced_snapshots(&ctx.client, &namespace).await?,

@@ -33,6 +33,24 @@ pub async fn snapshots_of(
         .collect())
 }
 
+/// The Secrets `cluster`'s store names that exist without clusterctl's move label.
+pub async fn unlabelled_store_secrets(
+    client: &Client,
+    namespace: &str,
+    cluster: &EtcdadmCluster,
+) -> Result<Vec<String>, Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mut unlabelled = Vec::new();
+    for name in super::moving::store_secrets(cluster) {
+        if let Some(secret) = secrets.get_opt(&name).await?
+            && !secret.labels().contains_key(super::moving::MOVE_LABEL)
+        {
+            unlabelled.push(name);
+        }
+    }
+    Ok(unlabelled)
+}
+
 /// The EtcdadmSnapshots a restore or a recovery of any EtcdadmCluster in `namespace` names
 /// (`spec.restore.snapshot.name`, `status.recovery`, `status.lastRecovery`,
 /// `status.restoredFrom`): retention never deletes them.

@@ -248,7 +248,7 @@ fn next_for_pending(cluster: &EtcdadmCluster, snapshot: &EtcdadmSnapshot) -> Pen
     }
 }
 
-fn is_paused(cluster: &EtcdadmCluster) -> bool {
+pub fn is_paused(cluster: &EtcdadmCluster) -> bool {
     cluster.annotations().contains_key(names::PAUSED_ANNOTATION)
         || cluster
             .status

@@ -223,7 +223,10 @@ impl SimInfra {
         sim: &DynamicObject,
     ) -> Result<(), kube::Error> {
         if sim.metadata.deletion_timestamp.is_some() {
-            if let Some(hosts) = &self.control_plane {
+            // A copy deleted by `clusterctl move`: the target's provider balances on.
+            if let Some(hosts) = &self.control_plane
+                && !sim.annotations().contains_key(DELETE_FOR_MOVE)
+            {
                 hosts.remove_balancer(&sim.name_any());
             }
             return self.remove_finalizer(api, sim).await;
