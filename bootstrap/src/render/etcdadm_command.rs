@@ -8,8 +8,8 @@ use etcdadm_shared::api::config::{
 use etcdadm_shared::etcd_settings;
 use etcdadm_shared::validation::{etcd_version, is_etcd_version, quoted};
 
-use super::EtcdadmCommand;
 use super::error::RenderError;
+use super::input::EtcdadmCommand;
 use super::{restore, shell};
 
 /// Written when etcd runs as configured; CAPI's cloud-init contract reads it.
