@@ -1,12 +1,15 @@
-//! The vocabulary every concern speaks: a rule that holds the plan back (`Hold`), a concern's
-//! answer (`Decision`), where a step's effects go (`Outputs`), what applying it came to
-//! (`Applied`), and what the reconcile does after it (`After`).
+//! The vocabulary every concern speaks, and the contract each concern fulfils
+//! (`ConcernStep`): a rule that holds the plan back (`Hold`), a concern's answer (`Decision`),
+//! its part of the status (`StatusPart`), where a step's effects go (`Outputs`), what applying
+//! it came to (`Applied`), and what the reconcile does after it (`After`).
 
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
+use etcdadm_shared::api::conditions::{self, NewCondition};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
 use etcdadm_shared::etcd::EtcdError;
 pub use etcdadm_shared::manager::events::EventNote;
@@ -156,7 +159,9 @@ impl Outputs<'_> {
 /// The apply site of the status.
 const STATUS_MANAGER: &str = "etcdadm-controller/status";
 
-/// What every concern's step says and does; `plan::Step` dispatches to it.
+/// The contract of a concern: what its step says and does, and its part of the status. Every
+/// concern implements it on its step type and is registered once, in `plan/mod.rs`'s
+/// `concerns!`; `plan::Step` dispatches to it and the status loops over it.
 pub(crate) trait ConcernStep {
     /// The condition reason and message for `Ready` while this step is next.
     fn reason(&self) -> (&'static str, String);
@@ -167,10 +172,56 @@ pub(crate) trait ConcernStep {
     fn writes(&self) -> bool {
         true
     }
+    /// Whether it forgets the etcd cluster (a recovery's reset): `status.initialized` is cleared
+    /// with it, so the next member restores a new one.
+    fn forgets_cluster(&self) -> bool {
+        false
+    }
     /// Perform it.
     async fn apply(&self, out: &Outputs<'_>, o: &Observation) -> Result<Applied, Error>;
     /// What the reconcile does once it took effect.
     fn after(&self, o: &Observation) -> After;
+    /// This concern's part of the status (its fields, its conditions, the Events of what changed
+    /// in them), written before the planned step is taken; `step` is the planned step when it is
+    /// this concern's. Pure: the status a reconcile writes is made of these and the members.
+    fn status(part: &mut StatusPart<'_>, step: Option<&Self>)
+    where
+        Self: Sized,
+    {
+        let _ = (part, step);
+    }
+}
+
+/// The status being made, as a concern's part of it sees it: the observation, the status as
+/// stored, the step planned, the status so far (members, health, the summary) to add its own
+/// fields and conditions to, and the Events of what changed.
+pub struct StatusPart<'a> {
+    pub o: &'a Observation,
+    /// The status as stored before this reconcile's write.
+    pub old: &'a EtcdadmClusterStatus,
+    /// The planned step's condition reason and message (the `Ready` summary's while it is next).
+    pub next: (&'static str, &'a str),
+    pub now: &'a Time,
+    pub status: &'a mut EtcdadmClusterStatus,
+    pub events: &'a mut Vec<EventNote>,
+}
+
+impl StatusPart<'_> {
+    /// Set condition `condition` (as of the EtcdadmCluster's generation).
+    pub fn set_condition(&mut self, condition: NewCondition) {
+        let generation = self.o.etcd_cluster.metadata.generation;
+        conditions::set(&mut self.status.conditions, condition, generation, self.now);
+    }
+
+    /// Remove the condition of type `type_`, if it is there.
+    pub fn remove_condition(&mut self, type_: &str) {
+        self.status.conditions.retain(|c| c.type_ != type_);
+    }
+
+    /// An Event of what changed in this part.
+    pub fn event(&mut self, note: EventNote) {
+        self.events.push(note);
+    }
 }
 
 /// How applying a step went.
@@ -184,7 +235,14 @@ pub enum Applied {
     /// etcd is not ready for it yet (a learner catching up): asked again after [`JOIN_POLL`],
     /// without an Event.
     NotYet,
+    /// It took effect, and what only its outcome tells (a defragmentation's size after) goes
+    /// into the status: the reconcile writes the status again with it, then publishes the
+    /// step's Event.
+    Recorded(Record),
 }
+
+/// What a step's outcome adds to the status as written before the step.
+pub type Record = Box<dyn FnOnce(&mut EtcdadmClusterStatus) + Send>;
 
 impl From<bool> for Applied {
     /// `created` as returned by a create-if-absent.

@@ -1,29 +1,25 @@
 //! The status an EtcdadmCluster shows after a reconcile, computed purely from the observation and
 //! the planned step, and the transitions in it that deserve an Event: the members and their
-//! health here, each concern's own part (certificates, recovery, restore, Machines, control
-//! plane) from its module.
+//! health, the summary the contract and `kubectl get` read and the `Ready` condition here; each
+//! concern's own part (its fields, its conditions, its Events) from the registry of concerns,
+//! in registry order (`Step::concern_status`).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use etcdadm_shared::api::cluster::MachineReference;
-use etcdadm_shared::api::cluster::condition::{
-    CERTIFICATES_EXPIRING, ENDPOINTS_AVAILABLE, INITIALIZED, MEMBERS_HEALTHY, PAUSED, READY,
-};
+use etcdadm_shared::api::cluster::condition::{ENDPOINTS_AVAILABLE, INITIALIZED, MEMBERS_HEALTHY, READY};
 use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus, MemberStatus};
 use etcdadm_shared::etcd::member_id_hex;
 use etcdadm_shared::names;
 
 use super::decision::reason::READY as READY_REASON;
-use super::decision::{EventNote, HoldKind};
+use super::decision::{EventNote, HoldKind, StatusPart};
 use super::observation::{
     EtcdView, MachineView, MemberView, Observation, healthy_client_urls, is_ready, up_to_date_machines,
     voting_endpoints,
 };
 use super::plan::Step;
-use super::plan::lifecycle::{self, LifecycleStep};
-use super::plan::recovery::{self, RecoveryAction, RecoveryStep};
-use super::plan::{self, alarms, certificates, control_plane, machines, versions};
 use super::rules::reason::{WAITING_FOR_FIRST_MEMBER, WAITING_FOR_JOIN_TURN};
 
 /// The new status and the transitions from the old one to it.
@@ -37,32 +33,32 @@ pub fn next_status(
     let mut status = old.clone();
     let mut transitions = Vec::new();
     status.members = member_statuses(o, &old.members, now, &mut transitions);
-    let initialized = initialized(&mut status, o, step, &mut transitions);
-    transitions.extend(plan::concern_status(&mut status, o, step, initialized, now));
-    transitions.extend(alarms::transitions(&old, o));
+    initialized(&mut status, o, step, &mut transitions);
     summary(&mut status, etcd, o);
-    transitions.extend(set_conditions(&mut status, &old, o, step, now));
+    let (step_reason, step_message) = step.reason();
+    step.concern_status(&mut StatusPart {
+        o,
+        old: &old,
+        next: (step_reason, &step_message),
+        now,
+        status: &mut status,
+        events: &mut transitions,
+    });
+    set_conditions(&mut status, o, step, now);
     transitions.extend(ready_transitions(&status, &old, step));
     (status, transitions)
 }
 
-/// `status.initialized`, once a member passed a health check (a recovery's reset forgets the
-/// lost cluster, so the next member restores a new one), with its Event.
+/// `status.initialized`, once a member passed a health check (a step that forgets the cluster,
+/// a recovery's reset, clears it, so the next member restores a new one), with its Event.
 fn initialized(
     status: &mut EtcdadmClusterStatus,
     o: &Observation,
     step: &Step,
     transitions: &mut Vec<EventNote>,
-) -> bool {
-    let reset = matches!(
-        step,
-        Step::Recover(RecoveryStep {
-            action: RecoveryAction::Reset { .. },
-            ..
-        })
-    );
+) {
     let was = status.initialized;
-    let initialized = !reset && (was || o.initialized_now());
+    let initialized = !step.forgets_cluster() && (was || o.initialized_now());
     if initialized && !was {
         let first = status
             .members
@@ -76,19 +72,15 @@ fn initialized(
         ));
     }
     status.initialized = initialized;
-    initialized
 }
 
-/// The fields the contract and `kubectl get` read: ready, endpoints, versions, counts.
+/// The fields the contract and `kubectl get` read: ready, endpoints, counts.
 fn summary(status: &mut EtcdadmClusterStatus, etcd: &EtcdadmCluster, o: &Observation) {
     let ready = serving(o);
     status.ready = ready;
     status.creation_complete = status.creation_complete || ready;
     if matches!(o.etcd, EtcdView::Members(_)) {
         status.endpoints = voting_endpoints(o).join(",");
-    }
-    if let Some(version) = versions::cluster_version(&o.etcd) {
-        status.cluster_version = Some(version);
     }
     if let (Some(cluster), Some(_)) = (o.cluster.name(), &o.init_secret) {
         status.init_machine_address = names::init_secret_name(cluster);
@@ -108,62 +100,28 @@ fn summary(status: &mut EtcdadmClusterStatus, etcd: &EtcdadmCluster, o: &Observa
     status.observed_generation = etcd.metadata.generation;
 }
 
-/// Every condition, each concern's from its module; the Warning Events of the ones that began
-/// warning.
-fn set_conditions(
-    status: &mut EtcdadmClusterStatus,
-    old: &EtcdadmClusterStatus,
-    o: &Observation,
-    step: &Step,
-    now: &Time,
-) -> Vec<EventNote> {
-    let mut transitions = Vec::new();
+/// The conditions of the members and their health, and `Ready` (after every concern's).
+fn set_conditions(status: &mut EtcdadmClusterStatus, o: &Observation, step: &Step, now: &Time) {
     let generation = o.etcd_cluster.metadata.generation;
-    let ready = serving(o);
-    let active = o.machines.iter().filter(|m| !m.deleting).count();
-    let (step_reason, step_message) = step.reason();
-    let expiring = certificates::expiring_condition(o);
-    let was_expiring = conditions::find(&old.conditions, CERTIFICATES_EXPIRING)
-        .filter(|c| c.status == conditions::ConditionStatus::True)
-        .and_then(|c| c.message.clone());
-    if expiring.status == conditions::ConditionStatus::True
-        && was_expiring.as_deref() != Some(expiring.message.as_str())
-    {
-        transitions.push(EventNote::warning(
-            CERTIFICATES_EXPIRING,
-            expiring.message.clone(),
-        ));
-    }
-    let ready_condition = if ready {
+    let ready_condition = if serving(o) {
         NewCondition::true_(READY, READY_REASON)
     } else {
+        let (step_reason, step_message) = step.reason();
         let severity = match step.hold().map(|hold| hold.kind) {
             Some(HoldKind::Refuse) => Severity::Error,
             Some(HoldKind::Refusal) => Severity::Warning,
             Some(HoldKind::Wait) | None => Severity::Info,
         };
-        NewCondition::false_(READY, severity, step_reason, step_message.clone())
+        NewCondition::false_(READY, severity, step_reason, step_message)
     };
     for condition in [
-        paused_condition(step),
-        certificates::available_condition(o),
-        expiring,
         initialized_condition(status.initialized),
-        machines::machines_condition(o, active),
-        machines::resize_condition(o, active),
-        machines::spec_up_to_date_condition(o, (step_reason, &step_message)),
         members_condition(o),
         endpoints_condition(o),
-        control_plane::condition(o, is_ready(o)),
         ready_condition,
     ] {
         conditions::set(&mut status.conditions, condition, generation, now);
     }
-    if let Some(revisions) = plan::restore::revisions_condition(status) {
-        conditions::set(&mut status.conditions, revisions, generation, now);
-    }
-    transitions.extend(recovery::condition(status, o, &old.conditions, now));
-    transitions
 }
 
 /// Ready: every member a healthy voter, and no alarm keeping etcd from accepting writes.
@@ -203,15 +161,6 @@ fn ready_transitions(
         transitions.push(EventNote::warning(hold.reason, hold.message.clone()));
     }
     transitions
-}
-
-fn paused_condition(step: &Step) -> NewCondition {
-    if matches!(step, Step::Lifecycle(LifecycleStep::Paused)) {
-        NewCondition::true_(PAUSED, lifecycle::reason::PAUSED)
-            .with_message("the Cluster or this EtcdadmCluster is paused: nothing is written but status")
-    } else {
-        NewCondition::false_(PAUSED, Severity::Info, "NotPaused", "")
-    }
 }
 
 fn initialized_condition(initialized: bool) -> NewCondition {
@@ -477,7 +426,9 @@ mod tests {
     };
     use crate::controller::testing::{RecoveryAction, RecoveryStep, base, reason};
     use etcdadm_shared::api::cluster::RecoveryPhase;
-    use etcdadm_shared::api::cluster::condition::{MACHINES_SPEC_UP_TO_DATE, RECOVERY, RESIZE_COMPLETED};
+    use etcdadm_shared::api::cluster::condition::{
+        CERTIFICATES_EXPIRING, MACHINES_SPEC_UP_TO_DATE, RECOVERY, RESIZE_COMPLETED,
+    };
 
     fn at(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())

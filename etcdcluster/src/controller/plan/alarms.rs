@@ -12,7 +12,7 @@ use etcdadm_shared::api::quantity::human;
 use etcdadm_shared::error::Error;
 use etcdadm_shared::etcd::{Refusal, defragment_timeout, member_id_hex};
 
-use crate::controller::decision::{After, Applied, ConcernStep, EventNote, Hold, Outputs};
+use crate::controller::decision::{After, Applied, ConcernStep, EventNote, Hold, Outputs, StatusPart};
 use crate::controller::observation::{AlarmKind, MemberView, Observation, member_client_url};
 use crate::controller::plan::maintenance::{self, Defragment, Trigger};
 use crate::controller::rules::quorum;
@@ -65,6 +65,13 @@ pub enum AlarmStep {
 }
 
 impl ConcernStep for AlarmStep {
+    /// The Events of alarms appearing and clearing.
+    fn status(part: &mut StatusPart<'_>, _: Option<&Self>) {
+        for note in transitions(part.old, part.o) {
+            part.event(note);
+        }
+    }
+
     fn reason(&self) -> (&'static str, String) {
         match self {
             AlarmStep::Compact { revision, full, .. } => (

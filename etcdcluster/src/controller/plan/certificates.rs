@@ -17,7 +17,7 @@ use etcdadm_shared::api::MemberStatus;
 use etcdadm_shared::api::capi::KubeadmControlPlane;
 use etcdadm_shared::api::cluster::CertificatesStatus;
 use etcdadm_shared::api::cluster::condition::{CERTIFICATES_AVAILABLE, CERTIFICATES_EXPIRING};
-use etcdadm_shared::api::conditions::{NewCondition, Severity};
+use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
 use etcdadm_shared::contract::bytes;
 use etcdadm_shared::contract::ca::Ca;
 use etcdadm_shared::error::Error;
@@ -26,7 +26,9 @@ use etcdadm_shared::pki::LeafRequest;
 use etcdadm_shared::ssa;
 
 use super::secrets::reason::CA_CORRUPT;
-use crate::controller::decision::{After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Outputs};
+use crate::controller::decision::{
+    After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Outputs, StatusPart,
+};
 use crate::controller::observation::outdated::inside;
 use crate::controller::observation::{CaView, ClusterView, KcpView, Observation, is_ready};
 use crate::metrics::CertificateKind;
@@ -58,6 +60,26 @@ pub enum CertificateStep {
 }
 
 impl ConcernStep for CertificateStep {
+    /// `status.certificates`, `CertificatesAvailable`, and `CertificatesExpiring` with a Warning
+    /// Event when it begins warning or names other certificates.
+    fn status(part: &mut StatusPart<'_>, _: Option<&Self>) {
+        part.status.certificates = Some(status(part.o, &part.status.members));
+        part.set_condition(available_condition(part.o));
+        let expiring = expiring_condition(part.o);
+        let was_expiring = conditions::find(&part.old.conditions, CERTIFICATES_EXPIRING)
+            .filter(|c| c.status == conditions::ConditionStatus::True)
+            .and_then(|c| c.message.clone());
+        if expiring.status == conditions::ConditionStatus::True
+            && was_expiring.as_deref() != Some(expiring.message.as_str())
+        {
+            part.event(EventNote::warning(
+                CERTIFICATES_EXPIRING,
+                expiring.message.clone(),
+            ));
+        }
+        part.set_condition(expiring);
+    }
+
     /// The condition reason and message for `Ready` while this step is next.
     fn reason(&self) -> (&'static str, String) {
         match self {

@@ -93,8 +93,8 @@ impl ConcernStep for MaintenanceStep {
     }
 }
 
-/// Defragment `target`, read its size after and record both in its
-/// `status.members[].lastDefragmentation`; count it in the metrics as `trigger`'s.
+/// Defragment `target` and read its size after: both recorded in its
+/// `status.members[].lastDefragmentation` once done; counted in the metrics as `trigger`'s.
 pub async fn defragment(
     out: &Outputs<'_>,
     o: &Observation,
@@ -113,15 +113,15 @@ pub async fn defragment(
         size_before: i64::try_from(target.db_size).unwrap_or(i64::MAX),
         size_after: i64::try_from(after.db_size).unwrap_or(i64::MAX),
     };
-    // Recorded once done: only the outcome tells it.
-    let mut status = o.etcd_cluster.status.clone().unwrap_or_default();
-    record_defragmentation(&mut status, target.member_id, record);
-    out.write_status(&o.etcd_cluster, &status).await?;
     let reclaimed = target.db_size.saturating_sub(after.db_size);
     out.metrics(&o.etcd_cluster, |m, ns, name| {
         m.defragmented(ns, name, trigger.as_str(), reclaimed, took)
     });
-    Ok(Applied::Done)
+    // Recorded once done: only the outcome tells it.
+    let member_id = target.member_id;
+    Ok(Applied::Recorded(Box::new(move |status| {
+        record_defragmentation(status, member_id, record)
+    })))
 }
 
 /// The member's status entry keeps its last defragmentation.

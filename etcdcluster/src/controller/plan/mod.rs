@@ -1,8 +1,9 @@
 //! The next step for one EtcdadmCluster: one module per concern below (its decisions, its words,
-//! its steps' effects and its part of the status), the sum of their steps with each step's words
-//! and effect dispatched to the concern that owns it, and `plan`, the order in which the rules
-//! and concerns are asked (docs/architecture.md, "The order of the plan"; the rules cited are
-//! those of docs/safety.md).
+//! its steps' effects and its part of the status), the registry of concerns (`concerns!`: the
+//! sum of their steps, each step's words and effect dispatched to the concern that owns it, and
+//! every concern's part of the status in registry order), and `plan`, the order in which the
+//! rules and concerns are asked (docs/architecture.md, "The order of the plan"; the rules cited
+//! are those of docs/safety.md).
 //!
 //! Every multi-step operation is derived from the world, never from memory: a Machine being
 //! deleted means "remove its member first" (whoever deleted it: scale down, rollout,
@@ -26,9 +27,6 @@ pub mod safe_changes;
 pub mod secrets;
 pub mod versions;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
-use etcdadm_shared::api::EtcdadmClusterStatus;
 use etcdadm_shared::error::Error;
 
 use self::alarms::AlarmStep;
@@ -43,17 +41,19 @@ use self::restore::RestoreStep;
 use self::rollout::Want;
 use self::safe_changes::SafeChangeStep;
 use self::secrets::SecretStep;
+use self::versions::VersionStep;
 use super::decision::reason::READY;
 use super::decision::{
     After, Applied, ConcernStep, Decision, EventNote, Hold, HoldKind, JOIN_POLL, Outputs, REFUSED_REQUEUE,
-    WAIT_REQUEUE,
+    StatusPart, WAIT_REQUEUE,
 };
 use super::observation::{Observation, is_ready};
 use super::rules::{self, reason as rule};
 
-/// The sum of the concerns' steps, and its dispatch: each arm calls the concern's own
-/// `ConcernStep`. A concern is one line here.
-macro_rules! steps {
+/// The registry of concerns: the sum of their steps and its dispatch, each arm calling the
+/// concern's own `ConcernStep`, and the status made of every concern's part, in registry order
+/// (its conditions are set in that order). A concern is one line here.
+macro_rules! concerns {
     ($($(#[$doc:meta])* $variant:ident($step:ty)),* $(,)?) => {
         /// The one next thing to do, and why.
         #[derive(Clone, Debug, PartialEq)]
@@ -126,22 +126,41 @@ macro_rules! steps {
                     $(Step::$variant(step) => step.after(o),)*
                 }
             }
+
+            /// Whether this step forgets the etcd cluster (`status.initialized` is cleared).
+            pub fn forgets_cluster(&self) -> bool {
+                match self {
+                    Step::Hold(_) | Step::Steady => false,
+                    $(Step::$variant(step) => step.forgets_cluster(),)*
+                }
+            }
+
+            /// Every concern's part of the status, in registry order, this step being the one
+            /// planned.
+            pub fn concern_status(&self, part: &mut StatusPart<'_>) {
+                $(
+                    let step = if let Step::$variant(step) = self { Some(step) } else { None };
+                    <$step as ConcernStep>::status(part, step);
+                )*
+            }
         }
     };
 }
 
-steps!(
+// A recovery records its outcome before the restore reads it (`RevisionsBumped` looks at both).
+concerns!(
     Lifecycle(LifecycleStep),
     Secrets(SecretStep),
+    Certificates(CertificateStep),
     Machines(MachineStep),
     Membership(MembershipStep),
     ControlPlane(ControlPlaneStep),
-    Certificates(CertificateStep),
-    Restore(RestoreStep),
     Recover(RecoveryStep),
+    Restore(RestoreStep),
     Alarms(AlarmStep),
     Maintenance(MaintenanceStep),
     SafeChanges(SafeChangeStep),
+    Versions(VersionStep),
 );
 
 impl From<Hold> for Step {
@@ -178,36 +197,6 @@ fn hold_after(hold: &Hold, o: &Observation) -> After {
         }
         (HoldKind::Wait | HoldKind::Refusal, _) => After::Requeue(interval.min(WAIT_REQUEUE)),
     }
-}
-
-/// Each concern's own part of the status besides its conditions (written before `step` is
-/// taken; `initialized` as this status says), and the Events of what changed in it.
-pub fn concern_status(
-    status: &mut EtcdadmClusterStatus,
-    o: &Observation,
-    step: &Step,
-    initialized: bool,
-    now: &Time,
-) -> Vec<EventNote> {
-    let recovering = if let Step::Recover(step) = step {
-        Some(step)
-    } else {
-        None
-    };
-    recovery::record_status(status, o, recovering, now);
-    let safe_change = if let Step::SafeChanges(step) = step {
-        Some(step)
-    } else {
-        None
-    };
-    safe_changes::record_status(status, o, safe_change, now);
-    status.certificates = Some(certificates::status(o, &status.members));
-    if let Step::Restore(RestoreStep::RollControlPlane { after, .. }) = step {
-        restore::record_rollout(status, after);
-    }
-    restore::record_status(status, o, initialized, now)
-        .into_iter()
-        .collect()
 }
 
 /// A rule's or a concern's answer, as a step.

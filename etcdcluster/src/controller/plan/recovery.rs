@@ -34,7 +34,8 @@ use etcdadm_shared::names::{self, RECOVER_ANNOTATION};
 
 use super::{control_plane, machines, restore};
 use crate::controller::decision::{
-    After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Hold, HoldKind, Outputs, WAIT_REQUEUE,
+    After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Hold, HoldKind, Outputs, StatusPart,
+    WAIT_REQUEUE,
 };
 use crate::controller::observation::{
     AlarmKind, EtcdView, Observation, RecoveryRecord, RecoverySource, RecoveryView, SnapshotCheck, is_ready,
@@ -78,6 +79,20 @@ pub struct RecoveryStep {
 }
 
 impl ConcernStep for RecoveryStep {
+    /// `status.recovery`, `status.lastRecovery` and the `Recovery` condition, with the Warning
+    /// Event of a new refusal.
+    fn status(part: &mut StatusPart<'_>, step: Option<&Self>) {
+        record_status(part.status, part.o, step, part.now);
+        if let Some(note) = condition(part.status, part.o, &part.old.conditions, part.now) {
+            part.event(note);
+        }
+    }
+
+    /// A reset forgets the lost cluster.
+    fn forgets_cluster(&self) -> bool {
+        matches!(self.action, RecoveryAction::Reset { .. })
+    }
+
     /// The condition reason and message for `Ready` while this step is next.
     fn reason(&self) -> (&'static str, String) {
         (reason::RECOVERING, note(&self.record, &self.action))

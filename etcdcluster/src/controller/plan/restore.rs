@@ -37,7 +37,9 @@ use etcdadm_shared::validation::major_minor;
 use super::machines::{self, Growth, MachineStep};
 use super::placement;
 use crate::controller::decision::reason::RESTORING;
-use crate::controller::decision::{After, Applied, ConcernStep, Decision, EventNote, Hold, Outputs};
+use crate::controller::decision::{
+    After, Applied, ConcernStep, Decision, EventNote, Hold, Outputs, StatusPart,
+};
 use crate::controller::observation::{
     Checksum, KcpView, Observation, RestoreDownload, RestoreView, is_ready,
 };
@@ -93,6 +95,21 @@ pub enum ChecksumPlan {
 }
 
 impl ConcernStep for RestoreStep {
+    /// The control plane rollout a step asks for in the record it follows, `status.restoredFrom`
+    /// with its Event once the restored member is healthy, and `RevisionsBumped`.
+    fn status(part: &mut StatusPart<'_>, step: Option<&Self>) {
+        if let Some(RestoreStep::RollControlPlane { after, .. }) = step {
+            record_rollout(part.status, after);
+        }
+        let initialized = part.status.initialized;
+        if let Some(note) = record_status(part.status, part.o, initialized, part.now) {
+            part.event(note);
+        }
+        if let Some(revisions) = revisions_condition(part.status) {
+            part.set_condition(revisions);
+        }
+    }
+
     /// The condition reason and message for `Ready` while this step is next.
     fn reason(&self) -> (&'static str, String) {
         match self {

@@ -22,7 +22,7 @@ use etcdadm_shared::names::{
 
 use crate::controller::decision::reason::{ROLLING_UPDATE, SCALING_DOWN};
 use crate::controller::decision::{
-    After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Hold, Outputs,
+    After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Hold, Outputs, StatusPart,
 };
 use crate::controller::observation::{BeforeChangeView, Observation, SnapshotSummary};
 use crate::snapshot::new_snapshot;
@@ -48,6 +48,11 @@ pub enum SafeChangeStep {
 }
 
 impl ConcernStep for SafeChangeStep {
+    /// `status.beforeChange`.
+    fn status(part: &mut StatusPart<'_>, step: Option<&Self>) {
+        record_status(part.status, part.o, step, part.now);
+    }
+
     /// The condition reason and message for `Ready` while this step is next.
     fn reason(&self) -> (&'static str, String) {
         match self {

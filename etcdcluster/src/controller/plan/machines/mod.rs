@@ -11,7 +11,9 @@ use etcdadm_shared::error::Error;
 
 use self::writes::{adopt, create, delete, delete_leftovers};
 use crate::controller::decision::reason::{PROVISIONING, REMEDIATING, RESTORING, ROLLING_UPDATE, SCALING_UP};
-use crate::controller::decision::{After, Applied, ConcernStep, EventNote, Outputs, WAIT_REQUEUE};
+use crate::controller::decision::{
+    After, Applied, ConcernStep, EventNote, Outputs, StatusPart, WAIT_REQUEUE,
+};
 use crate::controller::observation::Observation;
 
 mod boot_ahead;
@@ -30,6 +32,15 @@ pub use self::step::{Growth, MachineStep, MemberTemplate, Removal, reason, remov
 pub use self::writes::{record_join_start, release_and_delete, release_hook};
 
 impl ConcernStep for MachineStep {
+    /// `MachinesReady`, `ResizeCompleted` and `MachinesSpecUpToDate` (with what the plan does
+    /// about an outdated Machine).
+    fn status(part: &mut StatusPart<'_>, _: Option<&Self>) {
+        let active = part.o.active_machines().count();
+        part.set_condition(machines_condition(part.o, active));
+        part.set_condition(resize_condition(part.o, active));
+        part.set_condition(spec_up_to_date_condition(part.o, part.next));
+    }
+
     /// The condition reason and message for `Ready` while this step is next.
     fn reason(&self) -> (&'static str, String) {
         match self {
