@@ -423,7 +423,7 @@ async fn missing_template(
 /// The admission webhook's verdict on the spec, for an object that reached us without it (no
 /// webhook installed, or written before it was): every field error, joined.
 fn member_spec_problem(etcd: &EtcdadmCluster, namespace: &str) -> Option<String> {
-    let errors = crate::webhook::validate_spec(&etcd.spec, Some(namespace));
+    let errors = etcdadm_shared::api::cluster::validate_spec(&etcd.spec, Some(namespace));
     (!errors.is_empty()).then(|| {
         errors
             .iter()
@@ -515,7 +515,7 @@ pub fn infra_machine_kind(etcd: &EtcdadmCluster, namespace: &str) -> (Option<Str
             None,
         );
     }
-    if let Some(problem) = crate::webhook::infrastructure_group_problem(&api_version) {
+    if let Some(problem) = etcdadm_shared::api::cluster::infrastructure_group_problem(&api_version) {
         return (
             Some(format!("spec.infrastructureTemplate.apiVersion {problem}")),
             None,
