@@ -92,7 +92,8 @@ async fn write_status(
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let (status, transitions) = status::next_status(etcd, o, step, &now);
     out.metrics(etcd, |m, ns, name| {
-        m.observe_status(ns, name, &etcd.spec, &status)
+        m.observe_status(ns, name, &etcd.spec, &status);
+        Step::observe_concern_metrics(m, ns, name, o, &status);
     });
     let old: EtcdadmClusterStatus = etcd.status.clone().unwrap_or_default();
     let mut written = None;

@@ -25,6 +25,7 @@ use etcdadm_shared::error::Error;
 use super::observation::Observation;
 use super::observation::health::EtcdClients;
 use crate::metrics::EtcdClusterMetrics;
+use etcdadm_shared::manager::Metrics;
 
 /// Field manager of this controller's creations and merge patches; each server-side apply site
 /// has one of its own (`etcdadm-controller/<scope>`).
@@ -134,6 +135,17 @@ impl Outputs<'_> {
         }
     }
 
+    /// Record into a concern's own families `M`, when there are metrics.
+    pub(crate) fn concern_metrics<M: ConcernMetrics>(
+        &self,
+        etcd: &EtcdadmCluster,
+        record: impl FnOnce(&M, &str, &str),
+    ) {
+        if let Some(families) = self.metrics.and_then(EtcdClusterMetrics::concern::<M>) {
+            record(families, &etcd.namespace().unwrap_or_default(), &etcd.name_any());
+        }
+    }
+
     /// Publish `note` about `etcd`.
     pub async fn publish(&self, etcd: &EtcdadmCluster, note: EventNote) {
         self.recorder.note(etcd, "Reconcile", note).await;
@@ -163,6 +175,8 @@ const STATUS_MANAGER: &str = "etcdadm-controller/status";
 /// concern implements it on its step type and is registered once, in `plan/mod.rs`'s
 /// `concerns!`; `plan::Step` dispatches to it and the status loops over it.
 pub(crate) trait ConcernStep {
+    /// The concern's metric families (`()` for a concern without any of its own).
+    type Metrics: ConcernMetrics;
     /// The condition reason and message for `Ready` while this step is next.
     fn reason(&self) -> (&'static str, String);
     /// The Event this step leaves once applied, if it leaves one: a pure function of the
@@ -190,6 +204,23 @@ pub(crate) trait ConcernStep {
     {
         let _ = (part, step);
     }
+}
+
+/// A concern's metric families, declared in its module: registered once with the manager's
+/// registry through the registry of concerns, recorded by its steps (`Outputs::concern_metrics`)
+/// and set from each status written.
+pub(crate) trait ConcernMetrics: std::any::Any + Default + Send + Sync {
+    /// Register every family, each with its help text.
+    fn register(&self, registry: &Metrics);
+    /// Set the gauges that follow what a reconcile observed and the status it wrote.
+    fn observe(&self, namespace: &str, name: &str, o: &Observation, status: &EtcdadmClusterStatus) {
+        let _ = (namespace, name, o, status);
+    }
+}
+
+/// No families of its own.
+impl ConcernMetrics for () {
+    fn register(&self, _: &Metrics) {}
 }
 
 /// The status being made, as a concern's part of it sees it: the observation, the status as

@@ -202,7 +202,10 @@ pub async fn run(manager: ManagerContext) {
     let kcp_store = store;
     let ctx = Arc::new(Context {
         turns: Semaphore::new(usize::from(settings.concurrency)),
-        ..Context::with_metrics(client.clone(), EtcdClusterMetrics::register(&metrics))
+        ..Context::with_metrics(
+            client.clone(),
+            EtcdClusterMetrics::register(&metrics, plan::concern_metrics(&metrics)),
+        )
     });
     // Only member Machines, within the `--watch-filter` selection if there is one.
     let mut member_machines = settings.watcher_config();

@@ -59,6 +59,8 @@ pub enum ControlPlaneStep {
 }
 
 impl ConcernStep for ControlPlaneStep {
+    type Metrics = ();
+
     /// `ControlPlaneEndpointsUpdated`.
     fn status(part: &mut StatusPart<'_>, _: Option<&Self>) {
         part.set_condition(condition(part.o, is_ready(part.o)));

@@ -55,6 +55,8 @@ pub enum LifecycleStep {
 }
 
 impl ConcernStep for LifecycleStep {
+    type Metrics = ();
+
     /// `Paused`: True while the plan pauses (the Cluster or this EtcdadmCluster is paused).
     fn status(part: &mut StatusPart<'_>, step: Option<&Self>) {
         part.set_condition(if matches!(step, Some(LifecycleStep::Paused)) {

@@ -5,6 +5,14 @@
 //! defragmentation itself (also the NOSPACE repair's, `alarms.rs`) is here: one member, its size
 //! read after, the result recorded in `status.members[].lastDefragmentation`.
 
+use crate::controller::decision::ConcernMetrics;
+use crate::metrics::ClusterLabels;
+use etcdadm_shared::manager::Metrics;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -61,6 +69,8 @@ pub enum MaintenanceStep {
 }
 
 impl ConcernStep for MaintenanceStep {
+    type Metrics = MaintenanceMetrics;
+
     fn reason(&self) -> (&'static str, String) {
         match self {
             // Ready stays True: the cluster serves throughout.
@@ -114,7 +124,7 @@ pub async fn defragment(
         size_after: i64::try_from(after.db_size).unwrap_or(i64::MAX),
     };
     let reclaimed = target.db_size.saturating_sub(after.db_size);
-    out.metrics(&o.etcd_cluster, |m, ns, name| {
+    out.concern_metrics(&o.etcd_cluster, |m: &MaintenanceMetrics, ns, name| {
         m.defragmented(ns, name, trigger.as_str(), reclaimed, took)
     });
     // Recorded once done: only the outcome tells it.
@@ -225,6 +235,76 @@ fn qualifies(member: &MemberView, settings: &DefragmentationSettings) -> Option<
         ));
     }
     None
+}
+
+// Metrics.
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DefragmentationLabels {
+    pub namespace: String,
+    pub name: String,
+    /// `policy` (routine maintenance) or `nospace` (an alarm's repair).
+    pub trigger: String,
+}
+
+/// Defragmentations: how many, what they returned, how long they took.
+#[derive(Clone, Debug)]
+pub struct MaintenanceMetrics {
+    defragmentations: Family<DefragmentationLabels, Counter>,
+    reclaimed: Family<DefragmentationLabels, Counter>,
+    duration: Family<ClusterLabels, Histogram, fn() -> Histogram>,
+}
+
+/// 50 ms .. ~100 s: etcd's defragmentation pause grows with the database.
+fn defragmentation_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.05, 2.0, 12))
+}
+
+impl Default for MaintenanceMetrics {
+    fn default() -> Self {
+        MaintenanceMetrics {
+            defragmentations: Family::default(),
+            reclaimed: Family::default(),
+            duration: Family::new_with_constructor(defragmentation_histogram),
+        }
+    }
+}
+
+impl ConcernMetrics for MaintenanceMetrics {
+    fn register(&self, registry: &Metrics) {
+        registry.register(
+            "etcdadm_defragmentations",
+            "Members defragmented, by trigger (policy, nospace)",
+            self.defragmentations.clone(),
+        );
+        registry.register(
+            "etcdadm_defragmentation_reclaimed_bytes",
+            "Bytes defragmentations returned to the file system, by trigger",
+            self.reclaimed.clone(),
+        );
+        registry.register(
+            "etcdadm_defragmentation_duration_seconds",
+            "Time one member's defragmentation took",
+            self.duration.clone(),
+        );
+    }
+}
+
+impl MaintenanceMetrics {
+    /// One member defragmented by `trigger` (`policy`, `nospace`): what it returned and how
+    /// long it took.
+    pub fn defragmented(&self, namespace: &str, name: &str, trigger: &str, reclaimed: u64, took: Duration) {
+        let labels = DefragmentationLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+            trigger: trigger.into(),
+        };
+        self.defragmentations.get_or_create(&labels).inc();
+        self.reclaimed.get_or_create(&labels).inc_by(reclaimed);
+        self.duration
+            .get_or_create(&ClusterLabels::new(namespace, name))
+            .observe(took.as_secs_f64());
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,12 @@
 //! The changes are asked of a member with the controller's client certificate; a refusal etcd
 //! gives for a passing reason is waited out, any other is an error.
 
+use crate::controller::decision::ConcernMetrics;
+use etcdadm_shared::manager::Metrics;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
 use std::sync::Arc;
 
 use etcdadm_shared::error::Error;
@@ -66,6 +72,8 @@ pub enum MembershipStep {
 }
 
 impl ConcernStep for MembershipStep {
+    type Metrics = MembershipMetrics;
+
     /// The condition reason and message for `Ready` while this step is next.
     fn reason(&self) -> (&'static str, String) {
         match self {
@@ -400,10 +408,51 @@ fn outcome(
         Err(e) if passing(&e) => ("refused", Ok(Applied::Deferred(e))),
         Err(e) => ("refused", Err(e.into())),
     };
-    out.metrics(&o.etcd_cluster, |m, ns, name| {
+    out.concern_metrics(&o.etcd_cluster, |m: &MembershipMetrics, ns, name| {
         m.membership_operation(ns, name, kind, counted)
     });
     applied
+}
+
+// Metrics.
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    pub namespace: String,
+    pub name: String,
+    /// `add`, `remove`, `move-leader`, `promote`.
+    pub kind: String,
+    /// `done`, `refused`, `failed`.
+    pub outcome: String,
+}
+
+/// Membership operations by kind and outcome.
+#[derive(Clone, Debug, Default)]
+pub struct MembershipMetrics {
+    operations: Family<OperationLabels, Counter>,
+}
+
+impl ConcernMetrics for MembershipMetrics {
+    fn register(&self, registry: &Metrics) {
+        registry.register(
+            "etcdadm_membership_operations",
+            "Membership operations by kind and outcome",
+            self.operations.clone(),
+        );
+    }
+}
+
+impl MembershipMetrics {
+    /// A membership operation and how it ended (`done`, `refused`, `failed`).
+    pub fn membership_operation(&self, namespace: &str, name: &str, kind: &str, outcome: &str) {
+        let labels = OperationLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+            kind: kind.into(),
+            outcome: outcome.into(),
+        };
+        self.operations.get_or_create(&labels).inc();
+    }
 }
 
 #[cfg(test)]

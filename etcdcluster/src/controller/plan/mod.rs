@@ -27,7 +27,9 @@ pub mod safe_changes;
 pub mod secrets;
 pub mod versions;
 
+use etcdadm_shared::api::EtcdadmClusterStatus;
 use etcdadm_shared::error::Error;
+use etcdadm_shared::manager::Metrics;
 
 use self::alarms::AlarmStep;
 use self::certificates::CertificateStep;
@@ -44,11 +46,12 @@ use self::secrets::SecretStep;
 use self::versions::VersionStep;
 use super::decision::reason::READY;
 use super::decision::{
-    After, Applied, ConcernStep, Decision, EventNote, Hold, HoldKind, JOIN_POLL, Outputs, REFUSED_REQUEUE,
-    StatusPart, WAIT_REQUEUE,
+    After, Applied, ConcernMetrics, ConcernStep, Decision, EventNote, Hold, HoldKind, JOIN_POLL, Outputs,
+    REFUSED_REQUEUE, StatusPart, WAIT_REQUEUE,
 };
 use super::observation::{Observation, is_ready};
 use super::rules::{self, reason as rule};
+use crate::metrics::{ConcernFamilies, EtcdClusterMetrics};
 
 /// The registry of concerns: the sum of their steps and its dispatch, each arm calling the
 /// concern's own `ConcernStep`, and the status made of every concern's part, in registry order
@@ -81,6 +84,17 @@ macro_rules! concerns {
                 }
             }
         )*
+
+        /// Every concern's metric families, registered with `registry`.
+        pub fn concern_metrics(registry: &Metrics) -> ConcernFamilies {
+            let mut families = ConcernFamilies::default();
+            $(
+                let mine = <<$step as ConcernStep>::Metrics>::default();
+                mine.register(registry);
+                families.insert(mine);
+            )*
+            families
+        }
 
         impl Step {
             /// The condition reason and message for the `Ready` summary while this step is next.
@@ -133,6 +147,21 @@ macro_rules! concerns {
                     Step::Hold(_) | Step::Steady => false,
                     $(Step::$variant(step) => step.forgets_cluster(),)*
                 }
+            }
+
+            /// Every concern's metric gauges from what was observed and the status written.
+            pub fn observe_concern_metrics(
+                metrics: &EtcdClusterMetrics,
+                namespace: &str,
+                name: &str,
+                o: &Observation,
+                status: &EtcdadmClusterStatus,
+            ) {
+                $(
+                    if let Some(families) = metrics.concern::<<$step as ConcernStep>::Metrics>() {
+                        families.observe(namespace, name, o, status);
+                    }
+                )*
             }
 
             /// Every concern's part of the status, in registry order, this step being the one

@@ -79,6 +79,8 @@ pub struct RecoveryStep {
 }
 
 impl ConcernStep for RecoveryStep {
+    type Metrics = ();
+
     /// `status.recovery`, `status.lastRecovery` and the `Recovery` condition, with the Warning
     /// Event of a new refusal.
     fn status(part: &mut StatusPart<'_>, step: Option<&Self>) {

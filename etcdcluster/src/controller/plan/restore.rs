@@ -95,6 +95,8 @@ pub enum ChecksumPlan {
 }
 
 impl ConcernStep for RestoreStep {
+    type Metrics = ();
+
     /// The control plane rollout a step asks for in the record it follows, `status.restoredFrom`
     /// with its Event once the restored member is healthy, and `RevisionsBumped`.
     fn status(part: &mut StatusPart<'_>, step: Option<&Self>) {

@@ -48,6 +48,8 @@ pub enum SafeChangeStep {
 }
 
 impl ConcernStep for SafeChangeStep {
+    type Metrics = ();
+
     /// `status.beforeChange`.
     fn status(part: &mut StatusPart<'_>, step: Option<&Self>) {
         record_status(part.status, part.o, step, part.now);

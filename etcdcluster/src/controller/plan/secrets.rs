@@ -40,6 +40,8 @@ pub enum SecretStep {
 }
 
 impl ConcernStep for SecretStep {
+    type Metrics = ();
+
     /// The condition reason and message for `Ready` while this step is next.
     fn reason(&self) -> (&'static str, String) {
         match self {

@@ -16,6 +16,8 @@ use crate::controller::observation::{EtcdView, MemberView, Observation};
 pub enum VersionStep {}
 
 impl ConcernStep for VersionStep {
+    type Metrics = ();
+
     fn reason(&self) -> (&'static str, String) {
         match *self {}
     }

@@ -19,6 +19,7 @@ use crate::controller::observation::Observation;
 mod boot_ahead;
 mod conditions;
 mod decisions;
+mod metrics;
 mod step;
 mod writes;
 
@@ -28,10 +29,13 @@ pub use self::decisions::{
     adoption, create_machine, creation_blocked, dead_victim, deletion_in_flight, failed_join, leftovers,
     remove_one,
 };
+pub use self::metrics::MachineMetrics;
 pub use self::step::{Growth, MachineStep, MemberTemplate, Removal, reason, removal_reason};
 pub use self::writes::{record_join_start, release_and_delete, release_hook};
 
 impl ConcernStep for MachineStep {
+    type Metrics = MachineMetrics;
+
     /// `MachinesReady`, `ResizeCompleted` and `MachinesSpecUpToDate` (with what the plan does
     /// about an outdated Machine).
     fn status(part: &mut StatusPart<'_>, _: Option<&Self>) {

@@ -15,6 +15,7 @@ use etcdadm_shared::error::Error;
 use etcdadm_shared::names;
 use etcdadm_shared::ssa;
 
+use super::metrics::MachineMetrics;
 use super::step::{Growth, MemberTemplate, Removal};
 use crate::controller::decision::{Applied, FIELD_MANAGER, Outputs};
 use crate::controller::observation::Observation;
@@ -342,7 +343,9 @@ pub(super) async fn delete(
             retry_count: retries,
         };
         record_remediation(out, &o.etcd_cluster, &record).await?;
-        out.metrics(&o.etcd_cluster, |m, ns, name| m.remediation(ns, name));
+        out.concern_metrics(&o.etcd_cluster, |m: &MachineMetrics, ns, name| {
+            m.remediation(ns, name)
+        });
     }
     let machines: Api<Machine> = Api::namespaced(out.client.clone(), &o.namespace);
     ignore_not_found(
