@@ -22,8 +22,9 @@ use serde_json::json;
 
 use etcdadm_shared::error::Error;
 
-use super::observation::Observation;
+use super::observation::clock::UnhealthyClock;
 use super::observation::health::EtcdClients;
+use super::observation::{Observation, Reads};
 use crate::metrics::EtcdClusterMetrics;
 use etcdadm_shared::manager::Metrics;
 
@@ -175,6 +176,9 @@ const STATUS_MANAGER: &str = "etcdadm-controller/status";
 /// concern implements it on its step type and is registered once, in `plan/mod.rs`'s
 /// `concerns!`; `plan::Step` dispatches to it and the status loops over it.
 pub(crate) trait ConcernStep {
+    /// What the concern reads and sees besides the core observation (`()` for nothing of its
+    /// own).
+    type View: ConcernView;
     /// The concern's metric families (`()` for a concern without any of its own).
     type Metrics: ConcernMetrics;
     /// The condition reason and message for `Ready` while this step is next.
@@ -204,6 +208,39 @@ pub(crate) trait ConcernStep {
     {
         let _ = (part, step);
     }
+}
+
+/// What a concern reads of the API and sees at one moment, declared in its module: its read is
+/// made with every other read at once and kept between health rounds with them
+/// (`observation::memo`), and its view is made with each observation (`Observation::view`).
+pub(crate) trait ConcernView: std::any::Any + Clone + Default + Send + Sync {
+    /// What it reads.
+    type Read: std::any::Any + Clone + Send + Sync;
+    /// Read it, for `etcd` as just read.
+    fn read(
+        client: &Client,
+        namespace: &str,
+        etcd: &EtcdadmCluster,
+    ) -> impl Future<Output = Result<Self::Read, Error>> + Send;
+    /// Whether what it read may be kept between health rounds (not while it waits on objects
+    /// whose changes end no reuse).
+    fn keep(read: &Self::Read, etcd: &EtcdadmCluster) -> bool {
+        let _ = (read, etcd);
+        true
+    }
+    /// Its view at one moment: from what it read, the observation's other reads and the clock.
+    fn view(read: &Self::Read, reads: &Reads, clock: &UnhealthyClock) -> Self;
+}
+
+/// Nothing of its own to read or see.
+impl ConcernView for () {
+    type Read = ();
+
+    async fn read(_: &Client, _: &str, _: &EtcdadmCluster) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn view(_: &(), _: &Reads, _: &UnhealthyClock) {}
 }
 
 /// A concern's metric families, declared in its module: registered once with the manager's

@@ -16,7 +16,7 @@ use etcdadm_shared::api::EtcdadmCluster;
 
 use etcdadm_shared::error::Error;
 
-use super::read::{Reads, read};
+use super::read::{Concerns, Reads, read};
 
 /// The shortest time an observation is reused for: with [`lifetime`], the bound on noticing a
 /// change to what is not watched (EtcdadmConfigs, infrastructure machines, Secret contents),
@@ -67,6 +67,7 @@ impl Observations {
         name: &str,
         cached: &EtcdadmCluster,
         afresh: bool,
+        concerns: &dyn Concerns,
     ) -> Result<Option<(Reads, bool)>, Error> {
         let key = format!("{namespace}/{name}");
         let now = Instant::now();
@@ -83,8 +84,10 @@ impl Observations {
             return Ok(Some((kept, false)));
         }
         let epoch = self.epoch(&key);
-        let obs = read(client, namespace, etcd).await?;
-        self.keep(&key, epoch, &obs, now);
+        let obs = read(client, namespace, etcd, concerns).await?;
+        if concerns.keep(&obs) {
+            self.keep(&key, epoch, &obs, now);
+        }
         Ok(Some((obs, true)))
     }
 
@@ -113,13 +116,7 @@ impl Observations {
             .recovery
             .as_ref()
             .is_some_and(|r| r.requested.is_some() || r.under_way.is_some());
-        // A change waiting for its before-change snapshot is looked at afresh too.
-        let changing = observation
-            .etcd_cluster
-            .status
-            .as_ref()
-            .is_some_and(|s| s.before_change.is_some());
-        if observation.deleting() || observation.missing_infra_template.is_some() || recovering || changing {
+        if observation.deleting() || observation.missing_infra_template.is_some() || recovering {
             return;
         }
         if let Ok(mut inner) = self.inner.lock()
@@ -229,7 +226,7 @@ mod tests {
             infra_machine: None,
             restore: None,
             recovery: None,
-            snapshots: None,
+            concerns: Default::default(),
         }
     }
 

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
@@ -15,7 +16,7 @@ use etcdadm_shared::api::capi::{Cluster, ControlPlaneEtcd, KubeadmControlPlane, 
 use etcdadm_shared::api::cluster::RecoveryStatus;
 use etcdadm_shared::api::cluster::condition::ENDPOINTS_AVAILABLE;
 use etcdadm_shared::api::conditions::{self, READY};
-use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
+use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig, EtcdadmConfigSpec};
 use etcdadm_shared::contract::ClusterRef;
 use etcdadm_shared::contract::ca::{CaView, read_ca};
@@ -25,12 +26,13 @@ use etcdadm_shared::error::Error;
 use etcdadm_shared::names;
 use etcdadm_shared::pki::cert_not_after;
 
+use super::clock::UnhealthyClock;
 use super::clock::{REMEDIATION_FOR_ANNOTATION, RemediationRecord};
+use super::concerns::ByType;
 use super::restore_source::{self, RestoreObservation};
 use super::views::{
     ClientSecret, ClusterView, KcpView, MachineView, RecoveryRecord, RecoverySource, RecoveryView, UnderWay,
 };
-use crate::snapshot::snapshots_of;
 
 /// Group and kind of our own API, for owner references and `managedExternalEtcdRef`.
 pub const ETCD_CLUSTER_GROUP: &str = "etcdcluster.cluster.x-k8s.io";
@@ -69,20 +71,8 @@ pub struct Reads {
     pub restore: Option<RestoreObservation>,
     /// The `recover` annotation's request, when set.
     pub recovery: Option<RecoveryView>,
-    /// This cluster's EtcdadmSnapshots, while `spec.backup` is set (a change waits for one).
-    pub snapshots: Option<Vec<SnapshotRecord>>,
-}
-
-/// One EtcdadmSnapshot as read: what a change waiting for it needs.
-#[derive(Clone, Debug)]
-pub struct SnapshotRecord {
-    pub name: String,
-    pub phase: SnapshotPhase,
-    pub revision: Option<i64>,
-    /// When it succeeded or failed.
-    pub completed: Option<Timestamp>,
-    /// Its `Ready` condition's message.
-    pub message: Option<String>,
+    /// What each concern reads for itself, by its view's type.
+    pub concerns: ByType,
 }
 
 impl Reads {
@@ -127,9 +117,30 @@ pub struct MachineRecord {
     pub join_started: Option<Timestamp>,
 }
 
+/// The concerns' own reads and views, as the registry of concerns makes them.
+pub trait Concerns: Sync {
+    /// Every concern's reads of `etcd` (as just read), made at once.
+    fn read<'a>(
+        &'a self,
+        client: &'a Client,
+        namespace: &'a str,
+        etcd: &'a EtcdadmCluster,
+    ) -> BoxFuture<'a, Result<ByType, Error>>;
+    /// Whether what was read may be kept between health rounds: no concern waits on something
+    /// whose changes end no reuse.
+    fn keep(&self, reads: &Reads) -> bool;
+    /// Every concern's view at one moment.
+    fn views(&self, reads: &Reads, clock: &UnhealthyClock) -> ByType;
+}
+
 /// Read everything around `etcd_cluster` (as just read). The reads that do not depend on one
 /// another are made at once: a reconcile waits for the slowest of them, not for their sum.
-pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster) -> Result<Reads, Error> {
+pub async fn read(
+    client: &Client,
+    namespace: &str,
+    etcd_cluster: EtcdadmCluster,
+    concerns: &dyn Concerns,
+) -> Result<Reads, Error> {
     // The independent reads side by side, joined in one try_join: apart, they could not be.
     let machines_api: Api<Machine> = Api::namespaced(client.clone(), namespace);
 
@@ -168,13 +179,7 @@ pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster
     };
     let restore = restore_source::observe(client, namespace, &etcd_cluster);
     let recovery = recovery_view(client, namespace, &etcd_cluster);
-    let snapshots = async {
-        if etcd_cluster.spec.backup.is_none() {
-            return Ok::<_, Error>(None);
-        }
-        let listed = snapshots_of(client, namespace, &etcd_cluster.name_any()).await?;
-        Ok(Some(listed.iter().map(SnapshotRecord::from_snapshot).collect()))
-    };
+    let concern_reads = concerns.read(client, namespace, &etcd_cluster);
     let (
         ClusterSide {
             cluster,
@@ -191,7 +196,7 @@ pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster
         missing_infra_template,
         restore,
         recovery,
-        snapshots,
+        concern_reads,
     ) = futures::try_join!(
         around_cluster,
         machines,
@@ -200,7 +205,7 @@ pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster
         missing_infra_template,
         restore,
         recovery,
-        snapshots
+        concern_reads
     )?;
 
     let (records, machine_names) = machine_records(&etcd_cluster, &listed, &configs, &infra_objects);
@@ -226,21 +231,8 @@ pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster
         infra_machine,
         restore,
         recovery,
-        snapshots,
+        concerns: concern_reads,
     })
-}
-
-impl SnapshotRecord {
-    fn from_snapshot(snapshot: &EtcdadmSnapshot) -> Self {
-        let status = snapshot.status.clone().unwrap_or_default();
-        SnapshotRecord {
-            name: snapshot.name_any(),
-            phase: snapshot.phase(),
-            revision: status.revision,
-            completed: status.completion_time.map(|t| t.0),
-            message: conditions::find(&status.conditions, READY).and_then(|c| c.message.clone()),
-        }
-    }
 }
 
 /// Every member Machine ours or nobody's, oldest first, with its EtcdadmConfig and infra machine;

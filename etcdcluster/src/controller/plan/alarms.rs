@@ -72,6 +72,7 @@ pub enum AlarmStep {
 }
 
 impl ConcernStep for AlarmStep {
+    type View = ();
     type Metrics = AlarmMetrics;
 
     /// The Events of alarms appearing and clearing.

@@ -68,6 +68,7 @@ pub enum CertificateStep {
 }
 
 impl ConcernStep for CertificateStep {
+    type View = ();
     type Metrics = CertificateMetrics;
 
     /// `status.certificates`, `CertificatesAvailable`, and `CertificatesExpiring` with a Warning

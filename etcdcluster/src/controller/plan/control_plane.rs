@@ -59,6 +59,7 @@ pub enum ControlPlaneStep {
 }
 
 impl ConcernStep for ControlPlaneStep {
+    type View = ();
     type Metrics = ();
 
     /// `ControlPlaneEndpointsUpdated`.

@@ -55,6 +55,7 @@ pub enum LifecycleStep {
 }
 
 impl ConcernStep for LifecycleStep {
+    type View = ();
     type Metrics = ();
 
     /// `Paused`: True while the plan pauses (the Cluster or this EtcdadmCluster is paused).

@@ -27,6 +27,7 @@ use etcdadm_shared::etcd::{defragment_timeout, member_id_hex};
 use crate::controller::decision::reason::READY;
 use crate::controller::decision::{After, Applied, ConcernStep, EventNote, Outputs};
 use crate::controller::observation::{MemberView, Observation, is_ready, member_client_url};
+use crate::controller::plan::safe_changes::SafeChangeView;
 
 /// After a defragmentation, the next look comes with a fresh health check (every member healthy
 /// again before the next one), soon.
@@ -69,6 +70,7 @@ pub enum MaintenanceStep {
 }
 
 impl ConcernStep for MaintenanceStep {
+    type View = ();
     type Metrics = MaintenanceMetrics;
 
     fn reason(&self) -> (&'static str, String) {
@@ -191,7 +193,7 @@ fn busy(o: &Observation) -> bool {
             .is_some_and(|r| r.requested.is_some() || r.under_way.is_some())
         || o.restore.as_ref().is_some_and(|r| !r.recorded)
         || o.kcp_in_use().is_some_and(|(_, _, rolled)| !rolled)
-        || o.snapshot_in_flight.is_some()
+        || o.view::<SafeChangeView>().snapshot_in_flight.is_some()
 }
 
 /// Defragmented by this controller less than `interval` ago (`status.members[].lastDefragmentation`).

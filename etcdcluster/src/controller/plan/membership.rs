@@ -72,6 +72,7 @@ pub enum MembershipStep {
 }
 
 impl ConcernStep for MembershipStep {
+    type View = ();
     type Metrics = MembershipMetrics;
 
     /// The condition reason and message for `Ready` while this step is next.

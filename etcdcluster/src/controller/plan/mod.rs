@@ -27,7 +27,10 @@ pub mod safe_changes;
 pub mod secrets;
 pub mod versions;
 
-use etcdadm_shared::api::EtcdadmClusterStatus;
+use futures::future::BoxFuture;
+use kube::Client;
+
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
 use etcdadm_shared::error::Error;
 use etcdadm_shared::manager::Metrics;
 
@@ -46,10 +49,11 @@ use self::secrets::SecretStep;
 use self::versions::VersionStep;
 use super::decision::reason::READY;
 use super::decision::{
-    After, Applied, ConcernMetrics, ConcernStep, Decision, EventNote, Hold, HoldKind, JOIN_POLL, Outputs,
-    REFUSED_REQUEUE, StatusPart, WAIT_REQUEUE,
+    After, Applied, ConcernMetrics, ConcernStep, ConcernView, Decision, EventNote, Hold, HoldKind, JOIN_POLL,
+    Outputs, REFUSED_REQUEUE, StatusPart, WAIT_REQUEUE,
 };
-use super::observation::{Observation, is_ready};
+use super::observation::clock::UnhealthyClock;
+use super::observation::{self, ByType, Observation, Reads, is_ready};
 use super::rules::{self, reason as rule};
 use crate::metrics::{ConcernFamilies, EtcdClusterMetrics};
 
@@ -84,6 +88,63 @@ macro_rules! concerns {
                 }
             }
         )*
+
+        /// The registry of concerns as the observation sees it: every concern's own reads and
+        /// views.
+        pub struct Concerns;
+
+        /// One concern's read, kept once every read is done.
+        type KeepRead = Box<dyn FnOnce(&mut ByType) + Send>;
+
+        impl observation::Concerns for Concerns {
+            fn read<'a>(
+                &'a self,
+                client: &'a Client,
+                namespace: &'a str,
+                etcd: &'a EtcdadmCluster,
+            ) -> BoxFuture<'a, Result<ByType, Error>> {
+                let reads: Vec<BoxFuture<'a, Result<KeepRead, Error>>> = vec![$(
+                    Box::pin(async move {
+                        let read =
+                            <<$step as ConcernStep>::View as ConcernView>::read(client, namespace, etcd).await?;
+                        let keep: KeepRead = Box::new(move |kept: &mut ByType| {
+                            kept.insert::<<$step as ConcernStep>::View, _>(read)
+                        });
+                        Ok(keep)
+                    }),
+                )*];
+                Box::pin(async move {
+                    let mut kept = ByType::default();
+                    for keep in futures::future::try_join_all(reads).await? {
+                        keep(&mut kept);
+                    }
+                    Ok(kept)
+                })
+            }
+
+            fn keep(&self, reads: &Reads) -> bool {
+                $({
+                    type View = <$step as ConcernStep>::View;
+                    if let Some(read) = reads.concerns.get::<View, <View as ConcernView>::Read>()
+                        && !View::keep(read, &reads.etcd_cluster)
+                    {
+                        return false;
+                    }
+                })*
+                true
+            }
+
+            fn views(&self, reads: &Reads, clock: &UnhealthyClock) -> ByType {
+                let mut views = ByType::default();
+                $({
+                    type View = <$step as ConcernStep>::View;
+                    if let Some(read) = reads.concerns.get::<View, <View as ConcernView>::Read>() {
+                        views.insert::<View, _>(View::view(read, reads, clock));
+                    }
+                })*
+                views
+            }
+        }
 
         /// Every concern's metric families, registered with `registry`.
         pub fn concern_metrics(registry: &Metrics) -> ConcernFamilies {

@@ -18,24 +18,22 @@
 //! A refused request is answered in a condition of its own beside the plan's step, never the
 //! step: it must not stop a healthy cluster's scaling, rollouts or remediation.
 
-use k8s_openapi::api::core::v1::Secret;
+mod writes;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use serde_json::json;
 
 use etcdadm_shared::api::EtcdadmClusterStatus;
 use etcdadm_shared::api::cluster::condition::RECOVERY;
 use etcdadm_shared::api::cluster::{LastRecovery, RecoveryPhase, RecoveryStatus};
 use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
-use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
+use etcdadm_shared::api::snapshot::SnapshotPhase;
 use etcdadm_shared::error::Error;
-use etcdadm_shared::names::{self, RECOVER_ANNOTATION};
+use etcdadm_shared::names::RECOVER_ANNOTATION;
 
+use self::writes::{finish, reset, snapshot_survivor};
 use super::{control_plane, machines, restore};
 use crate::controller::decision::{
-    After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Hold, HoldKind, Outputs, StatusPart,
-    WAIT_REQUEUE,
+    After, Applied, ConcernStep, Decision, EventNote, Hold, HoldKind, Outputs, StatusPart, WAIT_REQUEUE,
 };
 use crate::controller::observation::{
     AlarmKind, EtcdView, Observation, RecoveryRecord, RecoverySource, RecoveryView, SnapshotCheck, is_ready,
@@ -44,7 +42,6 @@ use crate::controller::rules::{
     self,
     reason::{MEMBERS_UNREACHABLE, QUORUM_LOST},
 };
-use crate::snapshot::new_snapshot;
 
 /// Condition reasons of a recovery.
 pub mod reason {
@@ -79,6 +76,7 @@ pub struct RecoveryStep {
 }
 
 impl ConcernStep for RecoveryStep {
+    type View = ();
     type Metrics = ();
 
     /// `status.recovery`, `status.lastRecovery` and the `Recovery` condition, with the Warning
@@ -557,64 +555,6 @@ pub fn condition(
             None
         }
     }
-}
-
-// Effects.
-
-/// Create the EtcdadmSnapshot `name` of Machine `machine`'s member (the snapshot controller
-/// takes it without quorum); one that exists already is kept.
-async fn snapshot_survivor(
-    out: &Outputs<'_>,
-    o: &Observation,
-    name: &str,
-    machine: &str,
-) -> Result<Applied, Error> {
-    let snapshot = new_snapshot(&o.etcd_cluster, name, Some(machine));
-    let params = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    match Api::<EtcdadmSnapshot>::namespaced(out.client.clone(), &o.namespace)
-        .create(&params, &snapshot)
-        .await
-    {
-        Ok(_) => Ok(Applied::Done),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(Applied::AlreadyDone),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Delete the lost cluster's `<cluster>-etcd-init`: the restored first member publishes its own.
-async fn reset(out: &Outputs<'_>, o: &Observation, cluster: Option<&str>) -> Result<Applied, Error> {
-    let Some(cluster) = cluster else {
-        return Ok(Applied::AlreadyDone);
-    };
-    let name = names::init_secret_name(cluster);
-    match Api::<Secret>::namespaced(out.client.clone(), &o.namespace)
-        .delete(&name, &DeleteParams::default())
-        .await
-    {
-        Ok(_) => Ok(Applied::Done),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Applied::Done),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Remove the `recover` annotation (status recorded the recovery first).
-async fn finish(out: &Outputs<'_>, o: &Observation) -> Result<Applied, Error> {
-    let etcd = &o.etcd_cluster;
-    if !etcd.annotations().contains_key(names::RECOVER_ANNOTATION) {
-        return Ok(Applied::AlreadyDone);
-    }
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    let patch = json!({ "metadata": { "annotations": { names::RECOVER_ANNOTATION: null } } });
-    Api::<etcdadm_shared::api::EtcdadmCluster>::namespaced(out.client.clone(), &o.namespace)
-        .patch(&etcd.name_any(), &params, &Patch::Merge(patch))
-        .await?;
-    Ok(Applied::Done)
 }
 
 #[cfg(test)]

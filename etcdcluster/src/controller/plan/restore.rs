@@ -95,6 +95,7 @@ pub enum ChecksumPlan {
 }
 
 impl ConcernStep for RestoreStep {
+    type View = ();
     type Metrics = ();
 
     /// The control plane rollout a step asks for in the record it follows, `status.restoredFrom`

@@ -8,13 +8,18 @@
 //! (another is taken) or the `proceed-without-snapshot` annotation lets this one change go
 //! ahead without it (the annotation is then removed). A dead member's removal never waits.
 
+use std::time::Duration;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use etcdadm_shared::api::EtcdadmClusterStatus;
 use etcdadm_shared::api::cluster::BeforeChangeStatus;
+use etcdadm_shared::api::conditions::{self, READY};
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
 use etcdadm_shared::error::Error;
 use etcdadm_shared::names::{
     BEFORE_ROLLOUT, BEFORE_SCALE_DOWN, PROCEED_WITHOUT_SNAPSHOT_ANNOTATION, SNAPSHOT_REASON_LABEL,
@@ -22,10 +27,11 @@ use etcdadm_shared::names::{
 
 use crate::controller::decision::reason::{ROLLING_UPDATE, SCALING_DOWN};
 use crate::controller::decision::{
-    After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Hold, Outputs, StatusPart,
+    After, Applied, ConcernStep, ConcernView, Decision, EventNote, FIELD_MANAGER, Hold, Outputs, StatusPart,
 };
-use crate::controller::observation::{BeforeChangeView, Observation, SnapshotSummary};
-use crate::snapshot::new_snapshot;
+use crate::controller::observation::clock::UnhealthyClock;
+use crate::controller::observation::{Observation, Reads};
+use crate::snapshot::{new_snapshot, snapshots_of};
 
 /// Condition reasons of a change waiting for its snapshot.
 pub mod reason {
@@ -48,6 +54,7 @@ pub enum SafeChangeStep {
 }
 
 impl ConcernStep for SafeChangeStep {
+    type View = SafeChangeView;
     type Metrics = ();
 
     /// `status.beforeChange`.
@@ -220,7 +227,8 @@ fn satisfying<'a>(view: &'a BeforeChangeView, record: &BeforeChangeStatus) -> Op
 /// snapshot to take or wait for, unless one holds the change's revision, or the operator lets
 /// it go ahead without.
 pub fn before_removal(o: &Observation) -> Option<Decision<SafeChangeStep>> {
-    let view = o.before_change.as_ref()?;
+    let changes = o.view::<SafeChangeView>();
+    let view = changes.before_change.as_ref()?;
     let reason = change(o)?;
     let record = record(o, view, reason);
     if record.proceeded_without || satisfying(view, &record).is_some() {
@@ -286,7 +294,8 @@ pub fn record_status(
     step: Option<&SafeChangeStep>,
     now: &Time,
 ) {
-    let (Some(view), Some(reason)) = (o.before_change.as_ref(), change(o)) else {
+    let changes = o.view::<SafeChangeView>();
+    let (Some(view), Some(reason)) = (changes.before_change.as_ref(), change(o)) else {
         status.before_change = None;
         return;
     };
@@ -309,6 +318,151 @@ pub fn record_status(
         }
     }
     status.before_change = Some(record);
+}
+
+// View.
+
+/// What this concern sees: the snapshot before a disruptive change, and the snapshot of this
+/// cluster waiting or being taken (maintenance waits for it too); there only while
+/// `spec.backup` is set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SafeChangeView {
+    pub before_change: Option<BeforeChangeView>,
+    /// An EtcdadmSnapshot of this cluster waiting or being taken, by name.
+    pub snapshot_in_flight: Option<String>,
+}
+
+impl ConcernView for SafeChangeView {
+    /// This cluster's EtcdadmSnapshots, while `spec.backup` is set (a change waits for one).
+    type Read = Option<Vec<SnapshotRecord>>;
+
+    async fn read(client: &Client, namespace: &str, etcd: &EtcdadmCluster) -> Result<Self::Read, Error> {
+        if etcd.spec.backup.is_none() {
+            return Ok(None);
+        }
+        let listed = snapshots_of(client, namespace, &etcd.name_any()).await?;
+        Ok(Some(listed.iter().map(SnapshotRecord::from_snapshot).collect()))
+    }
+
+    /// A change waiting for its before-change snapshot is looked at afresh.
+    fn keep(_: &Self::Read, etcd: &EtcdadmCluster) -> bool {
+        etcd.status.as_ref().is_none_or(|s| s.before_change.is_none())
+    }
+
+    fn view(read: &Self::Read, reads: &Reads, clock: &UnhealthyClock) -> Self {
+        SafeChangeView {
+            before_change: before_change_view(read, reads, clock),
+            snapshot_in_flight: read.as_ref().and_then(|listed| {
+                listed
+                    .iter()
+                    .find(|s| !s.phase.is_finished())
+                    .map(|s| s.name.clone())
+            }),
+        }
+    }
+}
+
+/// One EtcdadmSnapshot as read: what a change waiting for it needs.
+#[derive(Clone, Debug)]
+pub struct SnapshotRecord {
+    pub name: String,
+    pub phase: SnapshotPhase,
+    pub revision: Option<i64>,
+    /// When it succeeded or failed.
+    pub completed: Option<Timestamp>,
+    /// Its `Ready` condition's message.
+    pub message: Option<String>,
+}
+
+impl SnapshotRecord {
+    fn from_snapshot(snapshot: &EtcdadmSnapshot) -> Self {
+        let status = snapshot.status.clone().unwrap_or_default();
+        SnapshotRecord {
+            name: snapshot.name_any(),
+            phase: snapshot.phase(),
+            revision: status.revision,
+            completed: status.completion_time.map(|t| t.0),
+            message: conditions::find(&status.conditions, READY).and_then(|c| c.message.clone()),
+        }
+    }
+}
+
+/// What a change waiting for its snapshot sees, while `spec.backup` is set.
+fn before_change_view(
+    read: &Option<Vec<SnapshotRecord>>,
+    reads: &Reads,
+    clock: &UnhealthyClock,
+) -> Option<BeforeChangeView> {
+    let e = &reads.etcd_cluster;
+    let backup = e.spec.backup.as_ref()?;
+    let record = e
+        .status
+        .as_ref()
+        .and_then(|s| s.before_change.as_ref())
+        .map(|r| BeforeChangeRecord {
+            reason: r.reason.clone(),
+            revision: r.revision,
+            snapshot: r.snapshot.clone(),
+            proceeded_without: r.proceeded_without,
+        });
+    let snapshots = read
+        .iter()
+        .flatten()
+        .map(|s| SnapshotSummary {
+            name: s.name.clone(),
+            phase: s.phase,
+            revision: s.revision,
+            age: s.completed.map(|t| clock.since(t)),
+            message: s.message.clone(),
+        })
+        .collect();
+    Some(BeforeChangeView {
+        max_age: backup.before_change_max_age(),
+        record,
+        snapshots,
+        proceed_without: e.annotations().contains_key(PROCEED_WITHOUT_SNAPSHOT_ANNOTATION),
+    })
+}
+
+/// What the snapshot before a disruptive change needs (docs/day2.md, "Snapshots before
+/// changes"): there only while `spec.backup` is set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BeforeChangeView {
+    /// `beforeChange.maxAge`: a Succeeded snapshot this young that holds the decision's revision
+    /// is reused.
+    pub max_age: Duration,
+    /// `status.beforeChange` as stored.
+    pub record: Option<BeforeChangeRecord>,
+    /// This cluster's EtcdadmSnapshots.
+    pub snapshots: Vec<SnapshotSummary>,
+    /// The `proceed-without-snapshot` annotation is set.
+    pub proceed_without: bool,
+}
+
+/// `status.beforeChange` (its time aside).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BeforeChangeRecord {
+    /// `before-rollout` or `before-scale-down`.
+    pub reason: String,
+    /// The cluster's revision when the change was decided.
+    pub revision: Option<i64>,
+    /// The snapshot the change waits for.
+    pub snapshot: Option<String>,
+    /// An operator let this change go ahead without one.
+    pub proceeded_without: bool,
+}
+
+/// One EtcdadmSnapshot of this cluster, as far as a change waiting for it needs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SnapshotSummary {
+    pub name: String,
+    pub phase: SnapshotPhase,
+    /// The revision it holds, once Succeeded.
+    pub revision: Option<i64>,
+    /// Time since it succeeded or failed.
+    pub age: Option<Duration>,
+    /// Why it failed or waits (its `Ready` condition's message).
+    pub message: Option<String>,
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ pub enum SecretStep {
 }
 
 impl ConcernStep for SecretStep {
+    type View = ();
     type Metrics = ();
 
     /// The condition reason and message for `Ready` while this step is next.

@@ -16,6 +16,7 @@ use crate::controller::observation::{EtcdView, MemberView, Observation};
 pub enum VersionStep {}
 
 impl ConcernStep for VersionStep {
+    type View = ();
     type Metrics = ();
 
     fn reason(&self) -> (&'static str, String) {

@@ -34,6 +34,7 @@ pub use self::step::{Growth, MachineStep, MemberTemplate, Removal, reason, remov
 pub use self::writes::{record_join_start, release_and_delete, release_hook};
 
 impl ConcernStep for MachineStep {
+    type View = ();
     type Metrics = MachineMetrics;
 
     /// `MachinesReady`, `ResizeCompleted` and `MachinesSpecUpToDate` (with what the plan does

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use super::*;
+use crate::controller::plan::safe_changes::SafeChangeView;
 use crate::controller::plan::{Step, plan};
 use crate::controller::testing::*;
 use etcdadm_shared::api::MemberStatus;
@@ -232,7 +233,10 @@ fn never_while_anything_else_is_under_way() {
         ),
         (
             "a snapshot",
-            Box::new(|o| o.snapshot_in_flight = Some("c1-etcd-202603011200".into())),
+            Box::new(|o| {
+                o.view_mut::<SafeChangeView>().unwrap().snapshot_in_flight =
+                    Some("c1-etcd-202603011200".into())
+            }),
         ),
         (
             "a recovery asked for",

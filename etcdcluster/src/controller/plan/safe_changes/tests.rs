@@ -12,7 +12,7 @@ fn backed_up(snapshots: Vec<SnapshotSummary>, record: Option<BeforeChangeRecord>
     for m in members_mut(&mut o) {
         m.revision = Some(100);
     }
-    o.before_change = Some(BeforeChangeView {
+    o.view_mut::<SafeChangeView>().unwrap().before_change = Some(BeforeChangeView {
         max_age: Duration::from_secs(600),
         record,
         snapshots,
@@ -115,7 +115,12 @@ fn a_snapshot_is_required_before_each_disruptive_kind_and_its_record_kept() {
         // A restarted controller waits for that same snapshot, whatever name it would draw.
         let mut waiting = o.clone();
         waiting.new_member_name = "c1-etcd-other".into();
-        let view = waiting.before_change.as_mut().unwrap();
+        let view = waiting
+            .view_mut::<SafeChangeView>()
+            .unwrap()
+            .before_change
+            .as_mut()
+            .unwrap();
         view.record = recorded(label, stored.snapshot.as_deref());
         view.snapshots = vec![snap(
             &format!("c1-etcd-fresh-{label}"),
@@ -127,7 +132,12 @@ fn a_snapshot_is_required_before_each_disruptive_kind_and_its_record_kept() {
         assert_eq!(wait_reason(&held), reason::WAITING_FOR_SNAPSHOT, "{what}");
         assert!(!held.writes() && !held.is_refusal());
         // Succeeded at or beyond the decision's revision: the removal goes ahead.
-        let view = waiting.before_change.as_mut().unwrap();
+        let view = waiting
+            .view_mut::<SafeChangeView>()
+            .unwrap()
+            .before_change
+            .as_mut()
+            .unwrap();
         view.snapshots = vec![snap(
             &format!("c1-etcd-fresh-{label}"),
             SnapshotPhase::Succeeded,
@@ -137,7 +147,8 @@ fn a_snapshot_is_required_before_each_disruptive_kind_and_its_record_kept() {
         assert!(is_removal(&plan(&waiting)), "{what}: {:?}", plan(&waiting));
         // Once the change is done, the record goes.
         let mut done = running(3);
-        done.before_change = waiting.before_change.clone();
+        done.view_mut::<SafeChangeView>().unwrap().before_change =
+            waiting.view::<SafeChangeView>().before_change.clone();
         record_status(&mut status, &done, None, &now);
         assert_eq!(status.before_change, None, "{what}");
     }
@@ -177,7 +188,12 @@ fn a_fresh_snapshot_holding_the_revision_is_reused() {
 fn a_failed_snapshot_holds_the_change_with_its_reason_until_deleted() {
     for (what, label, o) in disruptive(backed_up(vec![], None)) {
         let mut failed = o.clone();
-        let view = failed.before_change.as_mut().unwrap();
+        let view = failed
+            .view_mut::<SafeChangeView>()
+            .unwrap()
+            .before_change
+            .as_mut()
+            .unwrap();
         view.record = recorded(label, Some("c1-etcd-x-before"));
         view.snapshots = vec![snap("c1-etcd-x-before", SnapshotPhase::Failed, None, Some(5))];
         let step = plan(&failed);
@@ -190,7 +206,14 @@ fn a_failed_snapshot_holds_the_change_with_its_reason_until_deleted() {
         );
         assert!(message.contains(PROCEED_WITHOUT_SNAPSHOT_ANNOTATION), "{message}");
         // Deleted by the operator: another is taken.
-        failed.before_change.as_mut().unwrap().snapshots.clear();
+        failed
+            .view_mut::<SafeChangeView>()
+            .unwrap()
+            .before_change
+            .as_mut()
+            .unwrap()
+            .snapshots
+            .clear();
         assert!(matches!(
             plan(&failed),
             Step::SafeChanges(SafeChangeStep::TakeSnapshot { .. })
@@ -202,7 +225,12 @@ fn a_failed_snapshot_holds_the_change_with_its_reason_until_deleted() {
 fn the_override_annotation_lets_one_change_go_ahead_and_is_removed() {
     for (what, label, o) in disruptive(backed_up(vec![], None)) {
         let mut asked = o.clone();
-        let view = asked.before_change.as_mut().unwrap();
+        let view = asked
+            .view_mut::<SafeChangeView>()
+            .unwrap()
+            .before_change
+            .as_mut()
+            .unwrap();
         view.record = recorded(label, Some("c1-etcd-x-before"));
         view.snapshots = vec![snap("c1-etcd-x-before", SnapshotPhase::Failed, None, Some(5))];
         view.proceed_without = true;
@@ -216,7 +244,12 @@ fn the_override_annotation_lets_one_change_go_ahead_and_is_removed() {
         record_status(&mut status, &asked, Some(used), &now);
         assert!(status.before_change.as_ref().unwrap().proceeded_without);
         // The annotation is gone: this change goes ahead, the snapshot still Failed.
-        let view = asked.before_change.as_mut().unwrap();
+        let view = asked
+            .view_mut::<SafeChangeView>()
+            .unwrap()
+            .before_change
+            .as_mut()
+            .unwrap();
         view.proceed_without = false;
         view.record.as_mut().unwrap().proceeded_without = true;
         assert!(is_removal(&plan(&asked)), "{what}: {:?}", plan(&asked));
@@ -258,7 +291,7 @@ fn remediation_of_a_dead_member_and_a_cluster_without_a_store_never_wait() {
     ));
     // Without spec.backup nothing waits.
     for (what, _, mut o) in disruptive(backed_up(vec![], None)) {
-        o.before_change = None;
+        o.view_mut::<SafeChangeView>().unwrap().before_change = None;
         assert!(is_removal(&plan(&o)), "{what}: {:?}", plan(&o));
     }
 }
@@ -286,14 +319,22 @@ fn a_whole_rollout_or_scale_down_takes_one_snapshot_before_its_first_removal_and
         ("rollout with a KCP, maxSurge 0", rollout(true, 0), BEFORE_ROLLOUT),
         ("scale down 3 to 1", scale_down, BEFORE_SCALE_DOWN),
     ] {
-        o.before_change = backed_up(vec![], None).before_change;
+        o.view_mut::<SafeChangeView>().unwrap().before_change = backed_up(vec![], None)
+            .view::<SafeChangeView>()
+            .before_change
+            .clone();
         let mut steps = vec![];
         for _ in 0..200 {
             let step = plan(&o);
             if step == Step::Steady {
                 break;
             }
-            let view = o.before_change.as_mut().unwrap();
+            let view = o
+                .view_mut::<SafeChangeView>()
+                .unwrap()
+                .before_change
+                .as_mut()
+                .unwrap();
             match &step {
                 // The snapshot controller takes it at once.
                 Step::SafeChanges(SafeChangeStep::TakeSnapshot { name, reason, .. }) => {
