@@ -236,7 +236,6 @@ pub fn base() -> Observation {
         kcp: KcpView::None,
         control_plane_machines: 0,
         restore: None,
-        recovery: None,
         views: ByType::default(),
         new_member_name: "c1-etcd-fresh".into(),
     }

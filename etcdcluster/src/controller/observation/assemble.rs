@@ -1,8 +1,6 @@
 //! The observation built from what was read and what the health check found, at one moment:
 //! every Machine against the spec, the stored status and the remediation clock; the views of
-//! certificates, restore and recovery; the spec's settings after defaults.
-
-use std::time::Duration;
+//! certificates and restore; each concern's own view; the spec's settings after defaults.
 
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
@@ -16,8 +14,8 @@ use etcdadm_shared::validation::etcd_version;
 use super::Observation;
 use super::clock::{REMEDIATION_ANNOTATION, RemediationRecord, UnhealthyClock, remediation_policy};
 use super::outdated::{DesiredSpec, MemberSpec, outdate_expiring, outdated_reason};
-use super::read::{Concerns, MachineRecord, Reads, unserved_since};
-use super::views::{Automatic, CertificateView, Checked, ClusterView, EtcdView, MachineView};
+use super::read::{Concerns, MachineRecord, Reads};
+use super::views::{CertificateView, Checked, ClusterView, EtcdView, MachineView};
 
 /// Length of the random suffix of member object names.
 const NAME_SUFFIX_LEN: usize = 5;
@@ -183,13 +181,6 @@ impl Observation {
             restore: reads.restore.as_ref().map(|r| {
                 let mut view = r.view.clone();
                 view.secret_age = r.secret_written.map(|t| clock.since(t));
-                view
-            }),
-            recovery: reads.recovery.clone().map(|mut view| {
-                view.automatic = e.spec.automatic_recovery_after().map(|after| Automatic {
-                    after,
-                    unserved_for: unserved_since(e).map_or(Duration::ZERO, |t| clock.since(t)),
-                });
                 view
             }),
             views: concerns.views(reads, &clock),

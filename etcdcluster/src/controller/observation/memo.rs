@@ -110,13 +110,9 @@ impl Observations {
     /// Keep `observation`, begun at `epoch`, unless `key` was invalidated since or the cluster is
     /// being deleted (deletion reads what it waits on every time).
     pub fn keep(&self, key: &str, epoch: u64, observation: &Reads, now: Instant) {
-        // Deletion, a missing template (its kind is not watched) and a recovery (it waits on its
-        // EtcdadmSnapshot, whose changes end no reuse) are looked at afresh.
-        let recovering = observation
-            .recovery
-            .as_ref()
-            .is_some_and(|r| r.requested.is_some() || r.under_way.is_some());
-        if observation.deleting() || observation.missing_infra_template.is_some() || recovering {
+        // Deletion and a missing template (its kind is not watched) are looked at afresh (and
+        // what a concern says must be: `Concerns::keep`).
+        if observation.deleting() || observation.missing_infra_template.is_some() {
             return;
         }
         if let Ok(mut inner) = self.inner.lock()
@@ -225,7 +221,6 @@ mod tests {
             missing_infra_template: None,
             infra_machine: None,
             restore: None,
-            recovery: None,
             concerns: Default::default(),
         }
     }
@@ -347,19 +342,6 @@ mod tests {
         memo.keep(KEY, memo.epoch(KEY), &observation(etcd(1, false)), now);
         assert!(memo.reuse(KEY, &etcd(1, false), now).is_some());
         memo.forget(KEY);
-        assert!(memo.reuse(KEY, &etcd(1, false), now).is_none());
-    }
-
-    #[test]
-    fn a_recovering_cluster_is_always_read_afresh() {
-        let memo = Observations::default();
-        let now = Instant::now();
-        let mut recovering = observation(etcd(1, false));
-        recovering.recovery = Some(crate::controller::observation::views::RecoveryView {
-            requested: Some("latest".into()),
-            ..Default::default()
-        });
-        memo.keep(KEY, memo.epoch(KEY), &recovering, now);
         assert!(memo.reuse(KEY, &etcd(1, false), now).is_none());
     }
 

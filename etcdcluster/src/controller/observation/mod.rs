@@ -10,7 +10,7 @@ pub mod health;
 pub mod memo;
 pub mod outdated;
 pub mod read;
-mod restore_source;
+pub mod restore_source;
 pub mod views;
 
 use std::any::Any;
@@ -90,8 +90,6 @@ pub struct Observation {
     pub control_plane_machines: usize,
     /// `spec.restore`, when set.
     pub restore: Option<RestoreView>,
-    /// The `recover` annotation's request, or the recovery under way.
-    pub recovery: Option<RecoveryView>,
     /// Each concern's own view, by type (`view`).
     pub views: ByType,
     /// The name a member Machine created now gets (`<etcdadmcluster>-<5 random>`, drawn anew

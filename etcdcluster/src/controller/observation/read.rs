@@ -13,10 +13,6 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Client, Resource, ResourceExt};
 
 use etcdadm_shared::api::capi::{Cluster, ControlPlaneEtcd, KubeadmControlPlane, Machine};
-use etcdadm_shared::api::cluster::RecoveryStatus;
-use etcdadm_shared::api::cluster::condition::ENDPOINTS_AVAILABLE;
-use etcdadm_shared::api::conditions::{self, READY};
-use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig, EtcdadmConfigSpec};
 use etcdadm_shared::contract::ClusterRef;
 use etcdadm_shared::contract::ca::{CaView, read_ca};
@@ -30,9 +26,7 @@ use super::clock::UnhealthyClock;
 use super::clock::{REMEDIATION_FOR_ANNOTATION, RemediationRecord};
 use super::concerns::ByType;
 use super::restore_source::{self, RestoreObservation};
-use super::views::{
-    ClientSecret, ClusterView, KcpView, MachineView, RecoveryRecord, RecoverySource, RecoveryView, UnderWay,
-};
+use super::views::{ClientSecret, ClusterView, KcpView, MachineView};
 
 /// Group and kind of our own API, for owner references and `managedExternalEtcdRef`.
 pub const ETCD_CLUSTER_GROUP: &str = "etcdcluster.cluster.x-k8s.io";
@@ -69,8 +63,6 @@ pub struct Reads {
     pub infra_machine: Option<ApiResource>,
     /// `spec.restore`, when set.
     pub restore: Option<RestoreObservation>,
-    /// The `recover` annotation's request, when set.
-    pub recovery: Option<RecoveryView>,
     /// What each concern reads for itself, by its view's type.
     pub concerns: ByType,
 }
@@ -178,7 +170,6 @@ pub async fn read(
         }
     };
     let restore = restore_source::observe(client, namespace, &etcd_cluster);
-    let recovery = recovery_view(client, namespace, &etcd_cluster);
     let concern_reads = concerns.read(client, namespace, &etcd_cluster);
     let (
         ClusterSide {
@@ -195,7 +186,6 @@ pub async fn read(
         infra_objects,
         missing_infra_template,
         restore,
-        recovery,
         concern_reads,
     ) = futures::try_join!(
         around_cluster,
@@ -204,7 +194,6 @@ pub async fn read(
         infra_objects,
         missing_infra_template,
         restore,
-        recovery,
         concern_reads
     )?;
 
@@ -230,7 +219,6 @@ pub async fn read(
         missing_infra_template,
         infra_machine,
         restore,
-        recovery,
         concerns: concern_reads,
     })
 }
@@ -595,72 +583,4 @@ async fn observe_kcp(
         rollout_after: kcp.rollout_after(),
     };
     Ok((view, kcp.spec.version.clone(), client))
-}
-
-/// The `recover` annotation's request and the recovery under way, with the snapshots they need.
-async fn recovery_view(
-    client: &Client,
-    namespace: &str,
-    etcd: &EtcdadmCluster,
-) -> Result<Option<RecoveryView>, Error> {
-    let requested = etcd.annotations().get(names::RECOVER_ANNOTATION).cloned();
-    let record = etcd.status.as_ref().and_then(|s| s.recovery.clone());
-    let automatic = etcd.spec.automatic_recovery_after().is_some();
-    if requested.is_none() && record.is_none() && !automatic {
-        return Ok(None);
-    }
-    // An automatic recovery may need the newest snapshot only while no member serves clients.
-    let asked = requested
-        .clone()
-        .or_else(|| (automatic && unserved_since(etcd).is_some()).then(|| "latest".to_string()));
-    let under_way = match record {
-        Some(record) => Some(under_way(client, namespace, record).await?),
-        None => None,
-    };
-    let snapshot = match (&under_way, asked.as_deref().map(RecoverySource::parse)) {
-        (None, Some(Ok(RecoverySource::Snapshot(name)))) => {
-            Some(restore_source::snapshot_check(client, namespace, &name).await?)
-        }
-        (None, Some(Ok(RecoverySource::Latest))) => {
-            restore_source::newest_snapshot(client, namespace, &etcd.name_any()).await?
-        }
-        _ => None,
-    };
-    Ok(Some(RecoveryView {
-        requested,
-        store_configured: etcd.spec.backup.is_some(),
-        snapshot,
-        under_way,
-        automatic: None,
-    }))
-}
-
-/// Since when no voting member has served clients (`EndpointsAvailable` False), if none does.
-pub(super) fn unserved_since(etcd: &EtcdadmCluster) -> Option<Timestamp> {
-    let status = etcd.status.as_ref()?;
-    conditions::find(&status.conditions, ENDPOINTS_AVAILABLE)
-        .filter(|c| c.status == conditions::ConditionStatus::False)
-        .map(|c| c.last_transition_time.0)
-}
-
-/// `status.recovery` as the plan reads it, with its snapshot's phase now.
-async fn under_way(client: &Client, namespace: &str, record: RecoveryStatus) -> Result<UnderWay, Error> {
-    let snapshot = Api::<EtcdadmSnapshot>::namespaced(client.clone(), namespace)
-        .get_opt(&record.snapshot)
-        .await?;
-    let snapshot_failure = snapshot.as_ref().and_then(|s| {
-        let status = s.status.as_ref()?;
-        conditions::find(&status.conditions, READY).and_then(|c| c.message.clone())
-    });
-    Ok(UnderWay {
-        record: RecoveryRecord {
-            source: RecoverySource::parse(&record.source).unwrap_or_default(),
-            requested: record.requested,
-            phase: record.phase,
-            snapshot: record.snapshot,
-            survivor_revision: record.survivor_revision,
-        },
-        snapshot_phase: snapshot.as_ref().map(EtcdadmSnapshot::phase),
-        snapshot_failure,
-    })
 }

@@ -27,6 +27,7 @@ use etcdadm_shared::etcd::{defragment_timeout, member_id_hex};
 use crate::controller::decision::reason::READY;
 use crate::controller::decision::{After, Applied, ConcernStep, EventNote, Outputs};
 use crate::controller::observation::{MemberView, Observation, is_ready, member_client_url};
+use crate::controller::plan::recovery::Recovery;
 use crate::controller::plan::safe_changes::SafeChangeView;
 
 /// After a defragmentation, the next look comes with a fresh health check (every member healthy
@@ -188,7 +189,8 @@ fn busy(o: &Observation) -> bool {
         || o.voters().iter().any(|m| !m.healthy)
         || o.machines.iter().any(|m| m.deleting || m.outdated.is_some())
         || o.replacement_pending()
-        || o.recovery
+        || o.view::<Recovery>()
+            .view
             .as_ref()
             .is_some_and(|r| r.requested.is_some() || r.under_way.is_some())
         || o.restore.as_ref().is_some_and(|r| !r.recorded)

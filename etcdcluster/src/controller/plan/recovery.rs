@@ -18,6 +18,7 @@
 //! A refused request is answered in a condition of its own beside the plan's step, never the
 //! step: it must not stop a healthy cluster's scaling, rollouts or remediation.
 
+mod view;
 mod writes;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -30,6 +31,7 @@ use etcdadm_shared::api::snapshot::SnapshotPhase;
 use etcdadm_shared::error::Error;
 use etcdadm_shared::names::RECOVER_ANNOTATION;
 
+pub use self::view::Recovery;
 use self::writes::{finish, reset, snapshot_survivor};
 use super::{control_plane, machines, restore};
 use crate::controller::decision::{
@@ -76,7 +78,7 @@ pub struct RecoveryStep {
 }
 
 impl ConcernStep for RecoveryStep {
-    type View = ();
+    type View = Recovery;
     type Metrics = ();
 
     /// `status.recovery`, `status.lastRecovery` and the `Recovery` condition, with the Warning
@@ -183,7 +185,8 @@ fn note(record: &RecoveryRecord, action: &RecoveryAction) -> String {
 
 /// The recovery's next step, while one is asked for and may begin, or is under way.
 pub fn plan(o: &Observation) -> Option<Decision<RecoveryStep>> {
-    let view = o.recovery.as_ref()?;
+    let recovery = o.view::<Recovery>();
+    let view = recovery.view.as_ref()?;
     let Some(under_way) = &view.under_way else {
         let record = check(o, view)?.ok()?;
         return Some(match &record.source {
@@ -405,7 +408,8 @@ pub fn majority_lost_observed(o: &Observation) -> bool {
 /// The answer to a recovery request or the state of one under way, for the `Recovery`
 /// condition: a refusal, or a wait that says where the recovery is.
 pub fn answer(o: &Observation) -> Option<Hold> {
-    let view = o.recovery.as_ref()?;
+    let recovery = o.view::<Recovery>();
+    let view = recovery.view.as_ref()?;
     if let Some(under_way) = &view.under_way {
         let record = &under_way.record;
         if let Some(Decision::Hold(hold)) = plan(o)
@@ -480,7 +484,11 @@ pub fn record_status(
         .as_ref()
         .and_then(|r| r.started.clone())
         .unwrap_or_else(|| now.clone());
-    let requested = o.recovery.as_ref().and_then(|r| r.request());
+    let requested = o
+        .view::<Recovery>()
+        .view
+        .as_ref()
+        .and_then(|r| r.request().map(str::to_string));
     match action {
         RecoveryAction::Abandon => status.recovery = None,
         RecoveryAction::Finish => {

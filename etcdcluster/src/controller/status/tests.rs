@@ -5,6 +5,7 @@ use super::*;
 use crate::controller::observation::{
     CaView, InitSecret, MachineView, RecoveryRecord, RecoverySource, RecoveryView, RestoreView,
 };
+use crate::controller::plan::recovery::Recovery;
 use crate::controller::testing::{RecoveryAction, RecoveryStep, base, reason};
 use etcdadm_shared::api::cluster::RecoveryPhase;
 use etcdadm_shared::api::cluster::condition::{
@@ -355,7 +356,7 @@ fn a_recovery_request_on_a_ready_cluster_is_answered_in_its_own_condition_and_on
     if let EtcdView::Members(members) = &mut o.etcd {
         members.pop();
     }
-    o.recovery = Some(RecoveryView {
+    o.view_mut::<Recovery>().unwrap().view = Some(RecoveryView {
         requested: Some("latest".into()),
         store_configured: true,
         ..Default::default()
@@ -372,7 +373,7 @@ fn a_recovery_request_on_a_ready_cluster_is_answered_in_its_own_condition_and_on
     let (status, again) = next_status(&with_status(status), &o, &step, &at(2));
     assert!(!again.iter().any(|t| t.warning), "{again:?}");
     // The annotation removed: the condition goes with it.
-    o.recovery = None;
+    o.view_mut::<Recovery>().unwrap().view = None;
     let (status, _) = next_status(
         &with_status(status),
         &o,
@@ -428,7 +429,7 @@ fn a_recovery_is_recorded_before_each_step_and_summed_up_once_back() {
     );
     // Back: the last recovery is written; the record stays until the annotation is gone.
     let mut back = o.clone();
-    back.recovery = Some(RecoveryView {
+    back.view_mut::<Recovery>().unwrap().view = Some(RecoveryView {
         requested: Some("latest".into()),
         ..Default::default()
     });
@@ -445,7 +446,12 @@ fn a_recovery_is_recorded_before_each_step_and_summed_up_once_back() {
         (Some(at(1)), Some(at(3)))
     );
     assert!(status.recovery.is_some());
-    back.recovery.as_mut().unwrap().requested = None;
+    back.view_mut::<Recovery>()
+        .unwrap()
+        .view
+        .as_mut()
+        .unwrap()
+        .requested = None;
     let (status, _) = next_status(&with_status(status), &back, &finish, &at(4));
     assert!(status.recovery.is_none());
     assert_eq!(status.last_recovery, Some(last), "written once");

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use super::*;
+use crate::controller::plan::recovery::Recovery;
 use crate::controller::plan::safe_changes::SafeChangeView;
 use crate::controller::plan::{Step, plan};
 use crate::controller::testing::*;
@@ -241,7 +242,7 @@ fn never_while_anything_else_is_under_way() {
         (
             "a recovery asked for",
             Box::new(|o| {
-                o.recovery = Some(RecoveryView {
+                o.view_mut::<Recovery>().unwrap().view = Some(RecoveryView {
                     requested: Some("latest".into()),
                     ..Default::default()
                 })

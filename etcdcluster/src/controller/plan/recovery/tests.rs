@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use super::*;
+use crate::controller::plan::recovery::Recovery;
 use crate::controller::testing::*;
 use crate::controller::testing::{plan, reason};
 use std::time::Duration;
@@ -28,7 +29,7 @@ fn lost(requested: &str) -> Observation {
     for machine in &mut o.machines {
         machine.was_member = true;
     }
-    o.recovery = Some(RecoveryView {
+    o.view_mut::<Recovery>().unwrap().view = Some(RecoveryView {
         requested: Some(requested.into()),
         store_configured: true,
         snapshot: None,
@@ -48,7 +49,7 @@ fn nightly(problem: Option<&str>) -> Option<SnapshotCheck> {
 
 /// `o` with the recovery `record` under way and its snapshot in `phase`.
 fn under_way(mut o: Observation, record: RecoveryRecord, phase: Option<SnapshotPhase>) -> Observation {
-    o.recovery.as_mut().unwrap().under_way = Some(UnderWay {
+    o.view_mut::<Recovery>().unwrap().view.as_mut().unwrap().under_way = Some(UnderWay {
         record,
         snapshot_phase: phase,
         snapshot_failure: (phase == Some(SnapshotPhase::Failed)).then(|| "MemberUnreachable: refused".into()),
@@ -101,28 +102,33 @@ fn sources_parse_and_anything_else_is_named_wrong() {
 fn every_refusal_names_its_cause_and_writes_nothing() {
     let healthy = {
         let mut o = running(3);
-        o.recovery = lost("latest").recovery;
+        o.view_mut::<Recovery>().unwrap().view = lost("latest").view::<Recovery>().view.clone();
         o
     };
     let one_dead = {
         let mut o = running(3);
         members_mut(&mut o)[2] = unhealthy(members_mut(&mut o)[2].clone(), "connection refused");
-        o.recovery = lost("latest").recovery;
+        o.view_mut::<Recovery>().unwrap().view = lost("latest").view::<Recovery>().view.clone();
         o
     };
     let never_initialized = {
         let mut o = base();
-        o.recovery = lost("latest").recovery;
+        o.view_mut::<Recovery>().unwrap().view = lost("latest").view::<Recovery>().view.clone();
         o
     };
     let no_store = |requested: &str| {
         let mut o = lost(requested);
-        o.recovery.as_mut().unwrap().store_configured = false;
+        o.view_mut::<Recovery>()
+            .unwrap()
+            .view
+            .as_mut()
+            .unwrap()
+            .store_configured = false;
         o
     };
     let with_snapshot = |requested: &str, check: Option<SnapshotCheck>| {
         let mut o = lost(requested);
-        o.recovery.as_mut().unwrap().snapshot = check;
+        o.view_mut::<Recovery>().unwrap().view.as_mut().unwrap().snapshot = check;
         o
     };
     let nobody_answers = |check: Option<SnapshotCheck>| {
@@ -187,7 +193,7 @@ fn every_refusal_names_its_cause_and_writes_nothing() {
         );
         // The plan goes on as if nothing was asked.
         let mut unasked = o.clone();
-        unasked.recovery = None;
+        unasked.view_mut::<Recovery>().unwrap().view = None;
         assert_eq!(plan(&o), plan(&unasked), "{what}");
     }
 }
@@ -230,7 +236,7 @@ fn latest_snapshots_the_survivor_with_the_highest_revision_first() {
     for m in members_mut(&mut o) {
         m.revision = None;
     }
-    o.recovery.as_mut().unwrap().snapshot = nightly(None);
+    o.view_mut::<Recovery>().unwrap().view.as_mut().unwrap().snapshot = nightly(None);
     let step = plan(&o);
     let (record, act) = action(&step);
     assert_eq!(record.source, RecoverySource::Snapshot("nightly".into()));
@@ -280,7 +286,13 @@ fn the_sequence_resumes_from_what_status_recorded() {
     );
     // The annotation removed before anything was deleted: dropped.
     let mut dropped = missing.clone();
-    dropped.recovery.as_mut().unwrap().requested = None;
+    dropped
+        .view_mut::<Recovery>()
+        .unwrap()
+        .view
+        .as_mut()
+        .unwrap()
+        .requested = None;
     assert_eq!(action(&plan(&dropped)).1, &RecoveryAction::Abandon);
 
     // Replacing: hooks released on Machines being deleted; then waited for; then the reset.
@@ -289,7 +301,13 @@ fn the_sequence_resumes_from_what_status_recorded() {
         record(RecoveryPhase::Replacing),
         Some(SnapshotPhase::Succeeded),
     );
-    replacing.recovery.as_mut().unwrap().requested = None;
+    replacing
+        .view_mut::<Recovery>()
+        .unwrap()
+        .view
+        .as_mut()
+        .unwrap()
+        .requested = None;
     replacing.machines[0].deleting = true;
     replacing.machines[1].deleting = true;
     replacing.machines[1].has_hook = false;
@@ -346,7 +364,7 @@ fn a_restoring_recovery_restores_like_a_new_cluster_and_finishes_once_ready() {
     ));
     // Back to three healthy members, the Secret deleted, the KCP given the new endpoints.
     let mut ready = running(3);
-    ready.recovery = o.recovery.clone();
+    ready.view_mut::<Recovery>().unwrap().view = o.view::<Recovery>().view.clone();
     ready.restore = o.restore.clone();
     ready.initialized = false;
     assert_eq!(
@@ -384,18 +402,23 @@ fn an_automatic_recovery_begins_after_its_wait_and_only_without_quorum() {
         unserved_for: Duration::from_secs(unserved_secs),
     };
     let mut o = lost("latest");
-    let view = o.recovery.as_mut().unwrap();
+    let view = o.view_mut::<Recovery>().unwrap().view.as_mut().unwrap();
     view.requested = None;
     view.automatic = Some(automatic(599));
     assert_eq!(wait_reason(&plan(&o)), reason::QUORUM_LOST, "not yet");
     assert_eq!(super::answer(&o), None);
-    o.recovery.as_mut().unwrap().automatic = Some(automatic(600));
+    o.view_mut::<Recovery>().unwrap().view.as_mut().unwrap().automatic = Some(automatic(600));
     let step = plan(&o);
     let (record, act) = action(&step);
     assert_eq!(record.requested, "automatic");
     assert!(matches!(act, RecoveryAction::SnapshotSurvivor { .. }));
     // Due but refused (no store): said, without asking to remove an annotation.
-    o.recovery.as_mut().unwrap().store_configured = false;
+    o.view_mut::<Recovery>()
+        .unwrap()
+        .view
+        .as_mut()
+        .unwrap()
+        .store_configured = false;
     let message = wait_message(&super::answer(&o).unwrap());
     assert!(
         message.starts_with("spec.recovery.automatic (source latest) is refused"),
@@ -404,11 +427,11 @@ fn an_automatic_recovery_begins_after_its_wait_and_only_without_quorum() {
     assert!(!message.contains("annotation"), "{message}");
     // A cluster that never started, or one with quorum, is never recovered automatically.
     let mut starting = base();
-    starting.recovery = o.recovery.clone();
+    starting.view_mut::<Recovery>().unwrap().view = o.view::<Recovery>().view.clone();
     assert_eq!(super::answer(&starting), None);
     assert!(!matches!(plan(&starting), Step::Recover(RecoveryStep { .. })));
     let mut healthy = running(3);
-    healthy.recovery = o.recovery.clone();
+    healthy.view_mut::<Recovery>().unwrap().view = o.view::<Recovery>().view.clone();
     assert_eq!(super::answer(&healthy), None);
     assert_eq!(plan(&healthy), Step::Steady);
 }
@@ -420,7 +443,7 @@ fn an_automatic_recovery_needs_the_loss_observed_never_silence_or_an_alarm() {
         unserved_for: Duration::from_secs(3600),
     });
     let automatic = |mut o: Observation| {
-        let view = o.recovery.as_mut().unwrap();
+        let view = o.view_mut::<Recovery>().unwrap().view.as_mut().unwrap();
         view.requested = None;
         view.automatic = due;
         o
@@ -439,15 +462,33 @@ fn an_automatic_recovery_needs_the_loss_observed_never_silence_or_an_alarm() {
     assert_eq!(answer.reason, reason::RECOVERY_WAITING);
     assert!(answer.message.contains("network partition"), "{}", answer.message);
     let mut by_hand = partition.clone();
-    by_hand.recovery.as_mut().unwrap().requested = Some("snapshot/nightly".into());
-    by_hand.recovery.as_mut().unwrap().snapshot = nightly(None);
+    by_hand
+        .view_mut::<Recovery>()
+        .unwrap()
+        .view
+        .as_mut()
+        .unwrap()
+        .requested = Some("snapshot/nightly".into());
+    by_hand
+        .view_mut::<Recovery>()
+        .unwrap()
+        .view
+        .as_mut()
+        .unwrap()
+        .snapshot = nightly(None);
     assert!(
         is_recovery(&plan(&by_hand)),
         "the annotation recovers from silence"
     );
     // The same silence with the majority's Machines failed is evidence.
     let mut failed = partition.clone();
-    failed.recovery.as_mut().unwrap().snapshot = nightly(None);
+    failed
+        .view_mut::<Recovery>()
+        .unwrap()
+        .view
+        .as_mut()
+        .unwrap()
+        .snapshot = nightly(None);
     for machine in &mut failed.machines[1..] {
         machine.failed = true;
     }
@@ -472,7 +513,12 @@ fn an_automatic_recovery_needs_the_loss_observed_never_silence_or_an_alarm() {
     }];
     assert!(!is_recovery(&plan(&full)));
     assert_eq!(super::answer(&full), None);
-    full.recovery.as_mut().unwrap().requested = Some("latest".into());
+    full.view_mut::<Recovery>()
+        .unwrap()
+        .view
+        .as_mut()
+        .unwrap()
+        .requested = Some("latest".into());
     let refusal = super::answer(&full).unwrap();
     assert_eq!(refusal.reason, reason::RECOVERY_REFUSED);
     assert!(
@@ -485,7 +531,7 @@ fn an_automatic_recovery_needs_the_loss_observed_never_silence_or_an_alarm() {
 #[test]
 fn quorum_loss_is_waited_out_without_the_annotation() {
     let mut o = lost("latest");
-    o.recovery = None;
+    o.view_mut::<Recovery>().unwrap().view = None;
     assert_eq!(wait_reason(&plan(&o)), reason::QUORUM_LOST);
     assert_eq!(super::answer(&o), None);
 }
@@ -493,7 +539,7 @@ fn quorum_loss_is_waited_out_without_the_annotation() {
 #[test]
 fn a_refused_request_never_holds_back_a_healthy_clusters_changes() {
     let mut o = running(3);
-    o.recovery = lost("latest").recovery;
+    o.view_mut::<Recovery>().unwrap().view = lost("latest").view::<Recovery>().view.clone();
     o.replicas = 5;
     assert_eq!(wait_reason(&super::answer(&o).unwrap()), reason::RECOVERY_REFUSED);
     assert!(
@@ -501,4 +547,21 @@ fn a_refused_request_never_holds_back_a_healthy_clusters_changes() {
         "{:?}",
         plan(&o)
     );
+}
+
+#[test]
+fn a_recovering_cluster_is_always_read_afresh() {
+    use crate::controller::decision::ConcernView;
+    let etcd = running(3).etcd_cluster;
+    let asked = Some(RecoveryView {
+        requested: Some("latest".into()),
+        ..Default::default()
+    });
+    assert!(!Recovery::keep(&asked, &etcd), "a request waits on its snapshot");
+    let under_way = Some(RecoveryView {
+        under_way: Some(UnderWay::default()),
+        ..Default::default()
+    });
+    assert!(!Recovery::keep(&under_way, &etcd), "so does a recovery under way");
+    assert!(Recovery::keep(&None, &etcd));
 }
