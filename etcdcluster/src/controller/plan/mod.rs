@@ -34,19 +34,8 @@ use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
 use etcdadm_shared::error::Error;
 use etcdadm_shared::manager::Metrics;
 
-use self::alarms::AlarmStep;
-use self::certificates::CertificateStep;
-use self::control_plane::ControlPlaneStep;
-use self::lifecycle::LifecycleStep;
-use self::machines::{MachineStep, Removal};
-use self::maintenance::MaintenanceStep;
-use self::membership::MembershipStep;
-use self::recovery::RecoveryStep;
-use self::restore::RestoreStep;
+use self::machines::Removal;
 use self::rollout::Want;
-use self::safe_changes::SafeChangeStep;
-use self::secrets::SecretStep;
-use self::versions::VersionStep;
 use super::decision::reason::READY;
 use super::decision::{
     After, Applied, ConcernMetrics, ConcernStep, ConcernView, Decision, EventNote, Hold, HoldKind, JOIN_POLL,
@@ -239,18 +228,18 @@ macro_rules! concerns {
 
 // A recovery records its outcome before the restore reads it (`RevisionsBumped` looks at both).
 concerns!(
-    Lifecycle(LifecycleStep),
-    Secrets(SecretStep),
-    Certificates(CertificateStep),
-    Machines(MachineStep),
-    Membership(MembershipStep),
-    ControlPlane(ControlPlaneStep),
-    Recover(RecoveryStep),
-    Restore(RestoreStep),
-    Alarms(AlarmStep),
-    Maintenance(MaintenanceStep),
-    SafeChanges(SafeChangeStep),
-    Versions(VersionStep),
+    Lifecycle(lifecycle::LifecycleStep),
+    Secrets(secrets::SecretStep),
+    Certificates(certificates::CertificateStep),
+    Machines(machines::MachineStep),
+    Membership(membership::MembershipStep),
+    ControlPlane(control_plane::ControlPlaneStep),
+    Recover(recovery::RecoveryStep),
+    Restore(restore::RestoreStep),
+    Alarms(alarms::AlarmStep),
+    Maintenance(maintenance::MaintenanceStep),
+    SafeChanges(safe_changes::SafeChangeStep),
+    Versions(versions::VersionStep),
 );
 
 impl From<Hold> for Step {
@@ -441,7 +430,10 @@ mod tests {
         adopt.machines[1].orphan = true;
         let note = plan(&adopt).event(&adopt).unwrap().note;
         assert!(note.starts_with("adopted Machine c1-etcd-m1"), "{note}");
-        assert_eq!(Step::Lifecycle(LifecycleStep::AddFinalizer).event(&o), None);
+        assert_eq!(
+            Step::Lifecycle(lifecycle::LifecycleStep::AddFinalizer).event(&o),
+            None
+        );
         assert_eq!(Step::Steady.event(&o), None);
     }
 }

@@ -383,7 +383,7 @@ fn loss_reported(o: &Observation) -> bool {
         && rules::quorum_lost(o).is_some_and(|hold| [QUORUM_LOST, MEMBERS_UNREACHABLE].contains(&hold.reason))
 }
 
-/// An automatic recovery's evidence (docs/safety.md, "Quorum loss"): the loss observed, never
+/// An automatic recovery's evidence (docs/day2.md, "Quorum loss"): the loss observed, never
 /// inferred from silence. Quorum lost with a voter that answers and follows no leader (its own
 /// view shows no quorum), or the infrastructure reporting the majority's Machines failed or
 /// gone. With no member answering and the Machines standing, the members may serve behind a
