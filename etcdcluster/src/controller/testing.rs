@@ -235,7 +235,6 @@ pub fn base() -> Observation {
         creation_complete: false,
         kcp: KcpView::None,
         control_plane_machines: 0,
-        restore: None,
         views: ByType::default(),
         new_member_name: "c1-etcd-fresh".into(),
     }

@@ -1,6 +1,6 @@
 //! The observation built from what was read and what the health check found, at one moment:
 //! every Machine against the spec, the stored status and the remediation clock; the views of
-//! certificates and restore; each concern's own view; the spec's settings after defaults.
+//! certificates; each concern's own view; the spec's settings after defaults.
 
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
@@ -178,11 +178,6 @@ impl Observation {
             creation_complete: status.creation_complete,
             kcp: reads.kcp.clone(),
             control_plane_machines: reads.control_plane_machines,
-            restore: reads.restore.as_ref().map(|r| {
-                let mut view = r.view.clone();
-                view.secret_age = r.secret_written.map(|t| clock.since(t));
-                view
-            }),
             views: concerns.views(reads, &clock),
             new_member_name: member_name(&e.name_any()),
         }

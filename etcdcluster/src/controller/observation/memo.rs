@@ -220,7 +220,6 @@ mod tests {
             member_spec_problem: None,
             missing_infra_template: None,
             infra_machine: None,
-            restore: None,
             concerns: Default::default(),
         }
     }

@@ -88,8 +88,6 @@ pub struct Observation {
     pub kcp: KcpView,
     /// Control plane Machines of the Cluster (only counted while deleting).
     pub control_plane_machines: usize,
-    /// `spec.restore`, when set.
-    pub restore: Option<RestoreView>,
     /// Each concern's own view, by type (`view`).
     pub views: ByType,
     /// The name a member Machine created now gets (`<etcdadmcluster>-<5 random>`, drawn anew

@@ -1,7 +1,7 @@
 //! All API reads of one EtcdadmCluster reconcile, made at once where they do not depend on one
 //! another: the Cluster and what is read through it (CA, init Secret, KubeadmControlPlane), the
-//! member Machines with their EtcdadmConfigs and infra machines, the restore source and the
-//! recovery's snapshots. `assemble` turns them, with the health check, into the observation.
+//! member Machines with their EtcdadmConfigs and infra machines, and what each concern reads for
+//! itself (`Concerns`). `assemble` turns them, with the health check, into the observation.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,7 +25,6 @@ use etcdadm_shared::pki::cert_not_after;
 use super::clock::UnhealthyClock;
 use super::clock::{REMEDIATION_FOR_ANNOTATION, RemediationRecord};
 use super::concerns::ByType;
-use super::restore_source::{self, RestoreObservation};
 use super::views::{ClientSecret, ClusterView, KcpView, MachineView};
 
 /// Group and kind of our own API, for owner references and `managedExternalEtcdRef`.
@@ -61,8 +60,6 @@ pub struct Reads {
     pub missing_infra_template: Option<String>,
     /// The infra machine kind cloned from `spec.infrastructureTemplate`.
     pub infra_machine: Option<ApiResource>,
-    /// `spec.restore`, when set.
-    pub restore: Option<RestoreObservation>,
     /// What each concern reads for itself, by its view's type.
     pub concerns: ByType,
 }
@@ -169,7 +166,6 @@ pub async fn read(
             None => Ok(None),
         }
     };
-    let restore = restore_source::observe(client, namespace, &etcd_cluster);
     let concern_reads = concerns.read(client, namespace, &etcd_cluster);
     let (
         ClusterSide {
@@ -185,7 +181,6 @@ pub async fn read(
         configs,
         infra_objects,
         missing_infra_template,
-        restore,
         concern_reads,
     ) = futures::try_join!(
         around_cluster,
@@ -193,7 +188,6 @@ pub async fn read(
         configs,
         infra_objects,
         missing_infra_template,
-        restore,
         concern_reads
     )?;
 
@@ -218,7 +212,6 @@ pub async fn read(
         member_spec_problem,
         missing_infra_template,
         infra_machine,
-        restore,
         concerns: concern_reads,
     })
 }

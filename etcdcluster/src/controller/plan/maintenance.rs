@@ -28,6 +28,7 @@ use crate::controller::decision::reason::READY;
 use crate::controller::decision::{After, Applied, ConcernStep, EventNote, Outputs};
 use crate::controller::observation::{MemberView, Observation, is_ready, member_client_url};
 use crate::controller::plan::recovery::Recovery;
+use crate::controller::plan::restore::view::RestoreFrom;
 use crate::controller::plan::safe_changes::SafeChangeView;
 
 /// After a defragmentation, the next look comes with a fresh health check (every member healthy
@@ -193,7 +194,7 @@ fn busy(o: &Observation) -> bool {
             .view
             .as_ref()
             .is_some_and(|r| r.requested.is_some() || r.under_way.is_some())
-        || o.restore.as_ref().is_some_and(|r| !r.recorded)
+        || o.view::<RestoreFrom>().view.as_ref().is_some_and(|r| !r.recorded)
         || o.kcp_in_use().is_some_and(|(_, _, rolled)| !rolled)
         || o.view::<SafeChangeView>().snapshot_in_flight.is_some()
 }

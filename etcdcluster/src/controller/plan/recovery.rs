@@ -33,6 +33,7 @@ use etcdadm_shared::names::RECOVER_ANNOTATION;
 
 pub use self::view::Recovery;
 use self::writes::{finish, reset, snapshot_survivor};
+use super::restore::view::RestoreFrom;
 use super::{control_plane, machines, restore};
 use crate::controller::decision::{
     After, Applied, ConcernStep, Decision, EventNote, Hold, HoldKind, Outputs, StatusPart, WAIT_REQUEUE,
@@ -110,7 +111,8 @@ impl ConcernStep for RecoveryStep {
             RecoveryAction::Abandon => "RecoveryAbandoned",
         };
         let mut note = note(&self.record, &self.action);
-        if let (RecoveryAction::Finish, Some(restore)) = (&self.action, &o.restore) {
+        let from = o.view::<RestoreFrom>();
+        if let (RecoveryAction::Finish, Some(restore)) = (&self.action, &from.view) {
             let revision = restore
                 .revision
                 .map(|r| format!(" at revision {r}"))
@@ -492,7 +494,7 @@ pub fn record_status(
     match action {
         RecoveryAction::Abandon => status.recovery = None,
         RecoveryAction::Finish => {
-            let revision = o.restore.as_ref().and_then(|r| r.revision);
+            let revision = o.view::<RestoreFrom>().view.as_ref().and_then(|r| r.revision);
             let same = |last: &LastRecovery| {
                 last.snapshot == record.snapshot && last.started.as_ref() == Some(&started)
             };

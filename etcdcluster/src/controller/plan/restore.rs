@@ -34,6 +34,9 @@ use etcdadm_shared::names;
 use etcdadm_shared::ssa;
 use etcdadm_shared::validation::major_minor;
 
+pub mod view;
+
+use self::view::RestoreFrom;
 use super::machines::{self, Growth, MachineStep};
 use super::placement;
 use crate::controller::decision::reason::RESTORING;
@@ -95,7 +98,7 @@ pub enum ChecksumPlan {
 }
 
 impl ConcernStep for RestoreStep {
-    type View = ();
+    type View = RestoreFrom;
     type Metrics = ();
 
     /// The control plane rollout a step asks for in the record it follows, `status.restoredFrom`
@@ -149,7 +152,11 @@ impl ConcernStep for RestoreStep {
                 format!(
                     "wrote Secret {secret} with a download URL of {} for the first member, valid \
                      {}; the member checks the file's SHA-256 {} before etcd starts",
-                    o.restore.clone().unwrap_or_default().describe(),
+                    o.view::<RestoreFrom>()
+                        .view
+                        .clone()
+                        .unwrap_or_default()
+                        .describe(),
                     etcdadm_shared::duration::format(RESTORE_URL_TTL),
                     match checksum {
                         ChecksumPlan::Known(known) => known.describe(),
@@ -210,7 +217,8 @@ impl ConcernStep for RestoreStep {
 /// healthy; otherwise, while nothing was created yet, the source checked and the URL kept fresh.
 /// A Secret of that name that is not ours is never touched.
 pub fn secret(o: &Observation) -> Option<Decision<RestoreStep>> {
-    let restore = o.restore.as_ref()?;
+    let from = o.view::<RestoreFrom>();
+    let restore = from.view.as_ref()?;
     if o.initialized_now() {
         // Status (written before every step) records `restoredFrom` first.
         return restore
@@ -219,7 +227,7 @@ pub fn secret(o: &Observation) -> Option<Decision<RestoreStep>> {
             .filter(|s| s.ours)
             .map(|s| Decision::Do(RestoreStep::DeleteRestoreSecret { uid: s.uid.clone() }));
     }
-    let restore = creating(o)?;
+    let restore = &creating(o)?;
     if restore.secret.as_ref().is_some_and(|s| !s.ours) {
         return Some(Decision::Hold(Hold::refuse(
             reason::RESTORE_SECRET_NOT_OURS,
@@ -283,8 +291,8 @@ pub fn first_member(o: &Observation) -> Option<Decision<MachineStep>> {
 
 /// The restore, while its first Machine is still to be made (nothing initialized, nothing
 /// recorded, no Machine yet).
-fn creating(o: &Observation) -> Option<&RestoreView> {
-    let restore = o.restore.as_ref()?;
+fn creating(o: &Observation) -> Option<RestoreView> {
+    let restore = o.view::<RestoreFrom>().into_owned().view?;
     // Once the first Machine is on its way, its join is waited for like any first member's.
     (!o.initialized_now() && !restore.recorded && o.machines.is_empty()).then_some(restore)
 }
@@ -406,7 +414,8 @@ pub fn record_status(
     initialized: bool,
     now: &Time,
 ) -> Option<EventNote> {
-    let restore = o.restore.as_ref()?;
+    let from = o.view::<RestoreFrom>();
+    let restore = from.view.as_ref()?;
     if o.etcd_cluster.spec.restore.is_none() || !initialized || status.restored_from.is_some() {
         return None;
     }

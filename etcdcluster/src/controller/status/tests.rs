@@ -6,6 +6,7 @@ use crate::controller::observation::{
     CaView, InitSecret, MachineView, RecoveryRecord, RecoverySource, RecoveryView, RestoreView,
 };
 use crate::controller::plan::recovery::Recovery;
+use crate::controller::plan::restore::view::RestoreFrom;
 use crate::controller::testing::{RecoveryAction, RecoveryStep, base, reason};
 use etcdadm_shared::api::cluster::RecoveryPhase;
 use etcdadm_shared::api::cluster::condition::{
@@ -433,7 +434,7 @@ fn a_recovery_is_recorded_before_each_step_and_summed_up_once_back() {
         requested: Some("latest".into()),
         ..Default::default()
     });
-    back.restore = Some(RestoreView {
+    back.view_mut::<RestoreFrom>().unwrap().view = Some(RestoreView {
         revision: Some(100),
         ..Default::default()
     });

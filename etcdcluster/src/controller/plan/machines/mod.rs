@@ -15,6 +15,7 @@ use crate::controller::decision::{
     After, Applied, ConcernStep, EventNote, Outputs, StatusPart, WAIT_REQUEUE,
 };
 use crate::controller::observation::Observation;
+use crate::controller::plan::restore::view::RestoreFrom;
 
 mod boot_ahead;
 mod conditions;
@@ -105,7 +106,11 @@ impl ConcernStep for MachineStep {
                     ),
                     Growth::Restore => format!(
                         "created Machine {name}, the first member, its data restored from {}",
-                        o.restore.clone().unwrap_or_default().describe()
+                        o.view::<RestoreFrom>()
+                            .view
+                            .clone()
+                            .unwrap_or_default()
+                            .describe()
                     ),
                 };
                 if let Some(domain) = failure_domain {

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use super::*;
 use crate::controller::plan::recovery::Recovery;
+use crate::controller::plan::restore::view::RestoreFrom;
 use crate::controller::plan::safe_changes::SafeChangeView;
 use crate::controller::plan::{Step, plan};
 use crate::controller::testing::*;
@@ -250,7 +251,7 @@ fn never_while_anything_else_is_under_way() {
         ),
         (
             "a restore not recorded",
-            Box::new(|o| o.restore = Some(RestoreView::default())),
+            Box::new(|o| o.view_mut::<RestoreFrom>().unwrap().view = Some(RestoreView::default())),
         ),
         (
             "the control plane rolling",

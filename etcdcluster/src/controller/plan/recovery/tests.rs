@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use super::*;
 use crate::controller::plan::recovery::Recovery;
+use crate::controller::plan::restore::view::RestoreFrom;
 use crate::controller::testing::*;
 use crate::controller::testing::{plan, reason};
 use std::time::Duration;
@@ -346,7 +347,7 @@ fn a_restoring_recovery_restores_like_a_new_cluster_and_finishes_once_ready() {
     o.etcd = EtcdView::NotChecked;
     o.initialized = false;
     o.init_secret = None;
-    o.restore = Some(RestoreView {
+    o.view_mut::<RestoreFrom>().unwrap().view = Some(RestoreView {
         snapshot: Some("c1-etcd-fresh-recovery".into()),
         location: Some("b/k.db".into()),
         revision: Some(100),
@@ -354,7 +355,10 @@ fn a_restoring_recovery_restores_like_a_new_cluster_and_finishes_once_ready() {
         ..Default::default()
     });
     assert_eq!(plan(&o), write_restore_secret());
-    with_our_secret(o.restore.as_mut().unwrap(), Duration::from_secs(1));
+    with_our_secret(
+        o.view_mut::<RestoreFrom>().unwrap().view.as_mut().unwrap(),
+        Duration::from_secs(1),
+    );
     assert!(matches!(
         plan(&o),
         Step::Machines(MachineStep::CreateMachine {
@@ -365,7 +369,7 @@ fn a_restoring_recovery_restores_like_a_new_cluster_and_finishes_once_ready() {
     // Back to three healthy members, the Secret deleted, the KCP given the new endpoints.
     let mut ready = running(3);
     ready.view_mut::<Recovery>().unwrap().view = o.view::<Recovery>().view.clone();
-    ready.restore = o.restore.clone();
+    ready.view_mut::<RestoreFrom>().unwrap().view = o.view::<RestoreFrom>().view.clone();
     ready.initialized = false;
     assert_eq!(
         plan(&ready),
@@ -373,7 +377,13 @@ fn a_restoring_recovery_restores_like_a_new_cluster_and_finishes_once_ready() {
             uid: "restore-uid".into()
         })
     );
-    ready.restore.as_mut().unwrap().secret = None;
+    ready
+        .view_mut::<RestoreFrom>()
+        .unwrap()
+        .view
+        .as_mut()
+        .unwrap()
+        .secret = None;
     ready.kcp = kcp(&["https://10.9.9.9:2379"], false, true);
     ready.creation_complete = true;
     assert!(matches!(

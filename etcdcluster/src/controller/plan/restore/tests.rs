@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use super::*;
 use crate::controller::observation::RestoreSecretView;
+use crate::controller::plan::restore::view::RestoreFrom;
 use crate::controller::testing::reason;
 use crate::controller::testing::*;
 use std::time::Duration;
@@ -26,7 +27,7 @@ fn restoring(secret_age: Option<Duration>) -> Observation {
     if let Some(age) = secret_age {
         with_our_secret(&mut restore, age);
     }
-    o.restore = Some(restore);
+    o.view_mut::<RestoreFrom>().unwrap().view = Some(restore);
     o
 }
 
@@ -72,7 +73,15 @@ fn the_download_url_is_written_before_the_first_machine_which_restores() {
 #[test]
 fn without_a_recorded_sha256_the_controller_computes_one_and_keeps_it() {
     let mut o = restoring(None);
-    let download = o.restore.as_mut().unwrap().download.as_mut().unwrap();
+    let download = o
+        .view_mut::<RestoreFrom>()
+        .unwrap()
+        .view
+        .as_mut()
+        .unwrap()
+        .download
+        .as_mut()
+        .unwrap();
     download.checksum = None;
     download.size = Some(4128);
     let step = plan(&o);
@@ -94,7 +103,15 @@ fn without_a_recorded_sha256_the_controller_computes_one_and_keeps_it() {
             .contains("computed by reading the object")
     );
     // Neither a SHA-256 nor a size: nothing to check against, nothing created.
-    o.restore.as_mut().unwrap().download.as_mut().unwrap().size = None;
+    o.view_mut::<RestoreFrom>()
+        .unwrap()
+        .view
+        .as_mut()
+        .unwrap()
+        .download
+        .as_mut()
+        .unwrap()
+        .size = None;
     let step = plan(&o);
     assert_eq!(wait_reason(&step), reason::RESTORE_SOURCE_UNUSABLE);
     assert!(step.is_refusal() && !step.writes());
@@ -103,7 +120,7 @@ fn without_a_recorded_sha256_the_controller_computes_one_and_keeps_it() {
 #[test]
 fn a_restore_secret_that_is_not_ours_is_refused_and_never_touched() {
     let mut o = restoring(Some(Duration::from_secs(5)));
-    o.restore.as_mut().unwrap().secret = Some(RestoreSecretView {
+    o.view_mut::<RestoreFrom>().unwrap().view.as_mut().unwrap().secret = Some(RestoreSecretView {
         ours: false,
         uid: "someone-else".into(),
         resource_version: "3".into(),
@@ -118,15 +135,20 @@ fn a_restore_secret_that_is_not_ours_is_refused_and_never_touched() {
     );
     // Once the cluster runs, a foreign Secret of that name is left alone too.
     let mut done = running(3);
-    done.restore = o.restore.clone();
+    done.view_mut::<RestoreFrom>().unwrap().view = o.view::<RestoreFrom>().view.clone();
     assert_eq!(plan(&done), Step::Steady);
 }
 
 #[test]
 fn an_unusable_source_or_another_minor_version_is_refused_and_nothing_is_created() {
     let mut unusable = restoring(None);
-    unusable.restore.as_mut().unwrap().problem =
-        Some("EtcdadmSnapshot c0-snap is Failed, not Succeeded".into());
+    unusable
+        .view_mut::<RestoreFrom>()
+        .unwrap()
+        .view
+        .as_mut()
+        .unwrap()
+        .problem = Some("EtcdadmSnapshot c0-snap is Failed, not Succeeded".into());
     let mut other_minor = restoring(None);
     other_minor.spec_version = Some((VERSION_FIELD.into(), "3.4.23".into()));
     for (o, why, says) in [
@@ -161,7 +183,12 @@ fn once_a_machine_exists_the_first_member_is_waited_for_as_usual() {
     o.machines.push(machine("c1-etcd-a", None, None));
     assert_eq!(wait_reason(&plan(&o)), reason::WAITING_FOR_MACHINE_ADDRESS);
     // A problem with the source no longer matters: the Machine has its URL.
-    o.restore.as_mut().unwrap().problem = Some("EtcdadmSnapshot c0-snap not found".into());
+    o.view_mut::<RestoreFrom>()
+        .unwrap()
+        .view
+        .as_mut()
+        .unwrap()
+        .problem = Some("EtcdadmSnapshot c0-snap not found".into());
     assert_eq!(wait_reason(&plan(&o)), reason::WAITING_FOR_MACHINE_ADDRESS);
 }
 
@@ -255,14 +282,17 @@ fn the_control_plane_is_rolled_once_after_a_restore_bumped_or_not() {
 fn never_on_a_cluster_that_had_a_member() {
     // Initialized: our Secret goes (status records restoredFrom first), nothing is restored.
     let mut o = running(3);
-    o.restore = restoring(Some(Duration::from_secs(5))).restore;
+    o.view_mut::<RestoreFrom>().unwrap().view = restoring(Some(Duration::from_secs(5)))
+        .view::<RestoreFrom>()
+        .view
+        .clone();
     assert_eq!(
         plan(&o),
         Step::Restore(RestoreStep::DeleteRestoreSecret {
             uid: "restore-uid".into()
         })
     );
-    o.restore.as_mut().unwrap().secret = None;
+    o.view_mut::<RestoreFrom>().unwrap().view.as_mut().unwrap().secret = None;
     assert_eq!(plan(&o), Step::Steady);
     // Every Machine deleted after the cluster ran: no restore, whatever the spec says.
     let mut gone = restoring(None);
@@ -278,7 +308,10 @@ fn status_records_the_sha256_the_member_checked_and_its_source() {
     let o = {
         let mut o = running(3);
         o.etcd_cluster.spec.restore = Some(Default::default());
-        o.restore = restoring(Some(Duration::from_secs(5))).restore;
+        o.view_mut::<RestoreFrom>().unwrap().view = restoring(Some(Duration::from_secs(5)))
+            .view::<RestoreFrom>()
+            .view
+            .clone();
         o
     };
     let mut status = EtcdadmClusterStatus::default();
