@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """Module import graph of the workspace's crates: which source file uses which, import circles,
 and, for the EtcdadmCluster controller, imports that run back up a floor of its layering
-(docs/architecture.md, "Floors"). Test modules (`#[cfg(test)]`) are left out: a test may look
-at the whole.
+(docs/architecture.md, "The EtcdadmCluster controller, floor by floor"). Test modules
+(`#[cfg(test)]`) are left out: a test may look at the whole.
+
+Circles are counted by file: a name used through a module's re-export (`use super::X` where the
+parent's `mod.rs` says `pub use child::X`) makes the user depend on the re-exporting file as well
+as on the one that defines it, so a child that imports through its parent's façade while the
+parent uses the child is a circle.
 
     python3 hack/imports.py            # summary
     python3 hack/imports.py --edges    # every edge, with the names that make it
@@ -43,7 +48,7 @@ FLOORS = [
     ["controller::observation"],
     ["controller::decision"],
     ["controller::rules"],
-    ["controller::concerns"],
+    ["controller::plan::*"],
     ["controller::plan"],
     ["controller::status", "controller::apply"],
     ["controller::memo", "controller::watches", "controller"],
@@ -205,11 +210,15 @@ def main():
                         alias = m.group(1).split(" as ")[-1].strip() if " as " in m.group(1) and "{" not in m.group(1) else seg[-1]
                         reexports.setdefault((crate, path), {})[alias] = seg
 
-    def target(crate, current, segments, depth=0):
+    def targets(crate, current, segments, depth=0):
+        """The modules a `use` path depends on: the module it names (the file the name is looked
+        up in) and, when that module re-exports the name, the module it comes from, and so on
+        down the chain. A file depends on every file its names pass through, so a loop through a
+        re-export is a loop."""
         mods = all_mods[crate]
         r = resolve(current, segments, mods, extern if crate != "shared" else {})
         if r is None:
-            return None
+            return []
         start, rest = r
         if start and start[0].startswith("@"):
             crate = start[0][1:]
@@ -220,14 +229,13 @@ def main():
         while i < len(rest) and path + (rest[i],) in mods:
             path = path + (rest[i],)
             i += 1
+        found = [(crate, path)]
         # Follow a re-export of the next name, if the module re-exports it.
         if i < len(rest) and depth < 5:
             mapping = reexports.get((crate, path), {})
             if rest[i] in mapping:
-                t = target(crate, path, mapping[rest[i]], depth + 1)
-                if t is not None:
-                    return t
-        return crate, path
+                found += targets(crate, path, mapping[rest[i]], depth + 1)
+        return found
 
     for (crate, path), text in crate_texts.items():
         edges = defaultdict(set)
@@ -238,10 +246,9 @@ def main():
         for m in re.finditer(r"(?<![A-Za-z0-9_:])((?:crate|super|self|etcdadm_shared)(?:::" + IDENT + r")+)", body):
             uses.append(m.group(1).split("::"))
         for segments in uses:
-            t = target(crate, path, segments)
-            if t is None or t == (crate, path):
-                continue
-            edges[t].add("::".join(segments[-2:]))
+            for t in targets(crate, path, segments):
+                if t != (crate, path):
+                    edges[t].add("::".join(segments[-2:]))
         graph[(crate, path)] = edges
 
     def name(node):

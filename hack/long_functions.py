@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Production functions longer than a limit (default 80 lines), outside `#[cfg(test)]` modules
-and test support (`testing` modules), and whether a one-line reason stands at the top of each
+(inline, or in a file of their own beside their parent: `#[cfg(test)] mod tests;`) and test
+support (`testing` modules), and whether a one-line reason stands at the top of each
 (a `//` comment on the first line of its body).
 
     python3 hack/long_functions.py [LIMIT] [DIR...]
@@ -54,10 +55,28 @@ def functions(text):
         i += 1
 
 
+def test_files(dirs):
+    """Files holding a module declared `#[cfg(test)] mod name;`: tests beside their file."""
+    found = set()
+    for d in dirs:
+        for root, _, files in os.walk(os.path.join(ROOT, d)):
+            for f in files:
+                if not f.endswith(".rs"):
+                    continue
+                path = os.path.join(root, f)
+                text = open(path).read()
+                base = root if f in ("mod.rs", "lib.rs", "main.rs") else path[:-3]
+                for name in re.findall(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", text):
+                    found.add(os.path.join(base, name + ".rs"))
+                    found.add(os.path.join(base, name, "mod.rs"))
+    return found
+
+
 def main():
     limit = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 80
     dirs = [d for d in sys.argv[1:] if not d.isdigit()] or DIRS
     found = 0
+    tests = test_files(dirs)
     for d in dirs:
         for root, _, files in os.walk(os.path.join(ROOT, d)):
             # Test support (the `testing` modules) is not production code.
@@ -67,6 +86,8 @@ def main():
                 if not f.endswith(".rs") or f == "testing.rs":
                     continue
                 path = os.path.join(root, f)
+                if path in tests:
+                    continue
                 for name, line, length, first in functions(open(path).read()):
                     if length > limit:
                         found += 1

@@ -1,9 +1,12 @@
-//! Per-EtcdadmCluster metrics: what an operator alerts on (members desired/ready/voting,
-//! learners, a leader, leader changes, DB size, size in use, fragmentation and quota, alarms,
-//! defragmentations, health-check latency, membership operations and remediations, time since
-//! each member was last healthy against the remediation delay), and the snapshots' age and
-//! schedule. `config/prometheus/` alerts on them and draws them.
+//! Per-EtcdadmCluster metrics: what an operator alerts on. Here the members' (desired, ready,
+//! voting, learners, a leader, leader changes, DB size, size in use, fragmentation and quota,
+//! health-check latency, time since each member was last healthy against the remediation
+//! delay), and the snapshots' age and schedule; each concern's own families (alarms,
+//! certificates, defragmentations, membership operations, remediations) are in its module,
+//! registered through the registry of concerns and kept here by type (`ConcernFamilies`).
+//! `config/prometheus/` alerts on them and draws them.
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,25 +26,6 @@ use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterSpec, EtcdadmClusterStat
 use etcdadm_shared::cron::Schedule;
 use etcdadm_shared::manager::Metrics;
 
-/// The kinds of certificate the controller watches, as the expiry metric and the
-/// `CertificatesExpiring` condition name them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CertificateKind {
-    Ca,
-    Member,
-    ApiserverClient,
-}
-
-impl CertificateKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CertificateKind::Ca => "ca",
-            CertificateKind::Member => "member",
-            CertificateKind::ApiserverClient => "apiserver-client",
-        }
-    }
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClusterLabels {
     pub namespace: String,
@@ -53,39 +37,6 @@ pub struct MemberLabels {
     pub namespace: String,
     pub name: String,
     pub member: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OperationLabels {
-    pub namespace: String,
-    pub name: String,
-    /// `add`, `remove`, `move-leader`, `promote`.
-    pub kind: String,
-    /// `done`, `refused`, `failed`.
-    pub outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CertificateLabels {
-    pub namespace: String,
-    pub name: String,
-    /// `ca`, `member` (the soonest member's), `apiserver-client`.
-    pub kind: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DefragmentationLabels {
-    pub namespace: String,
-    pub name: String,
-    /// `policy` (routine maintenance) or `nospace` (an alarm's repair).
-    pub trigger: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AlarmLabels {
-    pub namespace: String,
-    pub name: String,
-    pub alarm: String,
 }
 
 /// Handles to every family; cheap to clone.
@@ -102,31 +53,54 @@ pub struct EtcdClusterMetrics {
     fragmentation: Family<MemberLabels, Gauge<f64, AtomicU64>>,
     quota: Family<MemberLabels, Gauge<f64, AtomicU64>>,
     remediation_delay: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
-    defragmentations: Family<DefragmentationLabels, Counter>,
-    reclaimed: Family<DefragmentationLabels, Counter>,
-    defragmentation_duration: Family<ClusterLabels, Histogram, fn() -> Histogram>,
     since_healthy: Family<MemberLabels, Gauge<f64, AtomicU64>>,
-    alarms: Family<AlarmLabels, Gauge>,
     health_latency: Family<ClusterLabels, Histogram, fn() -> Histogram>,
-    operations: Family<OperationLabels, Counter>,
-    remediations: Family<ClusterLabels, Counter>,
-    certificate_expiry: Family<CertificateLabels, Gauge<f64, AtomicU64>>,
     /// Last leader seen per cluster, to count changes.
     leaders: Arc<Mutex<HashMap<ClusterLabels, String>>>,
+    /// Each concern's families.
+    concerns: Arc<ConcernFamilies>,
+}
+
+/// Each concern's metric families, by type: registered through the registry of concerns
+/// (`controller::plan::concern_metrics`), found by the concern that records into them.
+#[derive(Default)]
+pub struct ConcernFamilies(HashMap<TypeId, Box<dyn Any + Send + Sync>>);
+
+impl ConcernFamilies {
+    /// Keep `families` (one value per type).
+    pub fn insert<M: Any + Send + Sync>(&mut self, families: M) {
+        self.0.insert(TypeId::of::<M>(), Box::new(families));
+    }
+
+    /// The families of type `M`, when they were registered.
+    pub fn get<M: Any>(&self) -> Option<&M> {
+        self.0.get(&TypeId::of::<M>())?.downcast_ref()
+    }
+}
+
+impl std::fmt::Debug for ConcernFamilies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ConcernFamilies({} kinds)", self.0.len())
+    }
+}
+
+impl ClusterLabels {
+    pub fn new(namespace: &str, name: &str) -> Self {
+        ClusterLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
 }
 
 fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 12))
 }
 
-/// 50 ms .. ~100 s: etcd's defragmentation pause grows with the database.
-fn defragmentation_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(0.05, 2.0, 12))
-}
-
 impl EtcdClusterMetrics {
-    /// Register every family with the runtime's registry.
-    pub fn register(metrics: &Metrics) -> Self {
+    /// Register every family with the runtime's registry; `concerns` are each concern's,
+    /// registered already.
+    pub fn register(metrics: &Metrics, concerns: ConcernFamilies) -> Self {
         // One registration per family, each with its help text: a list, read top to bottom.
         let this = EtcdClusterMetrics {
             desired: Family::default(),
@@ -140,16 +114,10 @@ impl EtcdClusterMetrics {
             fragmentation: Family::default(),
             quota: Family::default(),
             remediation_delay: Family::default(),
-            defragmentations: Family::default(),
-            reclaimed: Family::default(),
-            defragmentation_duration: Family::new_with_constructor(defragmentation_histogram),
             since_healthy: Family::default(),
-            alarms: Family::default(),
             health_latency: Family::new_with_constructor(latency_histogram),
-            operations: Family::default(),
-            remediations: Family::default(),
-            certificate_expiry: Family::default(),
             leaders: Arc::default(),
+            concerns: Arc::new(concerns),
         };
         metrics.register(
             "etcdadm_cluster_desired_members",
@@ -202,21 +170,6 @@ impl EtcdClusterMetrics {
             this.remediation_delay.clone(),
         );
         metrics.register(
-            "etcdadm_defragmentations",
-            "Members defragmented, by trigger (policy, nospace)",
-            this.defragmentations.clone(),
-        );
-        metrics.register(
-            "etcdadm_defragmentation_reclaimed_bytes",
-            "Bytes defragmentations returned to the file system, by trigger",
-            this.reclaimed.clone(),
-        );
-        metrics.register(
-            "etcdadm_defragmentation_duration_seconds",
-            "Time one member's defragmentation took",
-            this.defragmentation_duration.clone(),
-        );
-        metrics.register(
             "etcdadm_member_quota_backend_bytes",
             "Backend quota each member runs with (etcd raises NOSPACE when the database reaches it)",
             this.quota.clone(),
@@ -227,38 +180,20 @@ impl EtcdClusterMetrics {
             this.since_healthy.clone(),
         );
         metrics.register(
-            "etcdadm_cluster_alarms",
-            "Active etcd alarms (NOSPACE, CORRUPT) by kind",
-            this.alarms.clone(),
-        );
-        metrics.register(
             "etcdadm_health_check_duration_seconds",
             "Time to health-check every member of a cluster once",
             this.health_latency.clone(),
-        );
-        metrics.register(
-            "etcdadm_membership_operations",
-            "Membership operations by kind and outcome",
-            this.operations.clone(),
-        );
-        metrics.register(
-            "etcdadm_remediations",
-            "Dead members removed for replacement",
-            this.remediations.clone(),
-        );
-        metrics.register(
-            "etcdadm_certificate_expiry_seconds",
-            "Seconds until the certificate of each kind expires (ca, member: the soonest member, apiserver-client); negative once expired",
-            this.certificate_expiry.clone(),
         );
         this
     }
 
     fn cluster(namespace: &str, name: &str) -> ClusterLabels {
-        ClusterLabels {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
+        ClusterLabels::new(namespace, name)
+    }
+
+    /// The families of concern type `M`, when they were registered.
+    pub fn concern<M: Any>(&self) -> Option<&M> {
+        self.concerns.get()
     }
 
     /// Gauges derived from the spec and the status just written (members, leader, time since
@@ -314,32 +249,6 @@ impl EtcdClusterMetrics {
             };
             self.since_healthy.get_or_create(&member_labels).set(seconds);
         }
-        let certificates = status.certificates.clone().unwrap_or_default();
-        let member = status
-            .members
-            .iter()
-            .filter_map(|m| m.certificate_expiry.as_ref())
-            .min_by_key(|t| t.0);
-        for (kind, expiry) in [
-            (CertificateKind::Ca, certificates.ca_expiry.as_ref()),
-            (CertificateKind::Member, member),
-            (
-                CertificateKind::ApiserverClient,
-                certificates.apiserver_client_expiry.as_ref(),
-            ),
-        ] {
-            let Some(expiry) = expiry else { continue };
-            let labels = CertificateLabels {
-                namespace: namespace.into(),
-                name: name.into(),
-                kind: kind.as_str().into(),
-            };
-            let left = match SystemTime::from(expiry.0).duration_since(SystemTime::now()) {
-                Ok(left) => left.as_secs_f64(),
-                Err(past) => -past.duration().as_secs_f64(),
-            };
-            self.certificate_expiry.get_or_create(&labels).set(left);
-        }
     }
 
     /// A member's database size, the bytes of it in use (when it said) and the backend quota it
@@ -368,57 +277,11 @@ impl EtcdClusterMetrics {
         }
     }
 
-    /// One member defragmented by `trigger` (`policy`, `nospace`): what it returned and how
-    /// long it took.
-    pub fn defragmented(&self, namespace: &str, name: &str, trigger: &str, reclaimed: u64, took: Duration) {
-        let labels = DefragmentationLabels {
-            namespace: namespace.into(),
-            name: name.into(),
-            trigger: trigger.into(),
-        };
-        self.defragmentations.get_or_create(&labels).inc();
-        self.reclaimed.get_or_create(&labels).inc_by(reclaimed);
-        self.defragmentation_duration
-            .get_or_create(&Self::cluster(namespace, name))
-            .observe(took.as_secs_f64());
-    }
-
-    /// Active alarms of a cluster, by kind (every known kind is set, so a cleared alarm reads 0).
-    pub fn observe_alarms(&self, namespace: &str, name: &str, active: &[String]) {
-        for alarm in ["NOSPACE", "CORRUPT"] {
-            let labels = AlarmLabels {
-                namespace: namespace.into(),
-                name: name.into(),
-                alarm: alarm.into(),
-            };
-            let count = active.iter().filter(|a| a.as_str() == alarm).count();
-            self.alarms.get_or_create(&labels).set(count as i64);
-        }
-    }
-
     /// How long one health pass over every member took.
     pub fn observe_health_check(&self, namespace: &str, name: &str, took: Duration) {
         self.health_latency
             .get_or_create(&Self::cluster(namespace, name))
             .observe(took.as_secs_f64());
-    }
-
-    /// A membership operation and how it ended (`done`, `refused`, `failed`).
-    pub fn membership_operation(&self, namespace: &str, name: &str, kind: &str, outcome: &str) {
-        let labels = OperationLabels {
-            namespace: namespace.into(),
-            name: name.into(),
-            kind: kind.into(),
-            outcome: outcome.into(),
-        };
-        self.operations.get_or_create(&labels).inc();
-    }
-
-    /// A dead member removed so that it can be replaced.
-    pub fn remediation(&self, namespace: &str, name: &str) {
-        self.remediations
-            .get_or_create(&Self::cluster(namespace, name))
-            .inc();
     }
 }
 
@@ -490,6 +353,12 @@ impl SnapshotMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::plan::alarms::AlarmMetrics;
+    use crate::controller::plan::certificates::CertificateMetrics;
+    use crate::controller::plan::concern_metrics;
+    use crate::controller::plan::machines::MachineMetrics;
+    use crate::controller::plan::maintenance::MaintenanceMetrics;
+    use crate::controller::plan::membership::MembershipMetrics;
     use etcdadm_shared::api::MemberStatus;
     use etcdadm_shared::api::cluster::CertificatesStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -549,7 +418,8 @@ mod tests {
     #[test]
     fn status_gauges_and_leader_changes_are_exported() {
         let runtime = Metrics::new();
-        let metrics = EtcdClusterMetrics::register(&runtime);
+        let metrics = EtcdClusterMetrics::register(&runtime, concern_metrics(&runtime));
+        let certificates = metrics.concern::<CertificateMetrics>().unwrap();
         let in_days = |days: i64| {
             let now = k8s_openapi::jiff::Timestamp::now().as_second();
             Time(k8s_openapi::jiff::Timestamp::from_second(now + days * 86_400 + 600).unwrap())
@@ -575,15 +445,21 @@ mod tests {
             ..Default::default()
         };
         metrics.observe_status("default", "c1", &spec, &status);
+        certificates.observe_status("default", "c1", &status);
         status.members[0].is_leader = false;
         status.members[1].is_leader = true;
         metrics.observe_status("default", "c1", &spec, &status);
+        certificates.observe_status("default", "c1", &status);
         metrics.observe_db_size("default", "c1", "a", 20480, Some(5120), 2 << 30);
-        metrics.defragmented("default", "c1", "policy", 15360, Duration::from_millis(80));
-        metrics.observe_alarms("default", "c1", &["NOSPACE".into()]);
+        let defragmentations = metrics.concern::<MaintenanceMetrics>().unwrap();
+        defragmentations.defragmented("default", "c1", "policy", 15360, Duration::from_millis(80));
+        let alarms = metrics.concern::<AlarmMetrics>().unwrap();
+        alarms.observe_alarms("default", "c1", &["NOSPACE".into()]);
         metrics.observe_health_check("default", "c1", Duration::from_millis(12));
-        metrics.membership_operation("default", "c1", "remove", "done");
-        metrics.remediation("default", "c1");
+        let operations = metrics.concern::<MembershipMetrics>().unwrap();
+        operations.membership_operation("default", "c1", "remove", "done");
+        let remediations = metrics.concern::<MachineMetrics>().unwrap();
+        remediations.remediation("default", "c1");
         let text = runtime.encode().unwrap();
         for line in [
             r#"etcdadm_cluster_desired_members{namespace="default",name="c1"} 3"#,

@@ -12,6 +12,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use etcdadm_etcdcluster::controller::plan::alarms::AlarmMetrics;
+use etcdadm_etcdcluster::controller::plan::certificates::CertificateMetrics;
+use etcdadm_etcdcluster::controller::plan::concern_metrics;
+use etcdadm_etcdcluster::controller::plan::machines::MachineMetrics;
+use etcdadm_etcdcluster::controller::plan::maintenance::MaintenanceMetrics;
+use etcdadm_etcdcluster::controller::plan::membership::MembershipMetrics;
 use etcdadm_etcdcluster::metrics::{EtcdClusterMetrics, SnapshotMetrics};
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
@@ -56,7 +62,7 @@ fn run(tool: &Path, args: &[&str], dir: &Path) -> String {
 /// histograms with `_bucket`, `_sum` and `_count`.
 fn exported() -> BTreeSet<String> {
     let runtime = Metrics::new();
-    let cluster = EtcdClusterMetrics::register(&runtime);
+    let cluster = EtcdClusterMetrics::register(&runtime, concern_metrics(&runtime));
     let snapshots = SnapshotMetrics::register(&runtime);
     // A family shows in the exposition once it has a series: one of each, through the calls the
     // controller makes.
@@ -76,13 +82,26 @@ fn exported() -> BTreeSet<String> {
         "status": {"phase": "Succeeded", "completionTime": "2026-01-01T00:00:00Z"}
     }))
     .unwrap();
-    cluster.observe_status("ns", "c1", &etcd.spec, etcd.status.as_ref().unwrap());
+    let status = etcd.status.as_ref().unwrap();
+    cluster.observe_status("ns", "c1", &etcd.spec, status);
+    let certificates = cluster
+        .concern::<CertificateMetrics>()
+        .expect("certificates registered");
+    certificates.observe_status("ns", "c1", status);
     cluster.observe_db_size("ns", "c1", "m0", 1 << 20, Some(1 << 19), 2 << 30);
-    cluster.observe_alarms("ns", "c1", &[]);
+    let alarms = cluster.concern::<AlarmMetrics>().expect("alarms registered");
+    alarms.observe_alarms("ns", "c1", &[]);
     cluster.observe_health_check("ns", "c1", Duration::from_millis(5));
-    cluster.membership_operation("ns", "c1", "add", "done");
-    cluster.remediation("ns", "c1");
-    cluster.defragmented("ns", "c1", "policy", 1 << 19, Duration::from_millis(50));
+    let membership = cluster
+        .concern::<MembershipMetrics>()
+        .expect("membership registered");
+    membership.membership_operation("ns", "c1", "add", "done");
+    let machines = cluster.concern::<MachineMetrics>().expect("machines registered");
+    machines.remediation("ns", "c1");
+    let maintenance = cluster
+        .concern::<MaintenanceMetrics>()
+        .expect("maintenance registered");
+    maintenance.defragmented("ns", "c1", "policy", 1 << 19, Duration::from_millis(50));
     snapshots.observe(&etcd, &[snapshot], "2026-01-01T01:00:00Z".parse().unwrap());
     let text = runtime.encode().unwrap();
     let mut names = BTreeSet::new();

@@ -15,7 +15,8 @@ use base64::Engine;
 use crate::api::config::{
     BottlerocketBootstrapContainer, BottlerocketConfig, BottlerocketHostContainer, EtcdadmConfigSpec,
 };
-use crate::validation::{FieldError, is_etcd_version, quoted};
+use crate::validation::field::{FieldError, quoted};
+use crate::validation::version::is_etcd_version;
 
 /// The host container carrying the login user and its SSH keys (the renderer defines it, the
 /// bootstrap container, and the control container when `controlImage` is set).

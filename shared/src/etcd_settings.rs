@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use crate::api::config::{CorruptionChecks, EtcdadmConfigSpec, Format, SettingValue};
 use crate::duration;
-use crate::validation::{FieldError, quoted};
+use crate::validation::field::{FieldError, quoted};
 
 /// The shape of one allowed setting's value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -20,8 +20,8 @@ use etcdadm_shared::validation::validate_config_spec;
 pub use bootstrap_container::{DEFAULT_CIPHER_SUITES, HOST_ROOT};
 
 use self::toml_text::{basic_string, string_array};
-use super::RenderInput;
 use super::error::RenderError;
+use super::input::RenderInput;
 use super::secrets::{REGISTRY_CREDENTIALS_SECRET, ResolvedSecrets, check_resolved};
 
 /// The registry the mirror stands in for (EKS Anywhere's images come from there).

@@ -8,10 +8,10 @@ use clap::{ArgGroup, Args};
 use etcdadm_shared::api::config::{EtcdadmConfig, EtcdadmConfigSpec, EtcdadmConfigTemplate};
 use etcdadm_shared::pki::{CertificateAuthority, PkiError};
 
-use super::{
-    CaFiles, EtcdadmCommand, LearnerJoin, RenderError, RenderInput, ResolvedSecrets, render_user_data,
-    secret_refs,
-};
+use super::error::RenderError;
+use super::input::{CaFiles, EtcdadmCommand, LearnerJoin, RenderInput};
+use super::render_user_data;
+use super::secrets::{ResolvedSecrets, secret_refs};
 
 /// Arguments of the `render` subcommand.
 #[derive(Debug, Args)]

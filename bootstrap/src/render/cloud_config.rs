@@ -15,11 +15,12 @@ use super::files::{
     ETCDADM_CERTS_DIR, FileEntry, ca_files, cert_bundle_files, check_content_sources, check_unique_paths,
     placeholder_file, user_files,
 };
+use super::input::{EtcdadmCommand, RenderInput};
 use super::jinja::literal;
 use super::restore;
+use super::secrets::ResolvedSecrets;
 use super::secrets::check_resolved;
 use super::yaml::{double_quoted, scalar};
-use super::{EtcdadmCommand, RenderInput, ResolvedSecrets};
 
 /// What the reference runs before etcdadm on cloud-config machines: images built for Kubernetes
 /// nodes start a kubelet that would fight etcd for nothing. Plain, as the reference has it:

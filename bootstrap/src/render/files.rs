@@ -7,7 +7,8 @@ use etcdadm_shared::api::config::{Encoding, EtcdadmConfigSpec};
 use etcdadm_shared::validation::quoted;
 
 use super::error::RenderError;
-use super::{CaFiles, ResolvedSecrets};
+use super::input::CaFiles;
+use super::secrets::ResolvedSecrets;
 
 /// Where upstream etcdadm looks for the CA it signs member certificates with (`--certs-dir`).
 pub const ETCDADM_CERTS_DIR: &str = "/etc/etcd/pki";

@@ -1,6 +1,7 @@
 //! Performing the planned step, end to end: the status it leaves first, then the step itself
-//! (its concern performs it), then its Event, a log line and metrics, and what the reconcile
-//! does next. Every write is safe to repeat and to interrupt: a crash between any two writes
+//! (its concern performs it), then what only its outcome tells into the status, its Event, a log
+//! line and metrics, and what the reconcile does next. This is the one place the status is
+//! written. Every write is safe to repeat and to interrupt: a crash between any two writes
 //! leaves objects the next observation recognises and resumes from. Objects are created only if
 //! absent; changes are server-side applied, each site as a field manager of its own, forced only
 //! for fields this controller alone decides; a merge patch is kept only where an apply cannot
@@ -14,7 +15,7 @@ use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
 use etcdadm_shared::error::Error;
 use etcdadm_shared::manager::reconcile::Next;
 
-use super::decision::{Applied, EventNote, JOIN_POLL, MEMBERSHIP_RETRY, Outputs};
+use super::decision::{Applied, EventNote, JOIN_POLL, MEMBERSHIP_RETRY, Outputs, Record};
 use super::observation::Observation;
 use super::plan::Step;
 use super::status;
@@ -40,6 +41,10 @@ pub async fn apply(out: &Outputs<'_>, o: &mut Observation, step: Step) -> Result
     }
     match step.apply(out, o).await? {
         Applied::Done => report(out, o, &step).await,
+        Applied::Recorded(record) => {
+            write_outcome(out, o, record).await?;
+            report(out, o, &step).await;
+        }
         Applied::AlreadyDone => debug!(step = step.reason().0, "nothing to do: done already"),
         Applied::Deferred(e) => {
             info!(error = %e, "etcd refused a membership change for now; retrying");
@@ -87,7 +92,8 @@ async fn write_status(
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let (status, transitions) = status::next_status(etcd, o, step, &now);
     out.metrics(etcd, |m, ns, name| {
-        m.observe_status(ns, name, &etcd.spec, &status)
+        m.observe_status(ns, name, &etcd.spec, &status);
+        Step::observe_concern_metrics(m, ns, name, o, &status);
     });
     let old: EtcdadmClusterStatus = etcd.status.clone().unwrap_or_default();
     let mut written = None;
@@ -98,4 +104,13 @@ async fn write_status(
         out.publish(etcd, t).await;
     }
     Ok(written)
+}
+
+/// Write what a step's outcome adds to the status written before it (recorded once done: only
+/// the outcome tells it).
+async fn write_outcome(out: &Outputs<'_>, o: &Observation, record: Record) -> Result<(), Error> {
+    let mut status = o.etcd_cluster.status.clone().unwrap_or_default();
+    record(&mut status);
+    out.write_status(&o.etcd_cluster, &status).await?;
+    Ok(())
 }

@@ -1,12 +1,15 @@
-//! The vocabulary every concern speaks: a rule that holds the plan back (`Hold`), a concern's
-//! answer (`Decision`), where a step's effects go (`Outputs`), what applying it came to
-//! (`Applied`), and what the reconcile does after it (`After`).
+//! The vocabulary every concern speaks, and the contract each concern fulfils
+//! (`ConcernStep`): a rule that holds the plan back (`Hold`), a concern's answer (`Decision`),
+//! its part of the status (`StatusPart`), where a step's effects go (`Outputs`), what applying
+//! it came to (`Applied`), and what the reconcile does after it (`After`).
 
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
+use etcdadm_shared::api::conditions::{self, NewCondition};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
 use etcdadm_shared::etcd::EtcdError;
 pub use etcdadm_shared::manager::events::EventNote;
@@ -19,9 +22,11 @@ use serde_json::json;
 
 use etcdadm_shared::error::Error;
 
-use super::observation::Observation;
+use super::observation::clock::UnhealthyClock;
 use super::observation::health::EtcdClients;
+use super::observation::{Observation, Reads};
 use crate::metrics::EtcdClusterMetrics;
+use etcdadm_shared::manager::Metrics;
 
 /// Field manager of this controller's creations and merge patches; each server-side apply site
 /// has one of its own (`etcdadm-controller/<scope>`).
@@ -131,6 +136,17 @@ impl Outputs<'_> {
         }
     }
 
+    /// Record into a concern's own families `M`, when there are metrics.
+    pub(crate) fn concern_metrics<M: ConcernMetrics>(
+        &self,
+        etcd: &EtcdadmCluster,
+        record: impl FnOnce(&M, &str, &str),
+    ) {
+        if let Some(families) = self.metrics.and_then(EtcdClusterMetrics::concern::<M>) {
+            record(families, &etcd.namespace().unwrap_or_default(), &etcd.name_any());
+        }
+    }
+
     /// Publish `note` about `etcd`.
     pub async fn publish(&self, etcd: &EtcdadmCluster, note: EventNote) {
         self.recorder.note(etcd, "Reconcile", note).await;
@@ -156,8 +172,15 @@ impl Outputs<'_> {
 /// The apply site of the status.
 const STATUS_MANAGER: &str = "etcdadm-controller/status";
 
-/// What every concern's step says and does; `plan::Step` dispatches to it.
+/// The contract of a concern: what its step says and does, and its part of the status. Every
+/// concern implements it on its step type and is registered once, in `plan/mod.rs`'s
+/// `concerns!`; `plan::Step` dispatches to it and the status loops over it.
 pub(crate) trait ConcernStep {
+    /// What the concern reads and sees besides the core observation (`()` for nothing of its
+    /// own).
+    type View: ConcernView;
+    /// The concern's metric families (`()` for a concern without any of its own).
+    type Metrics: ConcernMetrics;
     /// The condition reason and message for `Ready` while this step is next.
     fn reason(&self) -> (&'static str, String);
     /// The Event this step leaves once applied, if it leaves one: a pure function of the
@@ -167,10 +190,106 @@ pub(crate) trait ConcernStep {
     fn writes(&self) -> bool {
         true
     }
+    /// Whether it forgets the etcd cluster (a recovery's reset): `status.initialized` is cleared
+    /// with it, so the next member restores a new one.
+    fn forgets_cluster(&self) -> bool {
+        false
+    }
     /// Perform it.
     async fn apply(&self, out: &Outputs<'_>, o: &Observation) -> Result<Applied, Error>;
     /// What the reconcile does once it took effect.
     fn after(&self, o: &Observation) -> After;
+    /// This concern's part of the status (its fields, its conditions, the Events of what changed
+    /// in them), written before the planned step is taken; `step` is the planned step when it is
+    /// this concern's. Pure: the status a reconcile writes is made of these and the members.
+    fn status(part: &mut StatusPart<'_>, step: Option<&Self>)
+    where
+        Self: Sized,
+    {
+        let _ = (part, step);
+    }
+}
+
+/// What a concern reads of the API and sees at one moment, declared in its module: its read is
+/// made with every other read at once and kept between health rounds with them
+/// (`observation::memo`), and its view is made with each observation (`Observation::view`).
+pub(crate) trait ConcernView: std::any::Any + Clone + Default + Send + Sync {
+    /// What it reads.
+    type Read: std::any::Any + Clone + Send + Sync;
+    /// Read it, for `etcd` as just read.
+    fn read(
+        client: &Client,
+        namespace: &str,
+        etcd: &EtcdadmCluster,
+    ) -> impl Future<Output = Result<Self::Read, Error>> + Send;
+    /// Whether what it read may be kept between health rounds (not while it waits on objects
+    /// whose changes end no reuse).
+    fn keep(read: &Self::Read, etcd: &EtcdadmCluster) -> bool {
+        let _ = (read, etcd);
+        true
+    }
+    /// Its view at one moment: from what it read, the observation's other reads and the clock.
+    fn view(read: &Self::Read, reads: &Reads, clock: &UnhealthyClock) -> Self;
+}
+
+/// Nothing of its own to read or see.
+impl ConcernView for () {
+    type Read = ();
+
+    async fn read(_: &Client, _: &str, _: &EtcdadmCluster) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn view(_: &(), _: &Reads, _: &UnhealthyClock) {}
+}
+
+/// A concern's metric families, declared in its module: registered once with the manager's
+/// registry through the registry of concerns, recorded by its steps (`Outputs::concern_metrics`)
+/// and set from each status written.
+pub(crate) trait ConcernMetrics: std::any::Any + Default + Send + Sync {
+    /// Register every family, each with its help text.
+    fn register(&self, registry: &Metrics);
+    /// Set the gauges that follow what a reconcile observed and the status it wrote.
+    fn observe(&self, namespace: &str, name: &str, o: &Observation, status: &EtcdadmClusterStatus) {
+        let _ = (namespace, name, o, status);
+    }
+}
+
+/// No families of its own.
+impl ConcernMetrics for () {
+    fn register(&self, _: &Metrics) {}
+}
+
+/// The status being made, as a concern's part of it sees it: the observation, the status as
+/// stored, the step planned, the status so far (members, health, the summary) to add its own
+/// fields and conditions to, and the Events of what changed.
+pub struct StatusPart<'a> {
+    pub o: &'a Observation,
+    /// The status as stored before this reconcile's write.
+    pub old: &'a EtcdadmClusterStatus,
+    /// The planned step's condition reason and message (the `Ready` summary's while it is next).
+    pub next: (&'static str, &'a str),
+    pub now: &'a Time,
+    pub status: &'a mut EtcdadmClusterStatus,
+    pub events: &'a mut Vec<EventNote>,
+}
+
+impl StatusPart<'_> {
+    /// Set condition `condition` (as of the EtcdadmCluster's generation).
+    pub fn set_condition(&mut self, condition: NewCondition) {
+        let generation = self.o.etcd_cluster.metadata.generation;
+        conditions::set(&mut self.status.conditions, condition, generation, self.now);
+    }
+
+    /// Remove the condition of type `type_`, if it is there.
+    pub fn remove_condition(&mut self, type_: &str) {
+        self.status.conditions.retain(|c| c.type_ != type_);
+    }
+
+    /// An Event of what changed in this part.
+    pub fn event(&mut self, note: EventNote) {
+        self.events.push(note);
+    }
 }
 
 /// How applying a step went.
@@ -184,7 +303,14 @@ pub enum Applied {
     /// etcd is not ready for it yet (a learner catching up): asked again after [`JOIN_POLL`],
     /// without an Event.
     NotYet,
+    /// It took effect, and what only its outcome tells (a defragmentation's size after) goes
+    /// into the status: the reconcile writes the status again with it, then publishes the
+    /// step's Event.
+    Recorded(Record),
 }
+
+/// What a step's outcome adds to the status as written before the step.
+pub type Record = Box<dyn FnOnce(&mut EtcdadmClusterStatus) + Send>;
 
 impl From<bool> for Applied {
     /// `created` as returned by a create-if-absent.

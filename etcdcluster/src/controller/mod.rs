@@ -131,7 +131,14 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
     for _ in 0..MAX_STEPS {
         let Some((reads, fresh)) = ctx
             .observations
-            .read(&ctx.client, &namespace, &name, &etcd, read_afresh)
+            .read(
+                &ctx.client,
+                &namespace,
+                &name,
+                &etcd,
+                read_afresh,
+                &plan::Concerns,
+            )
             .await?
         else {
             ctx.etcd_clients.forget(&key);
@@ -148,7 +155,7 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
                 view
             }
         };
-        let mut observation = Observation::new(&reads, view, now);
+        let mut observation = Observation::new(&reads, view, now, &plan::Concerns);
         let step = plan::plan(&observation);
         if step.writes() && !fresh {
             read_afresh = true;
@@ -202,7 +209,10 @@ pub async fn run(manager: ManagerContext) {
     let kcp_store = store;
     let ctx = Arc::new(Context {
         turns: Semaphore::new(usize::from(settings.concurrency)),
-        ..Context::with_metrics(client.clone(), EtcdClusterMetrics::register(&metrics))
+        ..Context::with_metrics(
+            client.clone(),
+            EtcdClusterMetrics::register(&metrics, plan::concern_metrics(&metrics)),
+        )
     });
     // Only member Machines, within the `--watch-filter` selection if there is one.
     let mut member_machines = settings.watcher_config();

@@ -1,29 +1,25 @@
 //! The status an EtcdadmCluster shows after a reconcile, computed purely from the observation and
 //! the planned step, and the transitions in it that deserve an Event: the members and their
-//! health here, each concern's own part (certificates, recovery, restore, Machines, control
-//! plane) from its module.
+//! health, the summary the contract and `kubectl get` read and the `Ready` condition here; each
+//! concern's own part (its fields, its conditions, its Events) from the registry of concerns,
+//! in registry order (`Step::concern_status`).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use etcdadm_shared::api::cluster::MachineReference;
-use etcdadm_shared::api::cluster::condition::{
-    CERTIFICATES_EXPIRING, ENDPOINTS_AVAILABLE, INITIALIZED, MEMBERS_HEALTHY, PAUSED, READY,
-};
+use etcdadm_shared::api::cluster::condition::{ENDPOINTS_AVAILABLE, INITIALIZED, MEMBERS_HEALTHY, READY};
 use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus, MemberStatus};
 use etcdadm_shared::etcd::member_id_hex;
 use etcdadm_shared::names;
 
 use super::decision::reason::READY as READY_REASON;
-use super::decision::{EventNote, HoldKind};
+use super::decision::{EventNote, HoldKind, StatusPart};
 use super::observation::{
     EtcdView, MachineView, MemberView, Observation, healthy_client_urls, is_ready, up_to_date_machines,
     voting_endpoints,
 };
 use super::plan::Step;
-use super::plan::lifecycle::{self, LifecycleStep};
-use super::plan::recovery::{self, RecoveryAction, RecoveryStep};
-use super::plan::{self, alarms, certificates, control_plane, machines, versions};
 use super::rules::reason::{WAITING_FOR_FIRST_MEMBER, WAITING_FOR_JOIN_TURN};
 
 /// The new status and the transitions from the old one to it.
@@ -37,32 +33,32 @@ pub fn next_status(
     let mut status = old.clone();
     let mut transitions = Vec::new();
     status.members = member_statuses(o, &old.members, now, &mut transitions);
-    let initialized = initialized(&mut status, o, step, &mut transitions);
-    transitions.extend(plan::concern_status(&mut status, o, step, initialized, now));
-    transitions.extend(alarms::transitions(&old, o));
+    initialized(&mut status, o, step, &mut transitions);
     summary(&mut status, etcd, o);
-    transitions.extend(set_conditions(&mut status, &old, o, step, now));
+    let (step_reason, step_message) = step.reason();
+    step.concern_status(&mut StatusPart {
+        o,
+        old: &old,
+        next: (step_reason, &step_message),
+        now,
+        status: &mut status,
+        events: &mut transitions,
+    });
+    set_conditions(&mut status, o, step, now);
     transitions.extend(ready_transitions(&status, &old, step));
     (status, transitions)
 }
 
-/// `status.initialized`, once a member passed a health check (a recovery's reset forgets the
-/// lost cluster, so the next member restores a new one), with its Event.
+/// `status.initialized`, once a member passed a health check (a step that forgets the cluster,
+/// a recovery's reset, clears it, so the next member restores a new one), with its Event.
 fn initialized(
     status: &mut EtcdadmClusterStatus,
     o: &Observation,
     step: &Step,
     transitions: &mut Vec<EventNote>,
-) -> bool {
-    let reset = matches!(
-        step,
-        Step::Recover(RecoveryStep {
-            action: RecoveryAction::Reset { .. },
-            ..
-        })
-    );
+) {
     let was = status.initialized;
-    let initialized = !reset && (was || o.initialized_now());
+    let initialized = !step.forgets_cluster() && (was || o.initialized_now());
     if initialized && !was {
         let first = status
             .members
@@ -76,19 +72,15 @@ fn initialized(
         ));
     }
     status.initialized = initialized;
-    initialized
 }
 
-/// The fields the contract and `kubectl get` read: ready, endpoints, versions, counts.
+/// The fields the contract and `kubectl get` read: ready, endpoints, counts.
 fn summary(status: &mut EtcdadmClusterStatus, etcd: &EtcdadmCluster, o: &Observation) {
     let ready = serving(o);
     status.ready = ready;
     status.creation_complete = status.creation_complete || ready;
     if matches!(o.etcd, EtcdView::Members(_)) {
         status.endpoints = voting_endpoints(o).join(",");
-    }
-    if let Some(version) = versions::cluster_version(&o.etcd) {
-        status.cluster_version = Some(version);
     }
     if let (Some(cluster), Some(_)) = (o.cluster.name(), &o.init_secret) {
         status.init_machine_address = names::init_secret_name(cluster);
@@ -108,62 +100,28 @@ fn summary(status: &mut EtcdadmClusterStatus, etcd: &EtcdadmCluster, o: &Observa
     status.observed_generation = etcd.metadata.generation;
 }
 
-/// Every condition, each concern's from its module; the Warning Events of the ones that began
-/// warning.
-fn set_conditions(
-    status: &mut EtcdadmClusterStatus,
-    old: &EtcdadmClusterStatus,
-    o: &Observation,
-    step: &Step,
-    now: &Time,
-) -> Vec<EventNote> {
-    let mut transitions = Vec::new();
+/// The conditions of the members and their health, and `Ready` (after every concern's).
+fn set_conditions(status: &mut EtcdadmClusterStatus, o: &Observation, step: &Step, now: &Time) {
     let generation = o.etcd_cluster.metadata.generation;
-    let ready = serving(o);
-    let active = o.machines.iter().filter(|m| !m.deleting).count();
-    let (step_reason, step_message) = step.reason();
-    let expiring = certificates::expiring_condition(o);
-    let was_expiring = conditions::find(&old.conditions, CERTIFICATES_EXPIRING)
-        .filter(|c| c.status == conditions::ConditionStatus::True)
-        .and_then(|c| c.message.clone());
-    if expiring.status == conditions::ConditionStatus::True
-        && was_expiring.as_deref() != Some(expiring.message.as_str())
-    {
-        transitions.push(EventNote::warning(
-            CERTIFICATES_EXPIRING,
-            expiring.message.clone(),
-        ));
-    }
-    let ready_condition = if ready {
+    let ready_condition = if serving(o) {
         NewCondition::true_(READY, READY_REASON)
     } else {
+        let (step_reason, step_message) = step.reason();
         let severity = match step.hold().map(|hold| hold.kind) {
             Some(HoldKind::Refuse) => Severity::Error,
             Some(HoldKind::Refusal) => Severity::Warning,
             Some(HoldKind::Wait) | None => Severity::Info,
         };
-        NewCondition::false_(READY, severity, step_reason, step_message.clone())
+        NewCondition::false_(READY, severity, step_reason, step_message)
     };
     for condition in [
-        paused_condition(step),
-        certificates::available_condition(o),
-        expiring,
         initialized_condition(status.initialized),
-        machines::machines_condition(o, active),
-        machines::resize_condition(o, active),
-        machines::spec_up_to_date_condition(o, (step_reason, &step_message)),
         members_condition(o),
         endpoints_condition(o),
-        control_plane::condition(o, is_ready(o)),
         ready_condition,
     ] {
         conditions::set(&mut status.conditions, condition, generation, now);
     }
-    if let Some(revisions) = plan::restore::revisions_condition(status) {
-        conditions::set(&mut status.conditions, revisions, generation, now);
-    }
-    transitions.extend(recovery::condition(status, o, &old.conditions, now));
-    transitions
 }
 
 /// Ready: every member a healthy voter, and no alarm keeping etcd from accepting writes.
@@ -203,15 +161,6 @@ fn ready_transitions(
         transitions.push(EventNote::warning(hold.reason, hold.message.clone()));
     }
     transitions
-}
-
-fn paused_condition(step: &Step) -> NewCondition {
-    if matches!(step, Step::Lifecycle(LifecycleStep::Paused)) {
-        NewCondition::true_(PAUSED, lifecycle::reason::PAUSED)
-            .with_message("the Cluster or this EtcdadmCluster is paused: nothing is written but status")
-    } else {
-        NewCondition::false_(PAUSED, Severity::Info, "NotPaused", "")
-    }
 }
 
 fn initialized_condition(initialized: bool) -> NewCondition {
@@ -469,480 +418,4 @@ fn health_transition(entry: &MemberStatus, prev: Option<&MemberStatus>) -> Optio
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-    use super::*;
-    use crate::controller::observation::{
-        CaView, InitSecret, MachineView, RecoveryRecord, RecoverySource, RecoveryView, RestoreView,
-    };
-    use crate::controller::testing::{RecoveryAction, RecoveryStep, base, reason};
-    use etcdadm_shared::api::cluster::RecoveryPhase;
-    use etcdadm_shared::api::cluster::condition::{MACHINES_SPEC_UP_TO_DATE, RECOVERY, RESIZE_COMPLETED};
-
-    fn at(secs: i64) -> Time {
-        Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
-    }
-
-    fn observed(healthy: [bool; 2]) -> Observation {
-        let machines: Vec<MachineView> = (0..2)
-            .map(|i| MachineView {
-                name: format!("m{i}"),
-                address: Some(format!("10.0.0.{}", i + 1)),
-                has_hook: true,
-                ..Default::default()
-            })
-            .collect();
-        let members = (0..2)
-            .map(|i| MemberView {
-                id: i as u64 + 10,
-                name: format!("m{i}"),
-                peer_urls: vec![names::peer_url(&format!("10.0.0.{}", i + 1))],
-                client_urls: vec![names::client_url(&format!("10.0.0.{}", i + 1))],
-                healthy: healthy[i],
-                ever_healthy: true,
-                is_leader: i == 0,
-                message: (!healthy[i]).then(|| "connection refused".to_string()),
-                machine: Some(format!("m{i}")),
-                ..Default::default()
-            })
-            .collect();
-        let mut o = base();
-        o.machines = machines;
-        o.etcd = EtcdView::Members(members);
-        o.init_secret = Some(InitSecret {
-            address: Some("10.0.0.1".into()),
-            client_urls: (0..2)
-                .filter(|i| healthy[*i])
-                .map(|i| names::client_url(&format!("10.0.0.{}", i + 1)))
-                .collect(),
-        });
-        o
-    }
-
-    fn with_status(status: EtcdadmClusterStatus) -> EtcdadmCluster {
-        let mut etcd = EtcdadmCluster::new("c1-etcd", Default::default());
-        etcd.metadata.generation = Some(4);
-        etcd.status = Some(status);
-        etcd
-    }
-
-    #[test]
-    fn certificate_expiry_is_recorded_warned_about_once_and_kept_while_a_member_is_silent() {
-        const DAY: i64 = 86_400;
-        let now = 1000 * DAY;
-        let ts = |secs: i64| k8s_openapi::jiff::Timestamp::from_second(secs).unwrap();
-        let mut o = observed([true, true]);
-        o.certificates.now = ts(now);
-        o.certificates.ca_expiry = Some(ts(now + 3000 * DAY));
-        o.certificates.apiserver_client_expiry = Some(ts(now + 200 * DAY));
-        if let EtcdView::Members(members) = &mut o.etcd {
-            members[0].certificate_expiry = Some(ts(now + 100 * DAY));
-            members[1].certificate_expiry = Some(ts(now + 300 * DAY));
-        }
-        let step = crate::controller::plan::plan(&o);
-        let (status, transitions) = next_status(&with_status(Default::default()), &o, &step, &at(now));
-        assert_eq!(status.members[0].certificate_expiry, Some(at(now + 100 * DAY)));
-        let certificates = status.certificates.clone().unwrap();
-        assert_eq!(certificates.ca_expiry, Some(at(now + 3000 * DAY)));
-        assert_eq!(certificates.apiserver_client_expiry, Some(at(now + 200 * DAY)));
-        assert_eq!(certificates.next_expiry, Some(at(now + 100 * DAY)));
-        let quiet = conditions::find(&status.conditions, CERTIFICATES_EXPIRING).unwrap();
-        assert_eq!(quiet.status, conditions::ConditionStatus::False);
-        assert!(transitions.iter().all(|t| t.reason != CERTIFICATES_EXPIRING));
-
-        // A member inside the window, the CA inside its year: one Warning condition and Event.
-        o.certificates.ca_expiry = Some(ts(now + 300 * DAY));
-        if let EtcdView::Members(members) = &mut o.etcd {
-            members[0].certificate_expiry = Some(ts(now + 10 * DAY));
-            // The other one did not complete a handshake this round.
-            members[1].certificate_expiry = None;
-        }
-        let previous = with_status(status);
-        let (status, transitions) =
-            next_status(&previous, &o, &crate::controller::plan::plan(&o), &at(now + 10));
-        assert_eq!(
-            status.members[1].certificate_expiry,
-            Some(at(now + 300 * DAY)),
-            "kept"
-        );
-        let warning = conditions::find(&status.conditions, CERTIFICATES_EXPIRING).unwrap();
-        assert_eq!(warning.status, conditions::ConditionStatus::True);
-        assert_eq!(warning.severity.as_deref(), Some("Warning"));
-        let message = warning.message.clone().unwrap();
-        assert!(
-            message.contains("member of Machine m0: server certificate expires"),
-            "{message}"
-        );
-        assert!(
-            message.contains("the etcd CA in Secret c1-managed-etcd expires"),
-            "{message}"
-        );
-        assert!(message.contains("never replaced"), "{message}");
-        let events: Vec<&EventNote> = transitions
-            .iter()
-            .filter(|t| t.reason == CERTIFICATES_EXPIRING)
-            .collect();
-        assert_eq!(events.len(), 1, "{transitions:?}");
-        assert!(events[0].warning && events[0].note == message);
-        let machines = conditions::find(&status.conditions, MACHINES_SPEC_UP_TO_DATE).unwrap();
-        assert_eq!(
-            machines.status,
-            conditions::ConditionStatus::True,
-            "o was not re-observed"
-        );
-        // The same certificates next round: no second Event.
-        let (_, transitions) = next_status(
-            &with_status(status),
-            &o,
-            &crate::controller::plan::plan(&o),
-            &at(now + 20),
-        );
-        assert!(transitions.iter().all(|t| t.reason != CERTIFICATES_EXPIRING));
-    }
-
-    #[test]
-    fn members_counts_and_contract_fields_are_filled() {
-        let o = observed([true, true]);
-        let step = crate::controller::plan::plan(&o);
-        let (status, transitions) = next_status(&with_status(Default::default()), &o, &step, &at(100));
-        assert!(status.initialized, "a member passed its health check");
-        assert!(!status.ready, "2 of 3 replicas");
-        assert_eq!(status.init_machine_address, "c1-etcd-init");
-        assert_eq!(status.endpoints, "https://10.0.0.1:2379,https://10.0.0.2:2379");
-        assert_eq!((status.ready_count, status.ready_replicas), (Some(2), Some(2)));
-        assert_eq!(
-            status.selector.as_deref(),
-            Some("cluster.x-k8s.io/cluster-name=c1,cluster.x-k8s.io/etcd-cluster=c1-etcd")
-        );
-        assert_eq!(status.observed_generation, Some(4));
-        let m0 = &status.members[0];
-        assert_eq!(m0.member_id.as_deref(), Some("000000000000000a"));
-        assert_eq!(m0.client_url.as_deref(), Some("https://10.0.0.1:2379"));
-        assert_eq!(m0.peer_url.as_deref(), Some("https://10.0.0.1:2380"));
-        assert!(m0.is_leader && m0.healthy && !m0.is_learner);
-        assert_eq!(m0.last_healthy_time, Some(at(100)));
-        let ready = conditions::find(&status.conditions, READY).unwrap();
-        assert_eq!(ready.reason.as_deref(), Some(reason::SCALING_UP));
-        let reasons: Vec<&str> = transitions.iter().map(|t| t.reason).collect();
-        assert_eq!(reasons, ["MemberJoined", "MemberJoined", "Initialized"]);
-    }
-
-    #[test]
-    fn a_member_going_unhealthy_is_a_warning_and_keeps_its_last_healthy_time() {
-        let before = observed([true, true]);
-        let (old, _) = next_status(
-            &with_status(Default::default()),
-            &before,
-            &crate::controller::plan::plan(&before),
-            &at(100),
-        );
-        let after = observed([true, false]);
-        let (status, transitions) = next_status(
-            &with_status(old.clone()),
-            &after,
-            &crate::controller::plan::plan(&after),
-            &at(200),
-        );
-        let m1 = &status.members[1];
-        assert!(!m1.healthy);
-        assert_eq!(m1.last_healthy_time, Some(at(100)));
-        assert_eq!(m1.last_transition_time, Some(at(200)));
-        assert_eq!(m1.message.as_deref(), Some("connection refused"));
-        assert_eq!(status.members[0].last_transition_time, Some(at(100)));
-        // With 2 voters, losing one loses quorum: both are worth a warning.
-        let reasons: Vec<(bool, &str)> = transitions.iter().map(|t| (t.warning, t.reason)).collect();
-        assert_eq!(reasons, [(true, "MemberUnhealthy"), (true, "QuorumLost")]);
-        assert_eq!(transitions[0].note, "member m1 is unhealthy: connection refused");
-        let members = conditions::find(&status.conditions, MEMBERS_HEALTHY).unwrap();
-        assert_eq!(members.reason.as_deref(), Some("MembersUnhealthy"));
-        // Unchanged observation: unchanged status, no Events.
-        let (again, transitions) = next_status(
-            &with_status(status.clone()),
-            &after,
-            &crate::controller::plan::plan(&after),
-            &at(300),
-        );
-        assert_eq!(again.members, {
-            let mut expected = status.members.clone();
-            expected[0].last_healthy_time = Some(at(300));
-            expected
-        });
-        assert!(transitions.is_empty());
-        // Within the granularity, a healthy member's status does not change at all.
-        let (soon, _) = next_status(
-            &with_status(again.clone()),
-            &after,
-            &crate::controller::plan::plan(&after),
-            &at(310),
-        );
-        assert_eq!(soon, {
-            let mut expected = again.clone();
-            expected.observed_generation = Some(4);
-            expected
-        });
-    }
-
-    #[test]
-    fn rollout_resize_and_refusals_show_in_conditions_and_events() {
-        let mut o = observed([true, true]);
-        o.replicas = 1;
-        o.machines[0].outdated = Some("etcdadmConfigSpec changed (cloudInitConfig.version)".into());
-        let step = crate::controller::plan::plan(&o);
-        let (status, _) = next_status(&with_status(Default::default()), &o, &step, &at(1));
-        assert_eq!(status.updated_replicas, Some(1));
-        let (spec_status, spec_reason, spec_message) = {
-            let c = conditions::find(&status.conditions, MACHINES_SPEC_UP_TO_DATE).unwrap();
-            (c.status, c.reason.clone().unwrap(), c.message.clone().unwrap())
-        };
-        assert_eq!(spec_status, conditions::ConditionStatus::False);
-        assert_eq!(spec_reason, reason::ROLLING_UPDATE);
-        assert!(
-            spec_message.contains("m0 (etcdadmConfigSpec changed"),
-            "{spec_message}"
-        );
-        let resize = conditions::find(&status.conditions, RESIZE_COMPLETED).unwrap();
-        assert_eq!(resize.reason.as_deref(), Some(reason::ROLLING_UPDATE));
-        // Health lost mid-way: the rollout is paused, with a warning Event.
-        let mut sick = observed([true, true]);
-        sick.machines[0].outdated = Some("outdated".into());
-        sick.machines.push(MachineView {
-            name: "m2".into(),
-            address: Some("10.0.0.3".into()),
-            has_hook: true,
-            ..Default::default()
-        });
-        if let EtcdView::Members(members) = &mut sick.etcd {
-            members.push(MemberView {
-                id: 12,
-                name: "m2".into(),
-                peer_urls: vec![names::peer_url("10.0.0.3")],
-                client_urls: vec![names::client_url("10.0.0.3")],
-                healthy: false,
-                ever_healthy: true,
-                message: Some("connection refused".into()),
-                machine: Some("m2".into()),
-                ..Default::default()
-            });
-        }
-        sick.init_secret = Some(InitSecret {
-            address: Some("10.0.0.1".into()),
-            client_urls: healthy_client_urls(&sick),
-        });
-        let step = crate::controller::plan::plan(&sick);
-        let (status, transitions) = next_status(&with_status(Default::default()), &sick, &step, &at(2));
-        let spec = conditions::find(&status.conditions, MACHINES_SPEC_UP_TO_DATE).unwrap();
-        assert_eq!(spec.reason.as_deref(), Some(reason::ROLLOUT_PAUSED), "{step:?}");
-        assert!(
-            transitions
-                .iter()
-                .any(|t| t.warning && t.reason == reason::ROLLOUT_PAUSED),
-            "{transitions:?}"
-        );
-        // Scaling down: said so.
-        let mut down = observed([true, true]);
-        down.replicas = 1;
-        let (status, _) = next_status(
-            &with_status(Default::default()),
-            &down,
-            &crate::controller::plan::plan(&down),
-            &at(3),
-        );
-        let resize = conditions::find(&status.conditions, RESIZE_COMPLETED).unwrap();
-        assert_eq!(resize.reason.as_deref(), Some(reason::SCALING_DOWN));
-        assert_eq!(resize.message.as_deref(), Some("2 Machines for 1 replicas"));
-    }
-
-    #[test]
-    fn an_alarm_makes_ready_false_with_its_reason_sizes_and_one_warning() {
-        use crate::controller::observation::{Alarm, AlarmKind};
-        let mut o = crate::controller::testing::running(3);
-        let ready_status = next_status(&with_status(Default::default()), &o, &Step::Steady, &at(1)).0;
-        assert!(ready_status.ready);
-        o.alarms = vec![Alarm {
-            member_id: 1,
-            kind: AlarmKind::NoSpace,
-        }];
-        if let EtcdView::Members(members) = &mut o.etcd {
-            for m in members.iter_mut() {
-                m.db_size = Some(2 << 30);
-                m.revision = Some(7);
-                m.history_compacted = Some(true);
-                m.defragmented_at = Some(7);
-            }
-            members[0].alarms = vec!["NOSPACE".into()];
-        }
-        let step = crate::controller::plan::plan(&o);
-        let (status, transitions) = next_status(&with_status(ready_status), &o, &step, &at(2));
-        assert!(!status.ready);
-        let ready = conditions::find(&status.conditions, READY).unwrap();
-        assert_eq!(ready.reason.as_deref(), Some(reason::DATABASE_QUOTA_EXCEEDED));
-        let message = ready.message.clone().unwrap_or_default();
-        assert!(
-            message.contains("c1-etcd-m0 2.0 GiB of 2.0 GiB, c1-etcd-m1 2.0 GiB of 2.0 GiB"),
-            "{message}"
-        );
-        assert_eq!(status.members[0].alarms, ["NOSPACE"]);
-        assert_eq!(status.members[0].quota_backend_bytes, Some(2 << 30));
-        assert_eq!(
-            conditions::find(&status.conditions, MEMBERS_HEALTHY).map(|c| c.status),
-            Some(conditions::ConditionStatus::True),
-            "members serving with an alarm are healthy"
-        );
-        let raised: Vec<&EventNote> = transitions.iter().filter(|t| t.reason == "AlarmRaised").collect();
-        assert_eq!(raised.len(), 1, "{transitions:?}");
-        assert!(
-            raised[0].warning && raised[0].note.contains("NOSPACE"),
-            "{raised:?}"
-        );
-        let (_, again) = next_status(&with_status(status), &o, &step, &at(3));
-        assert!(!again.iter().any(|t| t.reason == "AlarmRaised"), "{again:?}");
-    }
-
-    #[test]
-    fn a_refusal_is_an_error_condition_and_one_event() {
-        let mut o = observed([true, true]);
-        o.ca = CaView::Corrupt("Secret default/c1-managed-etcd has no tls.key".into());
-        let step = crate::controller::plan::plan(&o);
-        let (status, transitions) = next_status(&with_status(Default::default()), &o, &step, &at(1));
-        let ready = conditions::find(&status.conditions, READY).unwrap();
-        assert_eq!(ready.reason.as_deref(), Some(reason::CA_CORRUPT));
-        assert_eq!(ready.severity.as_deref(), Some("Error"));
-        assert!(
-            transitions
-                .iter()
-                .any(|t| t.warning && t.reason == reason::CA_CORRUPT)
-        );
-        let (_, again) = next_status(&with_status(status), &o, &step, &at(2));
-        assert!(!again.iter().any(|t| t.reason == reason::CA_CORRUPT));
-    }
-
-    #[test]
-    fn a_recovery_request_on_a_ready_cluster_is_answered_in_its_own_condition_and_one_event() {
-        let mut o = observed([true, true]);
-        o.replicas = 1;
-        o.machines.pop();
-        if let EtcdView::Members(members) = &mut o.etcd {
-            members.pop();
-        }
-        o.recovery = Some(RecoveryView {
-            requested: Some("latest".into()),
-            store_configured: true,
-            ..Default::default()
-        });
-        let step = crate::controller::plan::plan(&o);
-        let (status, transitions) = next_status(&with_status(Default::default()), &o, &step, &at(1));
-        assert!(status.ready, "Ready stays what it is");
-        let answer = conditions::find(&status.conditions, RECOVERY).unwrap();
-        assert_eq!(answer.reason.as_deref(), Some(reason::RECOVERY_REFUSED));
-        assert!(answer.message.as_deref().unwrap().contains("quorum is not lost"));
-        let warnings: Vec<&EventNote> = transitions.iter().filter(|t| t.warning).collect();
-        assert_eq!(warnings.len(), 1, "{transitions:?}");
-        assert_eq!(warnings[0].reason, reason::RECOVERY_REFUSED);
-        let (status, again) = next_status(&with_status(status), &o, &step, &at(2));
-        assert!(!again.iter().any(|t| t.warning), "{again:?}");
-        // The annotation removed: the condition goes with it.
-        o.recovery = None;
-        let (status, _) = next_status(
-            &with_status(status),
-            &o,
-            &crate::controller::plan::plan(&o),
-            &at(3),
-        );
-        assert!(conditions::find(&status.conditions, RECOVERY).is_none());
-    }
-
-    #[test]
-    fn a_recovery_is_recorded_before_each_step_and_summed_up_once_back() {
-        let o = observed([true, true]);
-        let record = RecoveryRecord {
-            requested: "latest".into(),
-            source: RecoverySource::Member("m0".into()),
-            phase: RecoveryPhase::Snapshotting,
-            snapshot: "c1-etcd-x-recovery".into(),
-            survivor_revision: Some(120),
-        };
-        let step = |phase, action| {
-            Step::Recover(RecoveryStep {
-                record: Box::new(RecoveryRecord {
-                    phase,
-                    ..record.clone()
-                }),
-                action,
-            })
-        };
-        let snapshot = step(
-            RecoveryPhase::Snapshotting,
-            RecoveryAction::SnapshotSurvivor { machine: "m0".into() },
-        );
-        let (status, _) = next_status(&with_status(Default::default()), &o, &snapshot, &at(1));
-        let recorded = status.recovery.clone().unwrap();
-        assert_eq!(
-            (recorded.source.as_str(), recorded.phase, recorded.started.clone()),
-            ("member/m0", RecoveryPhase::Snapshotting, Some(at(1)))
-        );
-        // The reset forgets `initialized`; the start time stays.
-        let mut before = status.clone();
-        before.initialized = true;
-        let (status, _) = next_status(
-            &with_status(before),
-            &o,
-            &step(RecoveryPhase::Restoring, RecoveryAction::Reset { cluster: None }),
-            &at(2),
-        );
-        assert!(!status.initialized);
-        let recorded = status.recovery.clone().unwrap();
-        assert_eq!(
-            (recorded.phase, recorded.started),
-            (RecoveryPhase::Restoring, Some(at(1)))
-        );
-        // Back: the last recovery is written; the record stays until the annotation is gone.
-        let mut back = o.clone();
-        back.recovery = Some(RecoveryView {
-            requested: Some("latest".into()),
-            ..Default::default()
-        });
-        back.restore = Some(RestoreView {
-            revision: Some(100),
-            ..Default::default()
-        });
-        let finish = step(RecoveryPhase::Restoring, RecoveryAction::Finish);
-        let (status, _) = next_status(&with_status(status), &back, &finish, &at(3));
-        let last = status.last_recovery.clone().unwrap();
-        assert_eq!((last.revision, last.revisions_lost), (Some(100), Some(20)));
-        assert_eq!(
-            (last.started.clone(), last.time.clone()),
-            (Some(at(1)), Some(at(3)))
-        );
-        assert!(status.recovery.is_some());
-        back.recovery.as_mut().unwrap().requested = None;
-        let (status, _) = next_status(&with_status(status), &back, &finish, &at(4));
-        assert!(status.recovery.is_none());
-        assert_eq!(status.last_recovery, Some(last), "written once");
-    }
-
-    #[test]
-    fn the_cluster_version_comes_from_the_members_answers_and_stays_while_one_is_silent() {
-        let mut o = observed([true, true]);
-        if let EtcdView::Members(members) = &mut o.etcd {
-            members[0].etcd_version = Some("3.5.9".into());
-            members[1].etcd_version = Some("3.5.1".into());
-        }
-        let (status, _) = next_status(
-            &with_status(Default::default()),
-            &o,
-            &crate::controller::plan::plan(&o),
-            &at(1),
-        );
-        assert_eq!(status.cluster_version.as_deref(), Some("3.5.0"));
-        if let EtcdView::Members(members) = &mut o.etcd {
-            members[1].etcd_version = None;
-        }
-        let (later, _) = next_status(
-            &with_status(status),
-            &o,
-            &crate::controller::plan::plan(&o),
-            &at(2),
-        );
-        assert_eq!(later.cluster_version.as_deref(), Some("3.5.0"));
-    }
-}
+mod tests;

@@ -236,10 +236,7 @@ pub fn base() -> Observation {
         creation_complete: false,
         kcp: KcpView::None,
         control_plane_machines: 0,
-        restore: None,
-        recovery: None,
-        snapshot_in_flight: None,
-        before_change: None,
+        views: ByType::default(),
         new_member_name: "c1-etcd-fresh".into(),
     }
 }

@@ -15,7 +15,7 @@
 //! holds a revision between the two; when they differ, the lower one is reported (every write up
 //! to it is in the snapshot) and marked inexact.
 
-mod checksum;
+pub mod checksum;
 
 use std::time::{Duration, Instant};
 

@@ -9,7 +9,7 @@ use tracing::debug;
 use super::client::{REQUEST_SIGNATURE_TTL, StoreClient, with_headers};
 use super::error::StoreError;
 use super::limits::object_deadline;
-use crate::backup::hex;
+use crate::backup::checksum::hex;
 use rusty_s3::S3Action;
 
 /// The object metadata our SHA-256 of a snapshot is recorded in (`x-amz-meta-` + this).

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::TempDir;
+use super::etcd::TempDir;
 use crate::api::snapshot::{S3Store, SecretReference};
 use crate::store::{StoreClient, StoreCredentials, StoreError};
 

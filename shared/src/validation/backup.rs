@@ -1,7 +1,7 @@
 //! Checks of `spec.backup` and `spec.restore`: the admission webhook rejects what fails them, and
 //! the snapshot controller fails a snapshot with the same words when an object bypassed it.
 
-use super::{FieldError, quoted};
+use super::field::{FieldError, quoted};
 use crate::api::snapshot::{Backup, Restore, Retention, S3Store, ServerSideEncryption};
 use crate::cron::Schedule;
 

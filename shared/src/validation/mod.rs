@@ -4,8 +4,8 @@
 //! settings the same way.
 
 mod backup;
-mod field;
-mod version;
+pub(crate) mod field;
+pub(crate) mod version;
 
 pub use backup::{
     backup_warnings, is_sha256_hex, store_warnings, validate_backup, validate_restore, validate_store,

@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, warn};
@@ -45,41 +45,15 @@ use etcdadm_sim_machines::{MachineRuntime, MachineSpec, MachineState};
 
 use crate::boot_delay::{BootDelay, Draws};
 use crate::control_plane_host::{ControlPlaneHosts, HostSpec};
-pub use crate::infra_report::{bootstrap_not_done, bootstrap_succeeded};
+use crate::infra_kinds::params;
+pub use crate::infra_kinds::{
+    BOOTSTRAP_EXEC_SUCCEEDED, FINALIZER, GROUP, VERSION, bootstrap_not_done, bootstrap_succeeded, is_subset,
+    provider_id, sim_cluster_resource, sim_machine_resource, sim_machine_template_resource,
+};
 
-/// The API group of the sim's infrastructure kinds.
-pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
-/// The version they are served at, which is also the CAPI contract they implement.
-pub const VERSION: &str = "v1beta2";
-/// The provider's finalizer on SimClusters and SimMachines.
-pub const FINALIZER: &str = "sim.infrastructure.cluster.x-k8s.io";
-/// The condition saying whether a SimMachine's user data ran to its end (CAPD's name for it).
-pub const BOOTSTRAP_EXEC_SUCCEEDED: &str = "BootstrapExecSucceeded";
-/// `spec.providerID` of the SimMachine of Machine `name`.
-pub fn provider_id(name: &str) -> String {
-    format!("sim:///{name}")
-}
-
-const MANAGER: &str = "sim-infrastructure";
 /// What `clusterctl move` annotates the source's objects with before it deletes them.
 const DELETE_FOR_MOVE: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
 const TICK: Duration = Duration::from_millis(250);
-
-fn resource(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(GROUP, VERSION, kind))
-}
-
-pub fn sim_machine_resource() -> ApiResource {
-    resource("SimMachine")
-}
-
-pub fn sim_machine_template_resource() -> ApiResource {
-    resource("SimMachineTemplate")
-}
-
-pub fn sim_cluster_resource() -> ApiResource {
-    resource("SimCluster")
-}
 
 /// What can be changed about the machines booted from now on, while the provider runs.
 #[derive(Clone, Default)]
@@ -133,13 +107,6 @@ fn owner_named(object: &DynamicObject, kind: &str) -> Option<String> {
         .iter()
         .find(|r| r.kind == kind && r.api_version.starts_with("cluster.x-k8s.io/"))
         .map(|r| r.name.clone())
-}
-
-pub(crate) fn params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(MANAGER.into()),
-        ..Default::default()
-    }
 }
 
 impl SimInfra {
@@ -475,15 +442,5 @@ impl SimInfra {
         (2..=254u8)
             .map(|n| IpAddr::V4(Ipv4Addr::new(a, b, c, n)))
             .find(|ip| !taken.contains(&ip.to_string()) && self.runtime.address_free(*ip))
-    }
-}
-
-/// Whether every field of `wanted` is present with the same value in `current`.
-pub fn is_subset(wanted: &Value, current: &Value) -> bool {
-    match (wanted, current) {
-        (Value::Object(w), Value::Object(c)) => {
-            w.iter().all(|(k, v)| c.get(k).is_some_and(|cv| is_subset(v, cv)))
-        }
-        _ => wanted == current,
     }
 }

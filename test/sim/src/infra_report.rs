@@ -1,15 +1,14 @@
 //! What a SimMachine says of its machine, split from the provider's reconcile (`infra`): its
 //! provider ID, address, whether it is provisioned and whether its user data ran to its end.
 
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch};
-use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use etcdadm_sim_machines::MachineState;
 
-use crate::infra::{
-    BOOTSTRAP_EXEC_SUCCEEDED, SimInfra, is_subset, params, provider_id, sim_machine_resource,
-};
+use crate::infra::SimInfra;
+use crate::infra_kinds::{BOOTSTRAP_EXEC_SUCCEEDED, is_subset, params, provider_id};
 
 impl SimInfra {
     /// What the SimMachine says of its machine: provider ID, address, provisioned, whether its
@@ -108,36 +107,4 @@ fn condition_json(sim: &DynamicObject, status: &str, reason: &str, message: &str
         "message": message,
         "lastTransitionTime": since,
     })
-}
-
-/// Whether the SimMachine reports that its user data ran to its end.
-pub fn bootstrap_succeeded(sim: &DynamicObject) -> bool {
-    sim.data
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|c| c["type"] == BOOTSTRAP_EXEC_SUCCEEDED && c["status"] == "True")
-        })
-}
-
-/// The Machines among `names` whose SimMachine does not yet report its user data ran to its end
-/// (none of them under real CAPI and the stand-in alike has a phase that says so: without a
-/// Node a Machine stays `Provisioned`).
-pub async fn bootstrap_not_done(
-    client: &Client,
-    namespace: &str,
-    names: &[String],
-) -> Result<Vec<String>, kube::Error> {
-    let sims: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &sim_machine_resource());
-    let done: Vec<String> = sims
-        .list(&Default::default())
-        .await?
-        .items
-        .iter()
-        .filter(|s| bootstrap_succeeded(s))
-        .map(|s| s.name_any())
-        .collect();
-    Ok(names.iter().filter(|n| !done.contains(n)).cloned().collect())
 }

@@ -14,6 +14,7 @@ pub mod error;
 pub mod fake_etcd;
 pub mod history;
 pub mod infra;
+pub mod infra_kinds;
 pub mod infra_report;
 pub mod kcp;
 pub mod load_balancer;

@@ -3,18 +3,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod lifecycle_support;
+
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcdadm_shared::etcd::{EtcdTls, MemberClient};
+use etcdadm_shared::etcd::MemberClient;
 use etcdadm_shared::names;
 use etcdadm_shared::pki::CertificateAuthority;
 use etcdadm_sim::fake_etcd::{self, FakeCluster, ProbeLog};
-
-fn client_tls(ca: &CertificateAuthority) -> EtcdTls {
-    EtcdTls::issued_by(ca, "bench", Duration::from_secs(600)).unwrap()
-}
+use lifecycle_support::client_tls;
 
 #[tokio::test]
 async fn fake_members_answer_the_real_client_and_only_over_mutual_tls() {

@@ -10,13 +10,11 @@
 
 mod lifecycle_support;
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use etcdadm_shared::testing::TempDir;
 use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
 use etcdadm_sim_machines::Fault;
-use kube::ResourceExt;
 use lifecycle_support::*;
 use serde_json::json;
 
@@ -48,14 +46,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(default)
-}
-
-async fn machine_names(client: &kube::Client, cluster: &str) -> BTreeSet<String> {
-    machines(client, cluster)
-        .await
-        .iter()
-        .map(|m| m.name_any())
-        .collect()
 }
 
 fn runs() -> (u64, u64) {

@@ -6,7 +6,6 @@
 
 mod lifecycle_support;
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use etcdadm_shared::testing::TempDir;
@@ -20,14 +19,6 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 const UNHEALTHY_AFTER: Duration = Duration::from_secs(5);
 /// Detection (a few 1 s checks), removal, and a new member's boot and join.
 const MARGIN: Duration = Duration::from_secs(25);
-
-async fn machine_names(client: &kube::Client) -> BTreeSet<String> {
-    machines(client, "h1")
-        .await
-        .iter()
-        .map(|m| m.name_any())
-        .collect()
-}
 
 /// One scenario at a time in this binary: both share the machine's two cores with real etcd.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -82,7 +73,7 @@ async fn remediation(real: Option<&real_apiserver::RealApiServer>, prefix: u8) {
                 seen_unhealthy = Some(killed.elapsed());
             }
         }
-        if settled(&client, "h1", 3).await.is_ok() && !machine_names(&client).await.contains(&dead) {
+        if settled(&client, "h1", 3).await.is_ok() && !machine_names(&client, "h1").await.contains(&dead) {
             break;
         }
         assert!(
@@ -131,7 +122,7 @@ async fn remediation(real: Option<&real_apiserver::RealApiServer>, prefix: u8) {
     );
 
     // Two of three stop (SIGSTOP): quorum is lost, nothing is removed however long it lasts.
-    let survivors = machine_names(&client).await;
+    let survivors = machine_names(&client, "h1").await;
     let stopped: Vec<String> = survivors.iter().take(2).cloned().collect();
     for name in &stopped {
         plane.runtime.fault(name, Fault::Pause).unwrap();
@@ -157,7 +148,7 @@ async fn remediation(real: Option<&real_apiserver::RealApiServer>, prefix: u8) {
             machines.iter().all(|m| !m.is_deleting()),
             "a Machine deleted without quorum"
         );
-        assert_eq!(machine_names(&client).await, survivors);
+        assert_eq!(machine_names(&client, "h1").await, survivors);
         let etcd = etcd_api(&client).get("h1-etcd").await.unwrap();
         assert_eq!(condition(&etcd, "Ready").1, "QuorumLost");
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -183,7 +174,7 @@ async fn remediation(real: Option<&real_apiserver::RealApiServer>, prefix: u8) {
     tokio::time::sleep(Duration::from_secs(3)).await;
     wait_settled(&client, "h1", 3, TIMEOUT, &work).await;
     assert_eq!(
-        machine_names(&client).await,
+        machine_names(&client, "h1").await,
         survivors,
         "a member that came back was replaced"
     );

@@ -84,14 +84,6 @@ async fn stall_the_next_join(plane: &Plane, cluster: &str, known: &BTreeSet<Stri
     }
 }
 
-async fn machine_names(client: &Client, cluster: &str) -> BTreeSet<String> {
-    machines(client, cluster)
-        .await
-        .iter()
-        .map(|m| m.name_any())
-        .collect()
-}
-
 async fn join_failures(client: &Client, cluster: &str) -> Vec<String> {
     events(client, cluster)
         .await

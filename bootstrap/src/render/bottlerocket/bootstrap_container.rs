@@ -11,8 +11,8 @@ use etcdadm_shared::validation::quoted;
 use crate::render::error::RenderError;
 use crate::render::etcdadm_command::{cipher_suites, join_target};
 use crate::render::files::{FileEntry, ca_files, check_unique_paths, user_files};
+use crate::render::input::{EtcdadmCommand, RenderInput};
 use crate::render::yaml::{double_quoted, scalar};
-use crate::render::{EtcdadmCommand, RenderInput};
 
 /// Where the bootstrap image's etcdadm keeps certificates (`--certs-dir`); the image links
 /// `/var/lib/etcd` to the host's, so the CA written here is on the host.

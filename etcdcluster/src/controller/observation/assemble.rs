@@ -1,8 +1,6 @@
 //! The observation built from what was read and what the health check found, at one moment:
 //! every Machine against the spec, the stored status and the remediation clock; the views of
-//! certificates, restore and recovery; the spec's settings after defaults.
-
-use std::time::Duration;
+//! certificates; each concern's own view; the spec's settings after defaults.
 
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
@@ -16,11 +14,8 @@ use etcdadm_shared::validation::etcd_version;
 use super::Observation;
 use super::clock::{REMEDIATION_ANNOTATION, RemediationRecord, UnhealthyClock, remediation_policy};
 use super::outdated::{DesiredSpec, MemberSpec, outdate_expiring, outdated_reason};
-use super::read::{MachineRecord, Reads, unserved_since};
-use super::views::{
-    Automatic, BeforeChangeRecord, BeforeChangeView, CertificateView, Checked, ClusterView, EtcdView,
-    MachineView, SnapshotSummary,
-};
+use super::read::{Concerns, MachineRecord, Reads};
+use super::views::{CertificateView, Checked, ClusterView, EtcdView, MachineView};
 
 /// Length of the random suffix of member object names.
 const NAME_SUFFIX_LEN: usize = 5;
@@ -110,7 +105,8 @@ impl Reads {
 impl Observation {
     /// The observation at `now`: what `reads` holds, the etcd side from this round's health
     /// check.
-    pub fn new(reads: &Reads, checked: Checked, now: Timestamp) -> Observation {
+    /// `concerns` make each concern's own view.
+    pub fn new(reads: &Reads, checked: Checked, now: Timestamp, concerns: &dyn Concerns) -> Observation {
         // One struct literal, every field of the observation from what was read.
         let Checked { view: etcd, alarms } = checked;
         let clock = reads.clock(now);
@@ -182,64 +178,10 @@ impl Observation {
             creation_complete: status.creation_complete,
             kcp: reads.kcp.clone(),
             control_plane_machines: reads.control_plane_machines,
-            restore: reads.restore.as_ref().map(|r| {
-                let mut view = r.view.clone();
-                view.secret_age = r.secret_written.map(|t| clock.since(t));
-                view
-            }),
-            recovery: reads.recovery.clone().map(|mut view| {
-                view.automatic = e.spec.automatic_recovery_after().map(|after| Automatic {
-                    after,
-                    unserved_for: unserved_since(e).map_or(Duration::ZERO, |t| clock.since(t)),
-                });
-                view
-            }),
-            snapshot_in_flight: reads.snapshots.as_ref().and_then(|listed| {
-                listed
-                    .iter()
-                    .find(|s| !s.phase.is_finished())
-                    .map(|s| s.name.clone())
-            }),
-            before_change: before_change_view(reads, &clock),
+            views: concerns.views(reads, &clock),
             new_member_name: member_name(&e.name_any()),
         }
     }
-}
-
-/// What a change waiting for its snapshot sees, while `spec.backup` is set.
-fn before_change_view(reads: &Reads, clock: &UnhealthyClock) -> Option<BeforeChangeView> {
-    let e = &reads.etcd_cluster;
-    let backup = e.spec.backup.as_ref()?;
-    let record = e
-        .status
-        .as_ref()
-        .and_then(|s| s.before_change.as_ref())
-        .map(|r| BeforeChangeRecord {
-            reason: r.reason.clone(),
-            revision: r.revision,
-            snapshot: r.snapshot.clone(),
-            proceeded_without: r.proceeded_without,
-        });
-    let snapshots = reads
-        .snapshots
-        .iter()
-        .flatten()
-        .map(|s| SnapshotSummary {
-            name: s.name.clone(),
-            phase: s.phase,
-            revision: s.revision,
-            age: s.completed.map(|t| clock.since(t)),
-            message: s.message.clone(),
-        })
-        .collect();
-    Some(BeforeChangeView {
-        max_age: backup.before_change_max_age(),
-        record,
-        snapshots,
-        proceed_without: e
-            .annotations()
-            .contains_key(names::PROCEED_WITHOUT_SNAPSHOT_ANNOTATION),
-    })
 }
 
 /// The etcd versions the started members run: as each answered now, else as last recorded.

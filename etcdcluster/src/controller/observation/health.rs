@@ -244,7 +244,7 @@ pub async fn check_observed(
         m.observe_health_check(ns, &name, started.elapsed());
         if let Ok(Checked {
             view: EtcdView::Members(members),
-            alarms,
+            ..
         }) = &checked
         {
             for member in members {
@@ -253,8 +253,6 @@ pub async fn check_observed(
                     m.observe_db_size(ns, &name, &member.name, bytes, in_use, member.quota());
                 }
             }
-            let kinds: Vec<String> = alarms.iter().map(|a| a.kind.as_str().to_string()).collect();
-            m.observe_alarms(ns, &name, &kinds);
         }
     }
     checked

@@ -16,7 +16,7 @@ use etcdadm_shared::api::EtcdadmCluster;
 
 use etcdadm_shared::error::Error;
 
-use super::read::{Reads, read};
+use super::read::{Concerns, Reads, read};
 
 /// The shortest time an observation is reused for: with [`lifetime`], the bound on noticing a
 /// change to what is not watched (EtcdadmConfigs, infrastructure machines, Secret contents),
@@ -67,6 +67,7 @@ impl Observations {
         name: &str,
         cached: &EtcdadmCluster,
         afresh: bool,
+        concerns: &dyn Concerns,
     ) -> Result<Option<(Reads, bool)>, Error> {
         let key = format!("{namespace}/{name}");
         let now = Instant::now();
@@ -83,8 +84,10 @@ impl Observations {
             return Ok(Some((kept, false)));
         }
         let epoch = self.epoch(&key);
-        let obs = read(client, namespace, etcd).await?;
-        self.keep(&key, epoch, &obs, now);
+        let obs = read(client, namespace, etcd, concerns).await?;
+        if concerns.keep(&obs) {
+            self.keep(&key, epoch, &obs, now);
+        }
         Ok(Some((obs, true)))
     }
 
@@ -107,19 +110,9 @@ impl Observations {
     /// Keep `observation`, begun at `epoch`, unless `key` was invalidated since or the cluster is
     /// being deleted (deletion reads what it waits on every time).
     pub fn keep(&self, key: &str, epoch: u64, observation: &Reads, now: Instant) {
-        // Deletion, a missing template (its kind is not watched) and a recovery (it waits on its
-        // EtcdadmSnapshot, whose changes end no reuse) are looked at afresh.
-        let recovering = observation
-            .recovery
-            .as_ref()
-            .is_some_and(|r| r.requested.is_some() || r.under_way.is_some());
-        // A change waiting for its before-change snapshot is looked at afresh too.
-        let changing = observation
-            .etcd_cluster
-            .status
-            .as_ref()
-            .is_some_and(|s| s.before_change.is_some());
-        if observation.deleting() || observation.missing_infra_template.is_some() || recovering || changing {
+        // Deletion and a missing template (its kind is not watched) are looked at afresh (and
+        // what a concern says must be: `Concerns::keep`).
+        if observation.deleting() || observation.missing_infra_template.is_some() {
             return;
         }
         if let Ok(mut inner) = self.inner.lock()
@@ -227,9 +220,7 @@ mod tests {
             member_spec_problem: None,
             missing_infra_template: None,
             infra_machine: None,
-            restore: None,
-            recovery: None,
-            snapshots: None,
+            concerns: Default::default(),
         }
     }
 
@@ -350,19 +341,6 @@ mod tests {
         memo.keep(KEY, memo.epoch(KEY), &observation(etcd(1, false)), now);
         assert!(memo.reuse(KEY, &etcd(1, false), now).is_some());
         memo.forget(KEY);
-        assert!(memo.reuse(KEY, &etcd(1, false), now).is_none());
-    }
-
-    #[test]
-    fn a_recovering_cluster_is_always_read_afresh() {
-        let memo = Observations::default();
-        let now = Instant::now();
-        let mut recovering = observation(etcd(1, false));
-        recovering.recovery = Some(crate::controller::observation::views::RecoveryView {
-            requested: Some("latest".into()),
-            ..Default::default()
-        });
-        memo.keep(KEY, memo.epoch(KEY), &recovering, now);
         assert!(memo.reuse(KEY, &etcd(1, false), now).is_none());
     }
 

@@ -5,13 +5,16 @@
 
 mod assemble;
 pub mod clock;
+pub mod concerns;
 pub mod health;
 pub mod memo;
 pub mod outdated;
 pub mod read;
-mod restore_source;
+pub mod restore_source;
 pub mod views;
 
+use std::any::Any;
+use std::borrow::Cow;
 use std::time::Duration;
 
 use kube::api::ApiResource;
@@ -23,7 +26,8 @@ use etcdadm_shared::names;
 pub use self::clock::{
     RemediationRecord, UnhealthyClock, join_deadline, learner_listed_wait, remediation_policy,
 };
-pub use self::read::Reads;
+pub use self::concerns::ByType;
+pub use self::read::{Concerns, Reads};
 pub use self::views::*;
 
 /// Everything the plan reads, and what the steps it chooses act on.
@@ -84,14 +88,8 @@ pub struct Observation {
     pub kcp: KcpView,
     /// Control plane Machines of the Cluster (only counted while deleting).
     pub control_plane_machines: usize,
-    /// `spec.restore`, when set.
-    pub restore: Option<RestoreView>,
-    /// The `recover` annotation's request, or the recovery under way.
-    pub recovery: Option<RecoveryView>,
-    /// An EtcdadmSnapshot of this cluster waiting or being taken, by name.
-    pub snapshot_in_flight: Option<String>,
-    /// The snapshot before a disruptive change, while `spec.backup` is set.
-    pub before_change: Option<BeforeChangeView>,
+    /// Each concern's own view, by type (`view`).
+    pub views: ByType,
     /// The name a member Machine created now gets (`<etcdadmcluster>-<5 random>`, drawn anew
     /// for every observation).
     pub new_member_name: String,
@@ -123,6 +121,18 @@ pub fn machine_for_member<'a>(
 }
 
 impl Observation {
+    /// Concern view `V`, as assembled (a default one when there is none).
+    pub fn view<V: Any + Clone + Default>(&self) -> Cow<'_, V> {
+        self.views
+            .get::<V, V>()
+            .map_or_else(|| Cow::Owned(V::default()), Cow::Borrowed)
+    }
+
+    /// Concern view `V` to change (a default one kept first when there is none).
+    pub fn view_mut<V: Any + Clone + Default + Send + Sync>(&mut self) -> Option<&mut V> {
+        self.views.get_mut::<V, V>()
+    }
+
     /// `<namespace>/<cluster>`, the key of per-cluster caches.
     pub fn cache_key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)

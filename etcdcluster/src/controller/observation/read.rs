@@ -1,10 +1,11 @@
 //! All API reads of one EtcdadmCluster reconcile, made at once where they do not depend on one
 //! another: the Cluster and what is read through it (CA, init Secret, KubeadmControlPlane), the
-//! member Machines with their EtcdadmConfigs and infra machines, the restore source and the
-//! recovery's snapshots. `assemble` turns them, with the health check, into the observation.
+//! member Machines with their EtcdadmConfigs and infra machines, and what each concern reads for
+//! itself (`Concerns`). `assemble` turns them, with the health check, into the observation.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
@@ -12,10 +13,6 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Client, Resource, ResourceExt};
 
 use etcdadm_shared::api::capi::{Cluster, ControlPlaneEtcd, KubeadmControlPlane, Machine};
-use etcdadm_shared::api::cluster::RecoveryStatus;
-use etcdadm_shared::api::cluster::condition::ENDPOINTS_AVAILABLE;
-use etcdadm_shared::api::conditions::{self, READY};
-use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig, EtcdadmConfigSpec};
 use etcdadm_shared::contract::ClusterRef;
 use etcdadm_shared::contract::ca::{CaView, read_ca};
@@ -25,12 +22,10 @@ use etcdadm_shared::error::Error;
 use etcdadm_shared::names;
 use etcdadm_shared::pki::cert_not_after;
 
+use super::clock::UnhealthyClock;
 use super::clock::{REMEDIATION_FOR_ANNOTATION, RemediationRecord};
-use super::restore_source::{self, RestoreObservation};
-use super::views::{
-    ClientSecret, ClusterView, KcpView, MachineView, RecoveryRecord, RecoverySource, RecoveryView, UnderWay,
-};
-use crate::snapshot::snapshots_of;
+use super::concerns::ByType;
+use super::views::{ClientSecret, ClusterView, KcpView, MachineView};
 
 /// Group and kind of our own API, for owner references and `managedExternalEtcdRef`.
 pub const ETCD_CLUSTER_GROUP: &str = "etcdcluster.cluster.x-k8s.io";
@@ -65,24 +60,8 @@ pub struct Reads {
     pub missing_infra_template: Option<String>,
     /// The infra machine kind cloned from `spec.infrastructureTemplate`.
     pub infra_machine: Option<ApiResource>,
-    /// `spec.restore`, when set.
-    pub restore: Option<RestoreObservation>,
-    /// The `recover` annotation's request, when set.
-    pub recovery: Option<RecoveryView>,
-    /// This cluster's EtcdadmSnapshots, while `spec.backup` is set (a change waits for one).
-    pub snapshots: Option<Vec<SnapshotRecord>>,
-}
-
-/// One EtcdadmSnapshot as read: what a change waiting for it needs.
-#[derive(Clone, Debug)]
-pub struct SnapshotRecord {
-    pub name: String,
-    pub phase: SnapshotPhase,
-    pub revision: Option<i64>,
-    /// When it succeeded or failed.
-    pub completed: Option<Timestamp>,
-    /// Its `Ready` condition's message.
-    pub message: Option<String>,
+    /// What each concern reads for itself, by its view's type.
+    pub concerns: ByType,
 }
 
 impl Reads {
@@ -127,9 +106,30 @@ pub struct MachineRecord {
     pub join_started: Option<Timestamp>,
 }
 
+/// The concerns' own reads and views, as the registry of concerns makes them.
+pub trait Concerns: Sync {
+    /// Every concern's reads of `etcd` (as just read), made at once.
+    fn read<'a>(
+        &'a self,
+        client: &'a Client,
+        namespace: &'a str,
+        etcd: &'a EtcdadmCluster,
+    ) -> BoxFuture<'a, Result<ByType, Error>>;
+    /// Whether what was read may be kept between health rounds: no concern waits on something
+    /// whose changes end no reuse.
+    fn keep(&self, reads: &Reads) -> bool;
+    /// Every concern's view at one moment.
+    fn views(&self, reads: &Reads, clock: &UnhealthyClock) -> ByType;
+}
+
 /// Read everything around `etcd_cluster` (as just read). The reads that do not depend on one
 /// another are made at once: a reconcile waits for the slowest of them, not for their sum.
-pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster) -> Result<Reads, Error> {
+pub async fn read(
+    client: &Client,
+    namespace: &str,
+    etcd_cluster: EtcdadmCluster,
+    concerns: &dyn Concerns,
+) -> Result<Reads, Error> {
     // The independent reads side by side, joined in one try_join: apart, they could not be.
     let machines_api: Api<Machine> = Api::namespaced(client.clone(), namespace);
 
@@ -166,15 +166,7 @@ pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster
             None => Ok(None),
         }
     };
-    let restore = restore_source::observe(client, namespace, &etcd_cluster);
-    let recovery = recovery_view(client, namespace, &etcd_cluster);
-    let snapshots = async {
-        if etcd_cluster.spec.backup.is_none() {
-            return Ok::<_, Error>(None);
-        }
-        let listed = snapshots_of(client, namespace, &etcd_cluster.name_any()).await?;
-        Ok(Some(listed.iter().map(SnapshotRecord::from_snapshot).collect()))
-    };
+    let concern_reads = concerns.read(client, namespace, &etcd_cluster);
     let (
         ClusterSide {
             cluster,
@@ -189,18 +181,14 @@ pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster
         configs,
         infra_objects,
         missing_infra_template,
-        restore,
-        recovery,
-        snapshots,
+        concern_reads,
     ) = futures::try_join!(
         around_cluster,
         machines,
         configs,
         infra_objects,
         missing_infra_template,
-        restore,
-        recovery,
-        snapshots
+        concern_reads
     )?;
 
     let (records, machine_names) = machine_records(&etcd_cluster, &listed, &configs, &infra_objects);
@@ -224,23 +212,8 @@ pub async fn read(client: &Client, namespace: &str, etcd_cluster: EtcdadmCluster
         member_spec_problem,
         missing_infra_template,
         infra_machine,
-        restore,
-        recovery,
-        snapshots,
+        concerns: concern_reads,
     })
-}
-
-impl SnapshotRecord {
-    fn from_snapshot(snapshot: &EtcdadmSnapshot) -> Self {
-        let status = snapshot.status.clone().unwrap_or_default();
-        SnapshotRecord {
-            name: snapshot.name_any(),
-            phase: snapshot.phase(),
-            revision: status.revision,
-            completed: status.completion_time.map(|t| t.0),
-            message: conditions::find(&status.conditions, READY).and_then(|c| c.message.clone()),
-        }
-    }
 }
 
 /// Every member Machine ours or nobody's, oldest first, with its EtcdadmConfig and infra machine;
@@ -424,7 +397,7 @@ async fn missing_template(
 /// The admission webhook's verdict on the spec, for an object that reached us without it (no
 /// webhook installed, or written before it was): every field error, joined.
 fn member_spec_problem(etcd: &EtcdadmCluster, namespace: &str) -> Option<String> {
-    let errors = crate::webhook::validate_spec(&etcd.spec, Some(namespace));
+    let errors = etcdadm_shared::api::cluster::validate_spec(&etcd.spec, Some(namespace));
     (!errors.is_empty()).then(|| {
         errors
             .iter()
@@ -516,7 +489,7 @@ pub fn infra_machine_kind(etcd: &EtcdadmCluster, namespace: &str) -> (Option<Str
             None,
         );
     }
-    if let Some(problem) = crate::webhook::infrastructure_group_problem(&api_version) {
+    if let Some(problem) = etcdadm_shared::api::cluster::infrastructure_group_problem(&api_version) {
         return (
             Some(format!("spec.infrastructureTemplate.apiVersion {problem}")),
             None,
@@ -604,72 +577,4 @@ async fn observe_kcp(
         rollout_after: kcp.rollout_after(),
     };
     Ok((view, kcp.spec.version.clone(), client))
-}
-
-/// The `recover` annotation's request and the recovery under way, with the snapshots they need.
-async fn recovery_view(
-    client: &Client,
-    namespace: &str,
-    etcd: &EtcdadmCluster,
-) -> Result<Option<RecoveryView>, Error> {
-    let requested = etcd.annotations().get(names::RECOVER_ANNOTATION).cloned();
-    let record = etcd.status.as_ref().and_then(|s| s.recovery.clone());
-    let automatic = etcd.spec.automatic_recovery_after().is_some();
-    if requested.is_none() && record.is_none() && !automatic {
-        return Ok(None);
-    }
-    // An automatic recovery may need the newest snapshot only while no member serves clients.
-    let asked = requested
-        .clone()
-        .or_else(|| (automatic && unserved_since(etcd).is_some()).then(|| "latest".to_string()));
-    let under_way = match record {
-        Some(record) => Some(under_way(client, namespace, record).await?),
-        None => None,
-    };
-    let snapshot = match (&under_way, asked.as_deref().map(RecoverySource::parse)) {
-        (None, Some(Ok(RecoverySource::Snapshot(name)))) => {
-            Some(restore_source::snapshot_check(client, namespace, &name).await?)
-        }
-        (None, Some(Ok(RecoverySource::Latest))) => {
-            restore_source::newest_snapshot(client, namespace, &etcd.name_any()).await?
-        }
-        _ => None,
-    };
-    Ok(Some(RecoveryView {
-        requested,
-        store_configured: etcd.spec.backup.is_some(),
-        snapshot,
-        under_way,
-        automatic: None,
-    }))
-}
-
-/// Since when no voting member has served clients (`EndpointsAvailable` False), if none does.
-pub(super) fn unserved_since(etcd: &EtcdadmCluster) -> Option<Timestamp> {
-    let status = etcd.status.as_ref()?;
-    conditions::find(&status.conditions, ENDPOINTS_AVAILABLE)
-        .filter(|c| c.status == conditions::ConditionStatus::False)
-        .map(|c| c.last_transition_time.0)
-}
-
-/// `status.recovery` as the plan reads it, with its snapshot's phase now.
-async fn under_way(client: &Client, namespace: &str, record: RecoveryStatus) -> Result<UnderWay, Error> {
-    let snapshot = Api::<EtcdadmSnapshot>::namespaced(client.clone(), namespace)
-        .get_opt(&record.snapshot)
-        .await?;
-    let snapshot_failure = snapshot.as_ref().and_then(|s| {
-        let status = s.status.as_ref()?;
-        conditions::find(&status.conditions, READY).and_then(|c| c.message.clone())
-    });
-    Ok(UnderWay {
-        record: RecoveryRecord {
-            source: RecoverySource::parse(&record.source).unwrap_or_default(),
-            requested: record.requested,
-            phase: record.phase,
-            snapshot: record.snapshot,
-            survivor_revision: record.survivor_revision,
-        },
-        snapshot_phase: snapshot.as_ref().map(EtcdadmSnapshot::phase),
-        snapshot_failure,
-    })
 }

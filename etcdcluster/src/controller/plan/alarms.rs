@@ -4,6 +4,13 @@
 //! replaced by remediation (`remediation::replace_corrupt`) and the alarm disarmed once it is
 //! gone. Alarmed members serve, so an alarm is never taken for a lost quorum.
 
+use crate::controller::decision::ConcernMetrics;
+use crate::controller::observation::EtcdView;
+use etcdadm_shared::manager::Metrics;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+
 use std::time::Duration;
 
 use etcdadm_shared::api::EtcdadmClusterStatus;
@@ -12,7 +19,7 @@ use etcdadm_shared::api::quantity::human;
 use etcdadm_shared::error::Error;
 use etcdadm_shared::etcd::{Refusal, defragment_timeout, member_id_hex};
 
-use crate::controller::decision::{After, Applied, ConcernStep, EventNote, Hold, Outputs};
+use crate::controller::decision::{After, Applied, ConcernStep, EventNote, Hold, Outputs, StatusPart};
 use crate::controller::observation::{AlarmKind, MemberView, Observation, member_client_url};
 use crate::controller::plan::maintenance::{self, Defragment, Trigger};
 use crate::controller::rules::quorum;
@@ -65,6 +72,16 @@ pub enum AlarmStep {
 }
 
 impl ConcernStep for AlarmStep {
+    type View = ();
+    type Metrics = AlarmMetrics;
+
+    /// The Events of alarms appearing and clearing.
+    fn status(part: &mut StatusPart<'_>, _: Option<&Self>) {
+        for note in transitions(part.old, part.o) {
+            part.event(note);
+        }
+    }
+
     fn reason(&self) -> (&'static str, String) {
         match self {
             AlarmStep::Compact { revision, full, .. } => (
@@ -406,6 +423,54 @@ pub fn transitions(old: &EtcdadmClusterStatus, o: &Observation) -> Vec<EventNote
         }
     }
     notes
+}
+
+// Metrics.
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AlarmLabels {
+    pub namespace: String,
+    pub name: String,
+    pub alarm: String,
+}
+
+/// The alarms raised, by kind.
+#[derive(Clone, Debug, Default)]
+pub struct AlarmMetrics {
+    alarms: Family<AlarmLabels, Gauge>,
+}
+
+impl ConcernMetrics for AlarmMetrics {
+    fn register(&self, registry: &Metrics) {
+        registry.register(
+            "etcdadm_cluster_alarms",
+            "Active etcd alarms (NOSPACE, CORRUPT) by kind",
+            self.alarms.clone(),
+        );
+    }
+
+    /// As the health check found them, when it listed the members.
+    fn observe(&self, namespace: &str, name: &str, o: &Observation, _: &EtcdadmClusterStatus) {
+        if matches!(o.etcd, EtcdView::Members(_)) {
+            let kinds: Vec<String> = o.alarms.iter().map(|a| a.kind.as_str().to_string()).collect();
+            self.observe_alarms(namespace, name, &kinds);
+        }
+    }
+}
+
+impl AlarmMetrics {
+    /// Active alarms of a cluster, by kind (every known kind is set, so a cleared alarm reads 0).
+    pub fn observe_alarms(&self, namespace: &str, name: &str, active: &[String]) {
+        for alarm in ["NOSPACE", "CORRUPT"] {
+            let labels = AlarmLabels {
+                namespace: namespace.into(),
+                name: name.into(),
+                alarm: alarm.into(),
+            };
+            let count = active.iter().filter(|a| a.as_str() == alarm).count();
+            self.alarms.get_or_create(&labels).set(count as i64);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,15 @@
 //! the same window and then owed one control plane rollout; and which certificates are inside
 //! their warning window, for the status.
 
+use crate::controller::decision::ConcernMetrics;
+use etcdadm_shared::api::EtcdadmClusterStatus;
+use etcdadm_shared::manager::Metrics;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use std::sync::atomic::AtomicU64;
+use std::time::SystemTime;
+
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -17,7 +26,7 @@ use etcdadm_shared::api::MemberStatus;
 use etcdadm_shared::api::capi::KubeadmControlPlane;
 use etcdadm_shared::api::cluster::CertificatesStatus;
 use etcdadm_shared::api::cluster::condition::{CERTIFICATES_AVAILABLE, CERTIFICATES_EXPIRING};
-use etcdadm_shared::api::conditions::{NewCondition, Severity};
+use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
 use etcdadm_shared::contract::bytes;
 use etcdadm_shared::contract::ca::Ca;
 use etcdadm_shared::error::Error;
@@ -26,10 +35,11 @@ use etcdadm_shared::pki::LeafRequest;
 use etcdadm_shared::ssa;
 
 use super::secrets::reason::CA_CORRUPT;
-use crate::controller::decision::{After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Outputs};
+use crate::controller::decision::{
+    After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Outputs, StatusPart,
+};
 use crate::controller::observation::outdated::inside;
 use crate::controller::observation::{CaView, ClusterView, KcpView, Observation, is_ready};
-use crate::metrics::CertificateKind;
 
 /// Condition reasons of certificate renewal.
 pub mod reason {
@@ -58,6 +68,29 @@ pub enum CertificateStep {
 }
 
 impl ConcernStep for CertificateStep {
+    type View = ();
+    type Metrics = CertificateMetrics;
+
+    /// `status.certificates`, `CertificatesAvailable`, and `CertificatesExpiring` with a Warning
+    /// Event when it begins warning or names other certificates.
+    fn status(part: &mut StatusPart<'_>, _: Option<&Self>) {
+        part.status.certificates = Some(status(part.o, &part.status.members));
+        part.set_condition(available_condition(part.o));
+        let expiring = expiring_condition(part.o);
+        let was_expiring = conditions::find(&part.old.conditions, CERTIFICATES_EXPIRING)
+            .filter(|c| c.status == conditions::ConditionStatus::True)
+            .and_then(|c| c.message.clone());
+        if expiring.status == conditions::ConditionStatus::True
+            && was_expiring.as_deref() != Some(expiring.message.as_str())
+        {
+            part.event(EventNote::warning(
+                CERTIFICATES_EXPIRING,
+                expiring.message.clone(),
+            ));
+        }
+        part.set_condition(expiring);
+    }
+
     /// The condition reason and message for `Ready` while this step is next.
     fn reason(&self) -> (&'static str, String) {
         match self {
@@ -261,7 +294,7 @@ pub fn expiring_condition(o: &Observation) -> NewCondition {
     }
     let mut message: Vec<String> = found.iter().map(Expiring::describe).collect();
     if found.iter().any(|e| e.kind == CertificateKind::Ca) {
-        message.push("the CA is never replaced: plan its rotation (README, \"Certificates\")".into());
+        message.push("the CA is never replaced: plan its rotation (docs/operating.md, \"Certificates\")".into());
     }
     if found.iter().any(|e| e.kind != CertificateKind::Ca) {
         message.push("members and the API server client certificate are renewed before they expire".into());
@@ -332,6 +365,87 @@ async fn renew_apiserver_client(
         std::process::exit(3);
     }
     Ok(Applied::Done)
+}
+
+// Metrics.
+
+/// The kinds of certificate the controller watches, as the expiry metric and the
+/// `CertificatesExpiring` condition name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CertificateKind {
+    Ca,
+    Member,
+    ApiserverClient,
+}
+
+impl CertificateKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CertificateKind::Ca => "ca",
+            CertificateKind::Member => "member",
+            CertificateKind::ApiserverClient => "apiserver-client",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertificateLabels {
+    pub namespace: String,
+    pub name: String,
+    /// `ca`, `member` (the soonest member's), `apiserver-client`.
+    pub kind: String,
+}
+
+/// Time left on each kind of certificate.
+#[derive(Clone, Debug, Default)]
+pub struct CertificateMetrics {
+    expiry: Family<CertificateLabels, Gauge<f64, AtomicU64>>,
+}
+
+impl ConcernMetrics for CertificateMetrics {
+    fn register(&self, registry: &Metrics) {
+        registry.register(
+            "etcdadm_certificate_expiry_seconds",
+            "Seconds until the certificate of each kind expires (ca, member: the soonest member, apiserver-client); negative once expired",
+            self.expiry.clone(),
+        );
+    }
+
+    fn observe(&self, namespace: &str, name: &str, _: &Observation, status: &EtcdadmClusterStatus) {
+        self.observe_status(namespace, name, status);
+    }
+}
+
+impl CertificateMetrics {
+    /// The expiry gauges from `status.certificates` and the soonest member's certificate.
+    pub fn observe_status(&self, namespace: &str, name: &str, status: &EtcdadmClusterStatus) {
+        let certificates = status.certificates.clone().unwrap_or_default();
+        let member = status
+            .members
+            .iter()
+            .filter_map(|m| m.certificate_expiry.as_ref())
+            .min_by_key(|t| t.0);
+        for (kind, expiry) in [
+            (CertificateKind::Ca, certificates.ca_expiry.as_ref()),
+            (CertificateKind::Member, member),
+            (
+                CertificateKind::ApiserverClient,
+                certificates.apiserver_client_expiry.as_ref(),
+            ),
+        ] {
+            let Some(expiry) = expiry else { continue };
+            let labels = CertificateLabels {
+                namespace: namespace.into(),
+                name: name.into(),
+                kind: kind.as_str().into(),
+            };
+            let left = match SystemTime::from(expiry.0).duration_since(SystemTime::now()) {
+                Ok(left) => left.as_secs_f64(),
+                Err(past) => -past.duration().as_secs_f64(),
+            };
+            self.expiry.get_or_create(&labels).set(left);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -22,7 +22,9 @@ use etcdadm_shared::ssa;
 
 use super::machines::reason::WAITING_FOR_CONTROL_PLANE_ROLLOUT;
 use crate::controller::decision::reason::PROVISIONING;
-use crate::controller::decision::{After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Outputs};
+use crate::controller::decision::{
+    After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Outputs, StatusPart,
+};
 use crate::controller::observation::{ClusterView, KcpView, Observation, is_ready, voting_endpoints};
 
 /// Condition reasons of the control plane hand-over.
@@ -57,6 +59,14 @@ pub enum ControlPlaneStep {
 }
 
 impl ConcernStep for ControlPlaneStep {
+    type View = ();
+    type Metrics = ();
+
+    /// `ControlPlaneEndpointsUpdated`.
+    fn status(part: &mut StatusPart<'_>, _: Option<&Self>) {
+        part.set_condition(condition(part.o, is_ready(part.o)));
+    }
+
     /// The condition reason and message for `Ready` while this step is next.
     fn reason(&self) -> (&'static str, String) {
         match self {

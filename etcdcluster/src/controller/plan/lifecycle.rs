@@ -5,6 +5,8 @@
 //! first (the API servers need etcd until then) unless its Cluster is being deleted by upstream
 //! Cluster API, which deletes etcd Machines with the workers, before the control plane.
 
+use etcdadm_shared::api::cluster::condition::PAUSED;
+use etcdadm_shared::api::conditions::{NewCondition, Severity};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -17,7 +19,9 @@ use etcdadm_shared::ssa;
 
 use super::machines::{self, reason::WAITING_FOR_MACHINE_DELETION};
 use crate::controller::decision::reason::{INVALID_SPEC, PROVISIONING};
-use crate::controller::decision::{After, Applied, ConcernStep, Decision, EventNote, Hold, Outputs};
+use crate::controller::decision::{
+    After, Applied, ConcernStep, Decision, EventNote, Hold, Outputs, StatusPart,
+};
 use crate::controller::observation::{ClusterView, Observation};
 
 /// Condition reasons of the EtcdadmCluster's life.
@@ -52,6 +56,19 @@ pub enum LifecycleStep {
 }
 
 impl ConcernStep for LifecycleStep {
+    type View = ();
+    type Metrics = ();
+
+    /// `Paused`: True while the plan pauses (the Cluster or this EtcdadmCluster is paused).
+    fn status(part: &mut StatusPart<'_>, step: Option<&Self>) {
+        part.set_condition(if matches!(step, Some(LifecycleStep::Paused)) {
+            NewCondition::true_(PAUSED, reason::PAUSED)
+                .with_message("the Cluster or this EtcdadmCluster is paused: nothing is written but status")
+        } else {
+            NewCondition::false_(PAUSED, Severity::Info, "NotPaused", "")
+        });
+    }
+
     /// Whether this step writes anything (pausing writes nothing but status).
     fn writes(&self) -> bool {
         !matches!(self, LifecycleStep::Paused)

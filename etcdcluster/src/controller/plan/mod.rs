@@ -1,8 +1,9 @@
 //! The next step for one EtcdadmCluster: one module per concern below (its decisions, its words,
-//! its steps' effects and its part of the status), the sum of their steps with each step's words
-//! and effect dispatched to the concern that owns it, and `plan`, the order in which the rules
-//! and concerns are asked (docs/architecture.md, "The order of the plan"; the rules cited are
-//! those of docs/safety.md).
+//! its steps' effects and its part of the status), the registry of concerns (`concerns!`: the
+//! sum of their steps, each step's words and effect dispatched to the concern that owns it, and
+//! every concern's part of the status in registry order), and `plan`, the order in which the
+//! rules and concerns are asked (docs/architecture.md, "The order of the plan"; the rules cited
+//! are those of docs/safety.md).
 //!
 //! Every multi-step operation is derived from the world, never from memory: a Machine being
 //! deleted means "remove its member first" (whoever deleted it: scale down, rollout,
@@ -26,34 +27,29 @@ pub mod safe_changes;
 pub mod secrets;
 pub mod versions;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use futures::future::BoxFuture;
+use kube::Client;
 
-use etcdadm_shared::api::EtcdadmClusterStatus;
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
 use etcdadm_shared::error::Error;
+use etcdadm_shared::manager::Metrics;
 
-use self::alarms::AlarmStep;
-use self::certificates::CertificateStep;
-use self::control_plane::ControlPlaneStep;
-use self::lifecycle::LifecycleStep;
-use self::machines::{MachineStep, Removal};
-use self::maintenance::MaintenanceStep;
-use self::membership::MembershipStep;
-use self::recovery::RecoveryStep;
-use self::restore::RestoreStep;
+use self::machines::Removal;
 use self::rollout::Want;
-use self::safe_changes::SafeChangeStep;
-use self::secrets::SecretStep;
 use super::decision::reason::READY;
 use super::decision::{
-    After, Applied, ConcernStep, Decision, EventNote, Hold, HoldKind, JOIN_POLL, Outputs, REFUSED_REQUEUE,
-    WAIT_REQUEUE,
+    After, Applied, ConcernMetrics, ConcernStep, ConcernView, Decision, EventNote, Hold, HoldKind, JOIN_POLL,
+    Outputs, REFUSED_REQUEUE, StatusPart, WAIT_REQUEUE,
 };
-use super::observation::{Observation, is_ready};
+use super::observation::clock::UnhealthyClock;
+use super::observation::{self, ByType, Observation, Reads, is_ready};
 use super::rules::{self, reason as rule};
+use crate::metrics::{ConcernFamilies, EtcdClusterMetrics};
 
-/// The sum of the concerns' steps, and its dispatch: each arm calls the concern's own
-/// `ConcernStep`. A concern is one line here.
-macro_rules! steps {
+/// The registry of concerns: the sum of their steps and its dispatch, each arm calling the
+/// concern's own `ConcernStep`, and the status made of every concern's part, in registry order
+/// (its conditions are set in that order). A concern is one line here.
+macro_rules! concerns {
     ($($(#[$doc:meta])* $variant:ident($step:ty)),* $(,)?) => {
         /// The one next thing to do, and why.
         #[derive(Clone, Debug, PartialEq)]
@@ -81,6 +77,74 @@ macro_rules! steps {
                 }
             }
         )*
+
+        /// The registry of concerns as the observation sees it: every concern's own reads and
+        /// views.
+        pub struct Concerns;
+
+        /// One concern's read, kept once every read is done.
+        type KeepRead = Box<dyn FnOnce(&mut ByType) + Send>;
+
+        impl observation::Concerns for Concerns {
+            fn read<'a>(
+                &'a self,
+                client: &'a Client,
+                namespace: &'a str,
+                etcd: &'a EtcdadmCluster,
+            ) -> BoxFuture<'a, Result<ByType, Error>> {
+                let reads: Vec<BoxFuture<'a, Result<KeepRead, Error>>> = vec![$(
+                    Box::pin(async move {
+                        let read =
+                            <<$step as ConcernStep>::View as ConcernView>::read(client, namespace, etcd).await?;
+                        let keep: KeepRead = Box::new(move |kept: &mut ByType| {
+                            kept.insert::<<$step as ConcernStep>::View, _>(read)
+                        });
+                        Ok(keep)
+                    }),
+                )*];
+                Box::pin(async move {
+                    let mut kept = ByType::default();
+                    for keep in futures::future::try_join_all(reads).await? {
+                        keep(&mut kept);
+                    }
+                    Ok(kept)
+                })
+            }
+
+            fn keep(&self, reads: &Reads) -> bool {
+                $({
+                    type View = <$step as ConcernStep>::View;
+                    if let Some(read) = reads.concerns.get::<View, <View as ConcernView>::Read>()
+                        && !View::keep(read, &reads.etcd_cluster)
+                    {
+                        return false;
+                    }
+                })*
+                true
+            }
+
+            fn views(&self, reads: &Reads, clock: &UnhealthyClock) -> ByType {
+                let mut views = ByType::default();
+                $({
+                    type View = <$step as ConcernStep>::View;
+                    if let Some(read) = reads.concerns.get::<View, <View as ConcernView>::Read>() {
+                        views.insert::<View, _>(View::view(read, reads, clock));
+                    }
+                })*
+                views
+            }
+        }
+
+        /// Every concern's metric families, registered with `registry`.
+        pub fn concern_metrics(registry: &Metrics) -> ConcernFamilies {
+            let mut families = ConcernFamilies::default();
+            $(
+                let mine = <<$step as ConcernStep>::Metrics>::default();
+                mine.register(registry);
+                families.insert(mine);
+            )*
+            families
+        }
 
         impl Step {
             /// The condition reason and message for the `Ready` summary while this step is next.
@@ -126,22 +190,56 @@ macro_rules! steps {
                     $(Step::$variant(step) => step.after(o),)*
                 }
             }
+
+            /// Whether this step forgets the etcd cluster (`status.initialized` is cleared).
+            pub fn forgets_cluster(&self) -> bool {
+                match self {
+                    Step::Hold(_) | Step::Steady => false,
+                    $(Step::$variant(step) => step.forgets_cluster(),)*
+                }
+            }
+
+            /// Every concern's metric gauges from what was observed and the status written.
+            pub fn observe_concern_metrics(
+                metrics: &EtcdClusterMetrics,
+                namespace: &str,
+                name: &str,
+                o: &Observation,
+                status: &EtcdadmClusterStatus,
+            ) {
+                $(
+                    if let Some(families) = metrics.concern::<<$step as ConcernStep>::Metrics>() {
+                        families.observe(namespace, name, o, status);
+                    }
+                )*
+            }
+
+            /// Every concern's part of the status, in registry order, this step being the one
+            /// planned.
+            pub fn concern_status(&self, part: &mut StatusPart<'_>) {
+                $(
+                    let step = if let Step::$variant(step) = self { Some(step) } else { None };
+                    <$step as ConcernStep>::status(part, step);
+                )*
+            }
         }
     };
 }
 
-steps!(
-    Lifecycle(LifecycleStep),
-    Secrets(SecretStep),
-    Machines(MachineStep),
-    Membership(MembershipStep),
-    ControlPlane(ControlPlaneStep),
-    Certificates(CertificateStep),
-    Restore(RestoreStep),
-    Recover(RecoveryStep),
-    Alarms(AlarmStep),
-    Maintenance(MaintenanceStep),
-    SafeChanges(SafeChangeStep),
+// A recovery records its outcome before the restore reads it (`RevisionsBumped` looks at both).
+concerns!(
+    Lifecycle(lifecycle::LifecycleStep),
+    Secrets(secrets::SecretStep),
+    Certificates(certificates::CertificateStep),
+    Machines(machines::MachineStep),
+    Membership(membership::MembershipStep),
+    ControlPlane(control_plane::ControlPlaneStep),
+    Recover(recovery::RecoveryStep),
+    Restore(restore::RestoreStep),
+    Alarms(alarms::AlarmStep),
+    Maintenance(maintenance::MaintenanceStep),
+    SafeChanges(safe_changes::SafeChangeStep),
+    Versions(versions::VersionStep),
 );
 
 impl From<Hold> for Step {
@@ -178,36 +276,6 @@ fn hold_after(hold: &Hold, o: &Observation) -> After {
         }
         (HoldKind::Wait | HoldKind::Refusal, _) => After::Requeue(interval.min(WAIT_REQUEUE)),
     }
-}
-
-/// Each concern's own part of the status besides its conditions (written before `step` is
-/// taken; `initialized` as this status says), and the Events of what changed in it.
-pub fn concern_status(
-    status: &mut EtcdadmClusterStatus,
-    o: &Observation,
-    step: &Step,
-    initialized: bool,
-    now: &Time,
-) -> Vec<EventNote> {
-    let recovering = if let Step::Recover(step) = step {
-        Some(step)
-    } else {
-        None
-    };
-    recovery::record_status(status, o, recovering, now);
-    let safe_change = if let Step::SafeChanges(step) = step {
-        Some(step)
-    } else {
-        None
-    };
-    safe_changes::record_status(status, o, safe_change, now);
-    status.certificates = Some(certificates::status(o, &status.members));
-    if let Step::Restore(RestoreStep::RollControlPlane { after, .. }) = step {
-        restore::record_rollout(status, after);
-    }
-    restore::record_status(status, o, initialized, now)
-        .into_iter()
-        .collect()
 }
 
 /// A rule's or a concern's answer, as a step.
@@ -362,7 +430,10 @@ mod tests {
         adopt.machines[1].orphan = true;
         let note = plan(&adopt).event(&adopt).unwrap().note;
         assert!(note.starts_with("adopted Machine c1-etcd-m1"), "{note}");
-        assert_eq!(Step::Lifecycle(LifecycleStep::AddFinalizer).event(&o), None);
+        assert_eq!(
+            Step::Lifecycle(lifecycle::LifecycleStep::AddFinalizer).event(&o),
+            None
+        );
         assert_eq!(Step::Steady.event(&o), None);
     }
 }

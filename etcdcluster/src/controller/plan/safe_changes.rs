@@ -8,13 +8,18 @@
 //! (another is taken) or the `proceed-without-snapshot` annotation lets this one change go
 //! ahead without it (the annotation is then removed). A dead member's removal never waits.
 
+use std::time::Duration;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use etcdadm_shared::api::EtcdadmClusterStatus;
 use etcdadm_shared::api::cluster::BeforeChangeStatus;
+use etcdadm_shared::api::conditions::{self, READY};
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
+use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterStatus};
 use etcdadm_shared::error::Error;
 use etcdadm_shared::names::{
     BEFORE_ROLLOUT, BEFORE_SCALE_DOWN, PROCEED_WITHOUT_SNAPSHOT_ANNOTATION, SNAPSHOT_REASON_LABEL,
@@ -22,10 +27,11 @@ use etcdadm_shared::names::{
 
 use crate::controller::decision::reason::{ROLLING_UPDATE, SCALING_DOWN};
 use crate::controller::decision::{
-    After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Hold, Outputs,
+    After, Applied, ConcernStep, ConcernView, Decision, EventNote, FIELD_MANAGER, Hold, Outputs, StatusPart,
 };
-use crate::controller::observation::{BeforeChangeView, Observation, SnapshotSummary};
-use crate::snapshot::new_snapshot;
+use crate::controller::observation::clock::UnhealthyClock;
+use crate::controller::observation::{Observation, Reads};
+use crate::snapshot::{new_snapshot, snapshots_of};
 
 /// Condition reasons of a change waiting for its snapshot.
 pub mod reason {
@@ -48,6 +54,14 @@ pub enum SafeChangeStep {
 }
 
 impl ConcernStep for SafeChangeStep {
+    type View = SafeChangeView;
+    type Metrics = ();
+
+    /// `status.beforeChange`.
+    fn status(part: &mut StatusPart<'_>, step: Option<&Self>) {
+        record_status(part.status, part.o, step, part.now);
+    }
+
     /// The condition reason and message for `Ready` while this step is next.
     fn reason(&self) -> (&'static str, String) {
         match self {
@@ -213,7 +227,8 @@ fn satisfying<'a>(view: &'a BeforeChangeView, record: &BeforeChangeStatus) -> Op
 /// snapshot to take or wait for, unless one holds the change's revision, or the operator lets
 /// it go ahead without.
 pub fn before_removal(o: &Observation) -> Option<Decision<SafeChangeStep>> {
-    let view = o.before_change.as_ref()?;
+    let changes = o.view::<SafeChangeView>();
+    let view = changes.before_change.as_ref()?;
     let reason = change(o)?;
     let record = record(o, view, reason);
     if record.proceeded_without || satisfying(view, &record).is_some() {
@@ -279,7 +294,8 @@ pub fn record_status(
     step: Option<&SafeChangeStep>,
     now: &Time,
 ) {
-    let (Some(view), Some(reason)) = (o.before_change.as_ref(), change(o)) else {
+    let changes = o.view::<SafeChangeView>();
+    let (Some(view), Some(reason)) = (changes.before_change.as_ref(), change(o)) else {
         status.before_change = None;
         return;
     };
@@ -304,343 +320,150 @@ pub fn record_status(
     status.before_change = Some(record);
 }
 
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-    use super::*;
-    use crate::controller::testing::reason;
-    use crate::controller::testing::*;
-    use std::time::Duration;
+// View.
 
-    /// `running(3)` with a store, every member at revision 100.
-    fn backed_up(snapshots: Vec<SnapshotSummary>, record: Option<BeforeChangeRecord>) -> Observation {
-        let mut o = running(3);
-        for m in members_mut(&mut o) {
-            m.revision = Some(100);
+/// What this concern sees: the snapshot before a disruptive change, and the snapshot of this
+/// cluster waiting or being taken (maintenance waits for it too); there only while
+/// `spec.backup` is set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SafeChangeView {
+    pub before_change: Option<BeforeChangeView>,
+    /// An EtcdadmSnapshot of this cluster waiting or being taken, by name.
+    pub snapshot_in_flight: Option<String>,
+}
+
+impl ConcernView for SafeChangeView {
+    /// This cluster's EtcdadmSnapshots, while `spec.backup` is set (a change waits for one).
+    type Read = Option<Vec<SnapshotRecord>>;
+
+    async fn read(client: &Client, namespace: &str, etcd: &EtcdadmCluster) -> Result<Self::Read, Error> {
+        if etcd.spec.backup.is_none() {
+            return Ok(None);
         }
-        o.before_change = Some(BeforeChangeView {
-            max_age: Duration::from_secs(600),
-            record,
-            snapshots,
-            proceed_without: false,
-        });
-        o
+        let listed = snapshots_of(client, namespace, &etcd.name_any()).await?;
+        Ok(Some(listed.iter().map(SnapshotRecord::from_snapshot).collect()))
     }
 
-    fn snap(
-        name: &str,
-        phase: SnapshotPhase,
-        revision: Option<i64>,
-        age_secs: Option<u64>,
-    ) -> SnapshotSummary {
-        SnapshotSummary {
-            name: name.into(),
-            phase,
-            revision,
-            age: age_secs.map(Duration::from_secs),
-            message: (phase == SnapshotPhase::Failed).then(|| "StoreUnreachable: connection refused".into()),
-        }
+    /// A change waiting for its before-change snapshot is looked at afresh.
+    fn keep(_: &Self::Read, etcd: &EtcdadmCluster) -> bool {
+        etcd.status.as_ref().is_none_or(|s| s.before_change.is_none())
     }
 
-    fn recorded(reason: &str, snapshot: Option<&str>) -> Option<BeforeChangeRecord> {
-        Some(BeforeChangeRecord {
-            reason: reason.into(),
-            revision: Some(100),
-            snapshot: snapshot.map(String::from),
-            proceeded_without: false,
-        })
-    }
-
-    /// Each disruptive kind: a rollout (maxSurge 0, remove first), a rollout's removal after
-    /// its surge, a scale-down.
-    fn disruptive(o: Observation) -> Vec<(&'static str, &'static str, Observation)> {
-        let mut remove_first = o.clone();
-        remove_first.max_surge = 0;
-        outdate_all(&mut remove_first);
-        let mut after_surge = o.clone();
-        outdate_all(&mut after_surge);
-        after_surge
-            .machines
-            .push(machine("c1-etcd-n1", Some("10.0.1.1"), None));
-        let mut new = member(9, "c1-etcd-n1", "10.0.1.1");
-        new.is_leader = false;
-        new.revision = Some(100);
-        members_mut(&mut after_surge).push(new);
-        after_surge.init_secret = Some(InitSecret {
-            address: Some("10.0.0.1".into()),
-            client_urls: healthy_client_urls(&after_surge),
-        });
-        let mut scale_down = o;
-        scale_down.replicas = 1;
-        vec![
-            ("rollout, remove first", BEFORE_ROLLOUT, remove_first),
-            ("rollout, after its surge", BEFORE_ROLLOUT, after_surge),
-            ("scale down", BEFORE_SCALE_DOWN, scale_down),
-        ]
-    }
-
-    fn is_removal(step: &Step) -> bool {
-        matches!(
-            step,
-            Step::Machines(MachineStep::DeleteMachine {
-                purpose: Removal::Rollout | Removal::ScaleDown,
-                ..
-            })
-        )
-    }
-
-    #[test]
-    fn a_snapshot_is_required_before_each_disruptive_kind_and_its_record_kept() {
-        for (what, label, o) in disruptive(backed_up(vec![], None)) {
-            let step = plan(&o);
-            assert_eq!(
-                step,
-                Step::SafeChanges(SafeChangeStep::TakeSnapshot {
-                    name: format!("c1-etcd-fresh-{label}"),
-                    reason: label,
-                    revision: Some(100),
-                }),
-                "{what}"
-            );
-            let event = step.event(&o).unwrap();
-            assert!(
-                event.note.contains("holding revision 100 or later"),
-                "{what}: {}",
-                event.note
-            );
-            // Status records the decision and the snapshot before it is created.
-            let mut status = EtcdadmClusterStatus::default();
-            let Step::SafeChanges(taken) = &step else { panic!() };
-            let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
-            record_status(&mut status, &o, Some(taken), &now);
-            let stored = status.before_change.clone().unwrap();
-            assert_eq!(
-                (
-                    stored.reason.as_str(),
-                    stored.revision,
-                    stored.snapshot.as_deref()
-                ),
-                (label, Some(100), Some(format!("c1-etcd-fresh-{label}").as_str())),
-                "{what}"
-            );
-            // A restarted controller waits for that same snapshot, whatever name it would draw.
-            let mut waiting = o.clone();
-            waiting.new_member_name = "c1-etcd-other".into();
-            let view = waiting.before_change.as_mut().unwrap();
-            view.record = recorded(label, stored.snapshot.as_deref());
-            view.snapshots = vec![snap(
-                &format!("c1-etcd-fresh-{label}"),
-                SnapshotPhase::Running,
-                None,
-                None,
-            )];
-            let held = plan(&waiting);
-            assert_eq!(wait_reason(&held), reason::WAITING_FOR_SNAPSHOT, "{what}");
-            assert!(!held.writes() && !held.is_refusal());
-            // Succeeded at or beyond the decision's revision: the removal goes ahead.
-            let view = waiting.before_change.as_mut().unwrap();
-            view.snapshots = vec![snap(
-                &format!("c1-etcd-fresh-{label}"),
-                SnapshotPhase::Succeeded,
-                Some(104),
-                Some(7200),
-            )];
-            assert!(is_removal(&plan(&waiting)), "{what}: {:?}", plan(&waiting));
-            // Once the change is done, the record goes.
-            let mut done = running(3);
-            done.before_change = waiting.before_change.clone();
-            record_status(&mut status, &done, None, &now);
-            assert_eq!(status.before_change, None, "{what}");
-        }
-    }
-
-    #[test]
-    fn a_fresh_snapshot_holding_the_revision_is_reused() {
-        let reusable =
-            |age: u64, revision: i64| snap("nightly", SnapshotPhase::Succeeded, Some(revision), Some(age));
-        for (what, label, o) in disruptive(backed_up(vec![reusable(300, 100)], None)) {
-            assert!(is_removal(&plan(&o)), "{what}: {:?}", plan(&o));
-            let mut status = EtcdadmClusterStatus::default();
-            record_status(
-                &mut status,
-                &o,
-                None,
-                &Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-            );
-            let stored = status.before_change.unwrap();
-            assert_eq!(
-                (stored.reason.as_str(), stored.snapshot.as_deref()),
-                (label, Some("nightly"))
-            );
-        }
-        // Too old, or older than the decision's revision: a new one is taken.
-        for stale in [reusable(601, 100), reusable(60, 99)] {
-            for (what, _, o) in disruptive(backed_up(vec![stale.clone()], None)) {
-                assert!(
-                    matches!(plan(&o), Step::SafeChanges(SafeChangeStep::TakeSnapshot { .. })),
-                    "{what}: {stale:?}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn a_failed_snapshot_holds_the_change_with_its_reason_until_deleted() {
-        for (what, label, o) in disruptive(backed_up(vec![], None)) {
-            let mut failed = o.clone();
-            let view = failed.before_change.as_mut().unwrap();
-            view.record = recorded(label, Some("c1-etcd-x-before"));
-            view.snapshots = vec![snap("c1-etcd-x-before", SnapshotPhase::Failed, None, Some(5))];
-            let step = plan(&failed);
-            assert_eq!(wait_reason(&step), reason::SNAPSHOT_FAILED, "{what}");
-            assert!(step.is_refusal() && !step.writes());
-            let message = wait_message(&step);
-            assert!(
-                message.contains("StoreUnreachable: connection refused"),
-                "{message}"
-            );
-            assert!(message.contains(PROCEED_WITHOUT_SNAPSHOT_ANNOTATION), "{message}");
-            // Deleted by the operator: another is taken.
-            failed.before_change.as_mut().unwrap().snapshots.clear();
-            assert!(matches!(
-                plan(&failed),
-                Step::SafeChanges(SafeChangeStep::TakeSnapshot { .. })
-            ));
-        }
-    }
-
-    #[test]
-    fn the_override_annotation_lets_one_change_go_ahead_and_is_removed() {
-        for (what, label, o) in disruptive(backed_up(vec![], None)) {
-            let mut asked = o.clone();
-            let view = asked.before_change.as_mut().unwrap();
-            view.record = recorded(label, Some("c1-etcd-x-before"));
-            view.snapshots = vec![snap("c1-etcd-x-before", SnapshotPhase::Failed, None, Some(5))];
-            view.proceed_without = true;
-            let step = plan(&asked);
-            let Step::SafeChanges(used @ SafeChangeStep::ProceedWithout { .. }) = &step else {
-                panic!("{what}: {step:?}")
-            };
-            assert!(step.event(&asked).unwrap().warning);
-            let mut status = EtcdadmClusterStatus::default();
-            let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
-            record_status(&mut status, &asked, Some(used), &now);
-            assert!(status.before_change.as_ref().unwrap().proceeded_without);
-            // The annotation is gone: this change goes ahead, the snapshot still Failed.
-            let view = asked.before_change.as_mut().unwrap();
-            view.proceed_without = false;
-            view.record.as_mut().unwrap().proceeded_without = true;
-            assert!(is_removal(&plan(&asked)), "{what}: {:?}", plan(&asked));
-            // The next change needs its snapshot again.
-            record_status(&mut status, &running(3), None, &now);
-            assert_eq!(status.before_change, None);
-        }
-    }
-
-    #[test]
-    fn remediation_of_a_dead_member_and_a_cluster_without_a_store_never_wait() {
-        // A dead member, remediated: no snapshot asked for, even mid-rollout.
-        let mut dead = backed_up(vec![], None);
-        members_mut(&mut dead)[2] = unhealthy(members_mut(&mut dead)[2].clone(), "connection refused");
-        members_mut(&mut dead)[2].unhealthy_for = dead.remediation.unhealthy_after * 2;
-        dead.machines[2].unhealthy_for = dead.remediation.unhealthy_after * 2;
-        assert!(
-            matches!(
-                plan(&dead),
-                Step::Machines(MachineStep::DeleteMachine {
-                    purpose: Removal::Remediation { .. },
-                    ..
-                })
-            ),
-            "{:?}",
-            plan(&dead)
-        );
-        // A rollout's dead victim goes at once too.
-        let mut dead_victim = backed_up(vec![], None);
-        outdate_all(&mut dead_victim);
-        dead_victim
-            .machines
-            .push(machine("c1-etcd-n1", Some("10.0.1.1"), None));
-        members_mut(&mut dead_victim).push(member(9, "c1-etcd-n1", "10.0.1.1"));
-        members_mut(&mut dead_victim)[1] = unhealthy(members_mut(&mut dead_victim)[1].clone(), "down");
-        assert!(matches!(
-            plan(&dead_victim),
-            Step::Machines(MachineStep::DeleteMachine { machine, .. }) if machine == "c1-etcd-m1"
-        ));
-        // Without spec.backup nothing waits.
-        for (what, _, mut o) in disruptive(backed_up(vec![], None)) {
-            o.before_change = None;
-            assert!(is_removal(&plan(&o)), "{what}: {:?}", plan(&o));
-        }
-    }
-
-    #[test]
-    fn a_whole_rollout_or_scale_down_takes_one_snapshot_before_its_first_removal_and_proceeds() {
-        let rollout = |kcp: bool, surge: i32| {
-            let mut o = zoned(3, kcp);
-            o.max_surge = surge;
-            outdate_all(&mut o);
-            o
-        };
-        let scale_down = {
-            let mut o = zoned(3, false);
-            o.replicas = 1;
-            o
-        };
-        for (what, mut o, label) in [
-            ("rollout without a KCP", rollout(false, 1), BEFORE_ROLLOUT),
-            (
-                "rollout with a KCP, surge then switch",
-                rollout(true, 1),
-                BEFORE_ROLLOUT,
-            ),
-            ("rollout with a KCP, maxSurge 0", rollout(true, 0), BEFORE_ROLLOUT),
-            ("scale down 3 to 1", scale_down, BEFORE_SCALE_DOWN),
-        ] {
-            o.before_change = backed_up(vec![], None).before_change;
-            let mut steps = vec![];
-            for _ in 0..200 {
-                let step = plan(&o);
-                if step == Step::Steady {
-                    break;
-                }
-                let view = o.before_change.as_mut().unwrap();
-                match &step {
-                    // The snapshot controller takes it at once.
-                    Step::SafeChanges(SafeChangeStep::TakeSnapshot { name, reason, .. }) => {
-                        view.record = recorded(reason, Some(name));
-                        view.snapshots
-                            .push(snap(name, SnapshotPhase::Succeeded, Some(120), Some(1)));
-                    }
-                    other => {
-                        let mut w = World::new(o.clone());
-                        w.apply(other);
-                        o = w.o;
-                    }
-                }
-                steps.push(step);
-            }
-            assert_eq!(plan(&o), Step::Steady, "{what}: {steps:#?}");
-            let taken: Vec<&Step> = steps
-                .iter()
-                .filter(|s| matches!(s, Step::SafeChanges(SafeChangeStep::TakeSnapshot { .. })))
-                .collect();
-            assert_eq!(taken.len(), 1, "{what}: {steps:#?}");
-            assert!(
-                matches!(taken[0], Step::SafeChanges(SafeChangeStep::TakeSnapshot { reason, .. }) if *reason == label),
-                "{what}"
-            );
-            let first_removal = steps.iter().position(is_removal).unwrap();
-            let snapshot = steps
-                .iter()
-                .position(|s| matches!(s, Step::SafeChanges(_)))
-                .unwrap();
-            assert!(snapshot < first_removal, "{what}");
-            assert_eq!(
-                up_to_date_machines(&o),
-                usize::try_from(o.replicas).unwrap(),
-                "{what}"
-            );
+    fn view(read: &Self::Read, reads: &Reads, clock: &UnhealthyClock) -> Self {
+        SafeChangeView {
+            before_change: before_change_view(read, reads, clock),
+            snapshot_in_flight: read.as_ref().and_then(|listed| {
+                listed
+                    .iter()
+                    .find(|s| !s.phase.is_finished())
+                    .map(|s| s.name.clone())
+            }),
         }
     }
 }
+
+/// One EtcdadmSnapshot as read: what a change waiting for it needs.
+#[derive(Clone, Debug)]
+pub struct SnapshotRecord {
+    pub name: String,
+    pub phase: SnapshotPhase,
+    pub revision: Option<i64>,
+    /// When it succeeded or failed.
+    pub completed: Option<Timestamp>,
+    /// Its `Ready` condition's message.
+    pub message: Option<String>,
+}
+
+impl SnapshotRecord {
+    fn from_snapshot(snapshot: &EtcdadmSnapshot) -> Self {
+        let status = snapshot.status.clone().unwrap_or_default();
+        SnapshotRecord {
+            name: snapshot.name_any(),
+            phase: snapshot.phase(),
+            revision: status.revision,
+            completed: status.completion_time.map(|t| t.0),
+            message: conditions::find(&status.conditions, READY).and_then(|c| c.message.clone()),
+        }
+    }
+}
+
+/// What a change waiting for its snapshot sees, while `spec.backup` is set.
+fn before_change_view(
+    read: &Option<Vec<SnapshotRecord>>,
+    reads: &Reads,
+    clock: &UnhealthyClock,
+) -> Option<BeforeChangeView> {
+    let e = &reads.etcd_cluster;
+    let backup = e.spec.backup.as_ref()?;
+    let record = e
+        .status
+        .as_ref()
+        .and_then(|s| s.before_change.as_ref())
+        .map(|r| BeforeChangeRecord {
+            reason: r.reason.clone(),
+            revision: r.revision,
+            snapshot: r.snapshot.clone(),
+            proceeded_without: r.proceeded_without,
+        });
+    let snapshots = read
+        .iter()
+        .flatten()
+        .map(|s| SnapshotSummary {
+            name: s.name.clone(),
+            phase: s.phase,
+            revision: s.revision,
+            age: s.completed.map(|t| clock.since(t)),
+            message: s.message.clone(),
+        })
+        .collect();
+    Some(BeforeChangeView {
+        max_age: backup.before_change_max_age(),
+        record,
+        snapshots,
+        proceed_without: e.annotations().contains_key(PROCEED_WITHOUT_SNAPSHOT_ANNOTATION),
+    })
+}
+
+/// What the snapshot before a disruptive change needs (docs/day2.md, "Snapshots before
+/// changes"): there only while `spec.backup` is set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BeforeChangeView {
+    /// `beforeChange.maxAge`: a Succeeded snapshot this young that holds the decision's revision
+    /// is reused.
+    pub max_age: Duration,
+    /// `status.beforeChange` as stored.
+    pub record: Option<BeforeChangeRecord>,
+    /// This cluster's EtcdadmSnapshots.
+    pub snapshots: Vec<SnapshotSummary>,
+    /// The `proceed-without-snapshot` annotation is set.
+    pub proceed_without: bool,
+}
+
+/// `status.beforeChange` (its time aside).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BeforeChangeRecord {
+    /// `before-rollout` or `before-scale-down`.
+    pub reason: String,
+    /// The cluster's revision when the change was decided.
+    pub revision: Option<i64>,
+    /// The snapshot the change waits for.
+    pub snapshot: Option<String>,
+    /// An operator let this change go ahead without one.
+    pub proceeded_without: bool,
+}
+
+/// One EtcdadmSnapshot of this cluster, as far as a change waiting for it needs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SnapshotSummary {
+    pub name: String,
+    pub phase: SnapshotPhase,
+    /// The revision it holds, once Succeeded.
+    pub revision: Option<i64>,
+    /// Time since it succeeded or failed.
+    pub age: Option<Duration>,
+    /// Why it failed or waits (its `Ready` condition's message).
+    pub message: Option<String>,
+}
+
+#[cfg(test)]
+mod tests;

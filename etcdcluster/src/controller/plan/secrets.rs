@@ -40,6 +40,9 @@ pub enum SecretStep {
 }
 
 impl ConcernStep for SecretStep {
+    type View = ();
+    type Metrics = ();
+
     /// The condition reason and message for `Ready` while this step is next.
     fn reason(&self) -> (&'static str, String) {
         match self {

@@ -1,12 +1,47 @@
 //! etcd versions (docs/day2.md, "etcd versions"): a cluster moves one minor version at a time
 //! and never back, so new members of a version two minors ahead of, or a minor behind, what the
 //! members run are refused here too, for specs that reached the controller without admission;
-//! and the cluster version etcd itself would report.
+//! and the cluster version etcd itself would report (`status.clusterVersion`, this concern's
+//! part of the status; it has no step of its own).
 
+use etcdadm_shared::error::Error;
 use etcdadm_shared::validation::{is_etcd_version, major_minor, quoted, version_change_problem};
 
-use crate::controller::decision::Hold;
+use crate::controller::decision::{After, Applied, ConcernStep, EventNote, Hold, Outputs, StatusPart};
 use crate::controller::observation::{EtcdView, MemberView, Observation};
+
+/// The versions concern takes no step: its refusal holds a Machine's creation, and its part of
+/// the status is the cluster version.
+#[derive(Clone, Debug, PartialEq)]
+pub enum VersionStep {}
+
+impl ConcernStep for VersionStep {
+    type View = ();
+    type Metrics = ();
+
+    fn reason(&self) -> (&'static str, String) {
+        match *self {}
+    }
+
+    fn event(&self, _: &Observation) -> Option<EventNote> {
+        match *self {}
+    }
+
+    async fn apply(&self, _: &Outputs<'_>, _: &Observation) -> Result<Applied, Error> {
+        match *self {}
+    }
+
+    fn after(&self, _: &Observation) -> After {
+        match *self {}
+    }
+
+    /// `status.clusterVersion`, once every voting member answered; kept while one does not.
+    fn status(part: &mut StatusPart<'_>, _: Option<&Self>) {
+        if let Some(version) = cluster_version(&part.o.etcd) {
+            part.status.cluster_version = Some(version);
+        }
+    }
+}
 
 /// Condition reasons of version changes.
 pub mod reason {

@@ -1,5 +1,9 @@
 //! The verbs on stored objects with the real server's rules: preconditions, generation,
 //! subresources, finalizers, validation. Everything here runs under the store's lock.
+//!
+//! Over 600 lines: every verb runs under the one store lock and shares the preconditions,
+//! generation and finalizer checks with the others, in the real server's order; apart, each
+//! file would take the lock's state and those checks as arguments.
 
 use base64::Engine;
 use k8s_openapi::api::{coordination, core};

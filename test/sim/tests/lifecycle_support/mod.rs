@@ -761,6 +761,11 @@ pub async fn machine_names(client: &kube::Client, cluster: &str) -> BTreeSet<Str
         .collect()
 }
 
+/// A client certificate for etcd issued by `ca`, valid ten minutes.
+pub fn client_tls(ca: &etcdadm_shared::pki::CertificateAuthority) -> etcdadm_shared::etcd::EtcdTls {
+    etcdadm_shared::etcd::EtcdTls::issued_by(ca, "bench", Duration::from_secs(600)).unwrap()
+}
+
 /// What a rolling replacement took and what the client saw.
 pub struct Outcome {
     pub wall: Duration,

@@ -1,5 +1,8 @@
 //! Starting, supervising and stopping units; answering `systemctl` verbs as systemd does
 //! (same exit codes, same one-line messages for the cases provisioning scripts meet).
+//!
+//! Over 600 lines: one table of units under one lock, which every `systemctl` verb and the
+//! supervisor read and change.
 
 use std::collections::HashMap;
 use std::os::unix::net::UnixDatagram;

@@ -1,5 +1,7 @@
 //! `bootstrap.cluster.x-k8s.io/v1beta1`: EtcdadmConfig and EtcdadmConfigTemplate, wire-compatible
 //! with the reference (aws/etcdadm-bootstrap-provider) plus the fields this project adds (docs/bootstrap.md).
+//! The Bottlerocket settings (`bottlerocket`) and the users and files written on the machine
+//! (`files`) are in files of their own.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -11,6 +13,12 @@ use serde::{Deserialize, Serialize};
 
 use super::conditions::Condition;
 use super::quantity::ByteQuantity;
+
+mod bottlerocket;
+mod files;
+
+pub use self::bottlerocket::*;
+pub use self::files::*;
 
 /// Desired user data of one etcd machine: etcdadm options and the cloud-init around them.
 #[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -339,97 +347,6 @@ pub struct CloudInitConfig {
     pub install_dir: Option<String>,
 }
 
-/// Bottlerocket settings: the images of etcd and of the host containers that run etcdadm, extra
-/// containers, kernel and boot settings.
-#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BottlerocketConfig {
-    /// etcd image used by etcdadm, `<repository>:<tag>`: the tag (a leading v dropped) is the etcd
-    /// version.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub etcd_image: Option<String>,
-    /// Image of the kubeadm-bootstrap host container that runs etcdadm.
-    #[serde(default)]
-    pub bootstrap_image: String,
-    /// Admin host container image (empty: Bottlerocket's default).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub admin_image: String,
-    /// Control host container image (empty: no control container).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub control_image: String,
-    /// Pause container image (`settings.kubernetes.pod-infra-container-image`).
-    #[serde(default)]
-    pub pause_image: String,
-    /// Additional host containers, unique by name; at most 32.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32))]
-    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
-    pub custom_host_containers: Vec<BottlerocketHostContainer>,
-    /// Additional bootstrap containers, unique by name; at most 32.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32))]
-    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
-    pub custom_bootstrap_containers: Vec<BottlerocketBootstrapContainer>,
-    /// Kernel settings.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kernel: Option<BottlerocketKernelSettings>,
-    /// Boot settings.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub boot: Option<BottlerocketBootSettings>,
-}
-
-/// A Bottlerocket host container.
-#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BottlerocketHostContainer {
-    /// Container name.
-    pub name: String,
-    /// Whether the container is superpowered.
-    pub superpowered: bool,
-    /// Image location.
-    pub image: String,
-    /// Base64 user data passed to the container.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user_data: Option<String>,
-}
-
-/// A Bottlerocket bootstrap container.
-#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BottlerocketBootstrapContainer {
-    /// Container name.
-    pub name: String,
-    /// Image location.
-    pub image: String,
-    /// Whether a non-zero exit stops the boot.
-    #[serde(default)]
-    pub essential: bool,
-    /// `always`, `off` or `once`.
-    #[schemars(extend("enum" = ["always", "off", "once"]))]
-    pub mode: String,
-    /// Base64 user data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user_data: Option<String>,
-}
-
-/// Bottlerocket kernel settings.
-#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BottlerocketKernelSettings {
-    /// sysctl keys and values.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub sysctl_settings: std::collections::BTreeMap<String, String>,
-}
-
-/// Bottlerocket boot settings.
-#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BottlerocketBootSettings {
-    /// Kernel parameters and their values.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub boot_kernel_parameters: std::collections::BTreeMap<String, Vec<String>>,
-}
-
 /// Proxy settings for containerd.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -493,122 +410,6 @@ pub struct CertBundle {
     pub name: String,
     /// PEM certificates.
     pub data: String,
-}
-
-/// A user to create (CAPI kubeadm v1beta1 `User`).
-#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct User {
-    /// User name.
-    pub name: String,
-    /// GECOS field.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gecos: Option<String>,
-    /// Comma-separated additional groups.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub groups: Option<String>,
-    /// Home directory.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub home_dir: Option<String>,
-    /// Create the user inactive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inactive: Option<bool>,
-    /// Login shell.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shell: Option<String>,
-    /// Hashed password.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub passwd: Option<String>,
-    /// Hashed password read from a Secret key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub passwd_from: Option<PasswdSource>,
-    /// Primary group.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub primary_group: Option<String>,
-    /// Lock the password.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lock_password: Option<bool>,
-    /// sudo rule.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sudo: Option<String>,
-    /// Authorized SSH public keys; at most 64.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 64))]
-    pub ssh_authorized_keys: Vec<String>,
-}
-
-/// Where a user's password comes from.
-#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct PasswdSource {
-    /// The Secret key holding the hashed password.
-    pub secret: SecretKeyRef,
-}
-
-/// A key of a Secret in the config's namespace.
-#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct SecretKeyRef {
-    /// Secret name.
-    pub name: String,
-    /// Key within the Secret.
-    pub key: String,
-}
-
-/// A file to write (CAPI kubeadm v1beta1 `File`).
-#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("!(has(self.content) && has(self.contentFrom))").message("content and contentFrom are mutually exclusive"))]
-pub struct File {
-    /// Absolute path on the machine (at most 4096 characters, PATH_MAX).
-    #[schemars(length(max = 4096))]
-    #[x_kube(validation = Rule::new("self.startsWith('/')").message("path must be absolute"))]
-    pub path: String,
-    /// `user:group`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-    /// Octal permissions, e.g. `0640`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub permissions: Option<String>,
-    /// Encoding of `content`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub encoding: Option<Encoding>,
-    /// Append instead of replacing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub append: Option<bool>,
-    /// Inline content.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content: Option<String>,
-    /// Content read from a Secret key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content_from: Option<FileSource>,
-}
-
-/// Where a file's content comes from.
-#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct FileSource {
-    /// The Secret key holding the content.
-    pub secret: SecretKeyRef,
-}
-
-/// Encoding of a file's content.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub enum Encoding {
-    #[serde(rename = "base64")]
-    Base64,
-    #[serde(rename = "gzip")]
-    Gzip,
-    #[serde(rename = "gzip+base64")]
-    GzipBase64,
-}
-
-impl Encoding {
-    /// The wire name, which is also cloud-init's.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Encoding::Base64 => "base64",
-            Encoding::Gzip => "gzip",
-            Encoding::GzipBase64 => "gzip+base64",
-        }
-    }
 }
 
 /// Observed state of an EtcdadmConfig: the two CAPI bootstrap contracts at once.
