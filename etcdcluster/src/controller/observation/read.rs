@@ -414,7 +414,7 @@ fn deleting(etcd: &EtcdadmCluster, cluster: Option<&Cluster>) -> bool {
 
 /// The Cluster named by our `cluster.x-k8s.io/cluster-name` label, else one whose
 /// `spec.managedExternalEtcdRef` points at us (the EKS-A fork's link).
-async fn find_cluster(
+pub async fn find_cluster(
     client: &Client,
     namespace: &str,
     etcd: &EtcdadmCluster,
