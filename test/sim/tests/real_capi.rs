@@ -502,3 +502,13 @@ fn the_real_kcp_initializes_and_rolls_out_on_our_etcd() {
         kcp_workload::scenario()
     );
 }
+
+mod capi_move;
+
+#[test]
+fn clusterctl_move_carries_a_ready_cluster_to_a_second_management_cluster() {
+    isolated!(
+        "clusterctl_move_carries_a_ready_cluster_to_a_second_management_cluster",
+        capi_move::scenario()
+    );
+}
