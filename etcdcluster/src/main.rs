@@ -52,11 +52,13 @@ fn main() -> ExitCode {
             } = *args;
             let manager = Manager::new(manager, "etcdadm-controller", DEFAULT_LEADER_ELECTION_ID)
                 .webhooks(etcdadm_etcdcluster::webhook::routes());
-            let slots = usize::from(max_concurrent_snapshots);
+            // One pool of snapshot slots: snapshots and restore checksums share it.
+            let pool =
+                etcdadm_etcdcluster::snapshot::SnapshotPool::new(usize::from(max_concurrent_snapshots));
             manager.main(move |ctx| async move {
                 futures::join!(
-                    etcdadm_etcdcluster::controller::run(ctx.clone()),
-                    etcdadm_etcdcluster::snapshot::run(ctx, slots),
+                    etcdadm_etcdcluster::controller::run(ctx.clone(), pool.clone()),
+                    etcdadm_etcdcluster::snapshot::run(ctx, pool),
                 );
             })
         }

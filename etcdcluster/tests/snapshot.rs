@@ -52,7 +52,7 @@ impl Env {
     async fn new() -> Env {
         let (server, client) = fake_client().unwrap();
         let mut ctx = Context::new(client.clone());
-        ctx.stream_idle_timeout = Duration::from_secs(10);
+        ctx.stream_limits.idle = Duration::from_secs(10);
         let s3 = SeaweedFs::start().await;
         let bucket = s3.create_bucket(BUCKET).await;
         let env = Env {
@@ -672,13 +672,11 @@ async fn a_snapshot_waits_for_a_free_slot() {
     let (etcd, m0) = one_member().await;
     env.cluster(json!({}), vec![m0]).await;
     env.snapshot("s1").await;
-    let held = env
-        .ctx
-        .snapshot_slots
-        .clone()
-        .acquire_many_owned(2)
-        .await
-        .unwrap();
+    // Both slots held by other tenants' snapshots.
+    let held = [
+        env.ctx.snapshot_pool.try_take("tenant-a").unwrap(),
+        env.ctx.snapshot_pool.try_take("tenant-b").unwrap(),
+    ];
     let action = env.reconcile().await;
     let waiting = env.get("s1").await;
     assert_eq!(waiting.phase(), SnapshotPhase::Pending);

@@ -39,6 +39,8 @@ pub enum ErrorCategory {
     StoreObjectMissing,
     /// The store configuration cannot be used.
     InvalidStore,
+    /// A reconcile took longer than its deadline and was ended; it is retried.
+    ReconcileDeadline,
     /// A state the code should never reach: a bug, reported instead of guessed around.
     Internal,
 }
@@ -66,6 +68,7 @@ impl ErrorCategory {
             ErrorCategory::StoreNoSuchUpload => "NoSuchUpload",
             ErrorCategory::StoreObjectMissing => "ObjectMissing",
             ErrorCategory::InvalidStore => "InvalidStore",
+            ErrorCategory::ReconcileDeadline => "ReconcileDeadlineExceeded",
             ErrorCategory::Internal => "InternalError",
         }
     }
