@@ -518,6 +518,10 @@ async fn write_secret(
     if download.insecure {
         data.insert(names::RESTORE_INSECURE_KEY.to_string(), bytes("true"));
     }
+    // The node downloads no more than this, within a deadline from it.
+    if let Some(size) = download.size {
+        data.insert(names::RESTORE_SIZE_KEY.to_string(), bytes(&size.to_string()));
+    }
     let name = names::restore_secret_name(&etcd.name_any());
     let mut metadata = json!({
         "name": name,
