@@ -294,7 +294,8 @@ pub fn expiring_condition(o: &Observation) -> NewCondition {
     }
     let mut message: Vec<String> = found.iter().map(Expiring::describe).collect();
     if found.iter().any(|e| e.kind == CertificateKind::Ca) {
-        message.push("the CA is never replaced: plan its rotation (docs/operating.md, \"Certificates\")".into());
+        message
+            .push("the CA is never replaced: plan its rotation (docs/operating.md, \"Certificates\")".into());
     }
     if found.iter().any(|e| e.kind != CertificateKind::Ca) {
         message.push("members and the API server client certificate are renewed before they expire".into());
