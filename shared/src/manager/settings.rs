@@ -136,21 +136,19 @@ impl ControllerSettings {
                 .map(move |event| (index, event))
                 .boxed()
         });
-        let changes = futures::stream::select_all(streams).filter_map(move |(index, event)| {
-            let applied = match event {
+        let changes = futures::stream::select_all(streams).flat_map(move |(index, event)| {
+            let changed: Vec<Result<K, watcher::Error>> = match event {
                 Ok(event) => {
-                    if merged.apply(index, event.clone()) {
+                    let applied = merged.apply(index, event);
+                    if applied.synced {
                         info!(%kind, "cache synced");
                         readiness.set_synced();
                     }
-                    match event {
-                        watcher::Event::Apply(object) | watcher::Event::InitApply(object) => Some(Ok(object)),
-                        _ => None,
-                    }
+                    applied.objects.into_iter().map(Ok).collect()
                 }
-                Err(e) => Some(Err(e)),
+                Err(e) => vec![Err(e)],
             };
-            std::future::ready(applied)
+            futures::stream::iter(changed)
         });
         (store, changes)
     }
@@ -171,9 +169,19 @@ impl ControllerSettings {
     }
 }
 
+/// What one watch event did: the objects to reconcile, and whether every watch has now listed
+/// for the first time.
+struct Applied<K> {
+    objects: Vec<K>,
+    synced: bool,
+}
+
 /// One store written from several watches, one per namespace. A watch's (re)list replaces only
 /// its own namespace's objects: the store is rebuilt from every namespace's at the end of each
-/// list (a store's own relist would drop the other namespaces' objects).
+/// list (a store's own relist would drop the other namespaces' objects), and first once every
+/// namespace has listed, which is when the store is ready and the controller starts. A listed
+/// object is handed to the controller at the end of its namespace's list, when the store has it
+/// (a reconcile of an object the store lacks is dropped, not retried).
 struct Merged<K>
 where
     K: Watched,
@@ -207,53 +215,70 @@ where
         format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any())
     }
 
-    /// Apply watch `index`'s `event` to the store; true the first time every watch has listed.
-    fn apply(&mut self, index: usize, event: watcher::Event<K>) -> bool {
-        if self.listed.len() == 1 {
-            // One watch: the store's own list handling is exact.
+    /// Apply watch `index`'s `event` to the store.
+    fn apply(&mut self, index: usize, event: watcher::Event<K>) -> Applied<K> {
+        let objects = if self.listed.len() == 1 {
+            // One watch: the store's own list handling is exact, and the controller waits for
+            // the store's readiness (its first complete list) before it reconciles anything.
             self.writer.apply_watcher_event(&event);
-            if matches!(event, watcher::Event::InitDone) {
-                self.synced[0] = true;
+            match event {
+                watcher::Event::InitDone => {
+                    self.synced[0] = true;
+                    vec![]
+                }
+                watcher::Event::Apply(object) | watcher::Event::InitApply(object) => vec![object],
+                watcher::Event::Init | watcher::Event::Delete(_) => vec![],
             }
         } else {
-            self.apply_merged(index, event);
-        }
+            self.apply_merged(index, event)
+        };
         let all = self.synced.iter().all(|s| *s);
-        let first = all && !self.reported;
+        let synced = all && !self.reported;
         self.reported |= all;
-        first
+        Applied { objects, synced }
     }
 
-    fn apply_merged(&mut self, index: usize, event: watcher::Event<K>) {
+    fn apply_merged(&mut self, index: usize, event: watcher::Event<K>) -> Vec<K> {
         let (Some(listed), Some(listing)) = (self.listed.get_mut(index), self.listing.get_mut(index)) else {
-            return;
+            return vec![];
         };
         match event {
-            watcher::Event::Init => *listing = Some(BTreeMap::new()),
+            watcher::Event::Init => {
+                *listing = Some(BTreeMap::new());
+                vec![]
+            }
             watcher::Event::InitApply(object) => {
                 if let Some(listing) = listing {
                     listing.insert(Self::key(&object), object);
                 }
+                vec![]
             }
             watcher::Event::InitDone => {
                 *listed = listing.take().unwrap_or_default();
+                let objects = listed.values().cloned().collect();
                 if let Some(synced) = self.synced.get_mut(index) {
                     *synced = true;
                 }
-                self.writer.apply_watcher_event(&watcher::Event::Init);
-                for object in self.listed.iter().flat_map(BTreeMap::values) {
-                    self.writer
-                        .apply_watcher_event(&watcher::Event::InitApply(object.clone()));
+                if self.synced.iter().all(|s| *s) {
+                    self.writer.apply_watcher_event(&watcher::Event::Init);
+                    for object in self.listed.iter().flat_map(BTreeMap::values) {
+                        self.writer
+                            .apply_watcher_event(&watcher::Event::InitApply(object.clone()));
+                    }
+                    self.writer.apply_watcher_event(&watcher::Event::InitDone);
                 }
-                self.writer.apply_watcher_event(&watcher::Event::InitDone);
+                objects
             }
             watcher::Event::Apply(object) => {
                 listed.insert(Self::key(&object), object.clone());
-                self.writer.apply_watcher_event(&watcher::Event::Apply(object));
+                self.writer
+                    .apply_watcher_event(&watcher::Event::Apply(object.clone()));
+                vec![object]
             }
             watcher::Event::Delete(object) => {
                 listed.remove(&Self::key(&object));
                 self.writer.apply_watcher_event(&watcher::Event::Delete(object));
+                vec![]
             }
         }
     }
@@ -263,6 +288,7 @@ where
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+    use futures::FutureExt;
     use k8s_openapi::api::core::v1::ConfigMap;
 
     fn object(namespace: &str, name: &str) -> ConfigMap {
@@ -280,25 +306,43 @@ mod tests {
         names
     }
 
+    fn names_of(objects: &[ConfigMap]) -> Vec<String> {
+        objects.iter().map(|o| o.name_any()).collect()
+    }
+
     #[test]
-    fn one_namespaces_relist_replaces_its_objects_only_and_sync_waits_for_every_namespace() {
+    fn one_namespaces_relist_replaces_its_objects_only_and_the_store_waits_for_every_namespace() {
         use watcher::Event::*;
         let (store, writer) = reflector::store::<ConfigMap>();
         let mut merged = Merged::new(2, writer);
-        assert!(!merged.apply(0, Init));
-        assert!(!merged.apply(0, InitApply(object("a", "x"))));
-        assert!(!merged.apply(0, InitDone), "b has not listed yet");
-        assert_eq!(names(&store), ["a/x"]);
-        assert!(!merged.apply(1, Init));
-        assert!(!merged.apply(1, InitApply(object("b", "y"))));
-        assert!(merged.apply(1, InitDone), "both listed: synced, once");
-        assert_eq!(names(&store), ["a/x", "b/y"]);
-        assert!(!merged.apply(0, Apply(object("a", "z"))));
-        assert_eq!(names(&store), ["a/x", "a/z", "b/y"]);
-        // a relists (its watch expired): x is gone, b keeps y.
+        assert!(merged.apply(0, Init).objects.is_empty());
+        assert!(merged.apply(0, InitApply(object("a", "x"))).objects.is_empty());
+        let done = merged.apply(0, InitDone);
+        assert!(!done.synced, "b has not listed yet");
+        assert_eq!(
+            names_of(&done.objects),
+            ["x"],
+            "a's objects at the end of a's list"
+        );
+        assert!(names(&store).is_empty(), "the store waits for b");
+        assert!(store.wait_until_ready().now_or_never().is_none());
+        let early = merged.apply(0, Apply(object("a", "w")));
+        assert_eq!(names_of(&early.objects), ["w"]);
+        merged.apply(1, Init);
+        assert!(merged.apply(1, InitApply(object("b", "y"))).objects.is_empty());
+        let done = merged.apply(1, InitDone);
+        assert!(done.synced, "both listed: synced, once");
+        assert_eq!(names_of(&done.objects), ["y"]);
+        assert!(store.wait_until_ready().now_or_never().is_some());
+        assert_eq!(names(&store), ["a/w", "a/x", "b/y"]);
+        assert!(!merged.apply(0, Apply(object("a", "z"))).synced);
+        assert_eq!(names(&store), ["a/w", "a/x", "a/z", "b/y"]);
+        // a relists (its watch expired): w and x are gone, b keeps y.
         merged.apply(0, Init);
         merged.apply(0, InitApply(object("a", "z")));
-        assert!(!merged.apply(0, InitDone), "synced is told once");
+        let done = merged.apply(0, InitDone);
+        assert!(!done.synced, "synced is told once");
+        assert_eq!(names_of(&done.objects), ["z"]);
         assert_eq!(names(&store), ["a/z", "b/y"]);
         merged.apply(1, Delete(object("b", "y")));
         assert_eq!(names(&store), ["a/z"]);
@@ -310,8 +354,11 @@ mod tests {
         let (store, writer) = reflector::store::<ConfigMap>();
         let mut merged = Merged::new(1, writer);
         merged.apply(0, Init);
-        merged.apply(0, InitApply(object("a", "x")));
-        assert!(merged.apply(0, InitDone));
+        assert_eq!(
+            names_of(&merged.apply(0, InitApply(object("a", "x"))).objects),
+            ["x"]
+        );
+        assert!(merged.apply(0, InitDone).synced);
         merged.apply(0, Apply(object("b", "y")));
         assert_eq!(names(&store), ["a/x", "b/y"]);
     }
