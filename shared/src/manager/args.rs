@@ -38,8 +38,9 @@ pub struct ManagerArgs {
     pub leader_election_namespace: String,
 
     /// Watch only these namespaces, comma-separated (default: all namespaces). With RBAC
-    /// granted in these namespaces only (the namespaced install), nothing elsewhere is read.
-    #[arg(long, value_delimiter = ',')]
+    /// granted in these namespaces only (config/namespaced sets WATCH_NAMESPACE), nothing
+    /// elsewhere is read.
+    #[arg(long, env = "WATCH_NAMESPACE", value_delimiter = ',')]
     pub namespace: Vec<String>,
 
     /// Reconcile only objects labelled `cluster.x-k8s.io/watch-filter=<value>`; others are ignored.
