@@ -216,14 +216,21 @@ fn snapshot_download(secret: &Secret) -> Result<SnapshotDownload, String> {
     };
     let size = match text(names::RESTORE_SIZE_KEY)? {
         None => None,
-        Some(value) => Some(value.trim().parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
-            format!(
-                "metadata.annotations[{}]: Secret {} has a key {} that is not a positive number",
-                names::RESTORE_SECRET_ANNOTATION,
-                secret.name_any(),
-                names::RESTORE_SIZE_KEY
-            )
-        })?),
+        Some(value) => Some(
+            value
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    format!(
+                        "metadata.annotations[{}]: Secret {} has a key {} that is not a positive number",
+                        names::RESTORE_SECRET_ANNOTATION,
+                        secret.name_any(),
+                        names::RESTORE_SIZE_KEY
+                    )
+                })?,
+        ),
     };
     Ok(SnapshotDownload {
         size,
@@ -335,7 +342,8 @@ mod tests {
     }
 
     fn secret(owners: serde_json::Value) -> Secret {
-        serde_json::from_value(json!({"metadata": {"name": "c1-etcd-restore", "ownerReferences": owners}})).unwrap()
+        serde_json::from_value(json!({"metadata": {"name": "c1-etcd-restore", "ownerReferences": owners}}))
+            .unwrap()
     }
 
     fn owner(kind: &str, api_version: &str, uid: &str, controller: bool) -> serde_json::Value {
@@ -347,15 +355,30 @@ mod tests {
         let ours = etcd_cluster("u1");
         let group = "etcdcluster.cluster.x-k8s.io/v1beta1";
         assert_eq!(
-            restore_secret_not_ours(&secret(json!([owner("EtcdadmCluster", group, "u1", true)])), Some(&ours)),
+            restore_secret_not_ours(
+                &secret(json!([owner("EtcdadmCluster", group, "u1", true)])),
+                Some(&ours)
+            ),
             None
         );
         for (what, owners) in [
             ("no owner", json!([])),
-            ("another cluster's", json!([owner("EtcdadmCluster", group, "u2", true)])),
-            ("not the controller", json!([owner("EtcdadmCluster", group, "u1", false)])),
-            ("another kind", json!([owner("Cluster", "cluster.x-k8s.io/v1beta2", "u1", true)])),
-            ("another group", json!([owner("EtcdadmCluster", "evil.example/v1", "u1", true)])),
+            (
+                "another cluster's",
+                json!([owner("EtcdadmCluster", group, "u2", true)]),
+            ),
+            (
+                "not the controller",
+                json!([owner("EtcdadmCluster", group, "u1", false)]),
+            ),
+            (
+                "another kind",
+                json!([owner("Cluster", "cluster.x-k8s.io/v1beta2", "u1", true)]),
+            ),
+            (
+                "another group",
+                json!([owner("EtcdadmCluster", "evil.example/v1", "u1", true)]),
+            ),
         ] {
             let problem = restore_secret_not_ours(&secret(owners), Some(&ours)).unwrap_or_default();
             assert!(
@@ -364,7 +387,8 @@ mod tests {
             );
             assert!(problem.starts_with("metadata.annotations[etcdcluster.cluster.x-k8s.io/restore-secret]"));
         }
-        let standalone = restore_secret_not_ours(&secret(json!([owner("EtcdadmCluster", group, "u1", true)])), None);
+        let standalone =
+            restore_secret_not_ours(&secret(json!([owner("EtcdadmCluster", group, "u1", true)])), None);
         assert!(standalone.unwrap_or_default().contains("belongs to none"));
     }
 }

@@ -122,10 +122,7 @@ pub fn before_init(download: &SnapshotDownload) -> Result<Vec<String>, RenderErr
     // The most it downloads and how long it may take: the object's size when the controller
     // knows it, else the largest snapshot (32 GiB), at the controller's own slowest rate for
     // reading an object (60 s and 1 s per MiB); retries within the same time.
-    let limit = download
-        .size
-        .unwrap_or(MAX_OBJECT_SIZE)
-        .min(MAX_OBJECT_SIZE);
+    let limit = download.size.unwrap_or(MAX_OBJECT_SIZE).min(MAX_OBJECT_SIZE);
     let seconds = object_deadline(limit).as_secs();
     Ok(vec![
         format!(

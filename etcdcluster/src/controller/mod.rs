@@ -23,7 +23,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::runtime::{PredicateConfig, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use tokio::sync::Semaphore;
@@ -299,12 +298,7 @@ pub async fn run(manager: ManagerContext, pool: Arc<crate::snapshot::SnapshotPoo
         Some(filter) => format!("{filter},{}", names::CLUSTER_NAME_LABEL),
         None => names::CLUSTER_NAME_LABEL.to_string(),
     });
-    let secrets = watcher(
-        settings.api::<PartialObjectMeta<Secret>>(&client),
-        cluster_secrets,
-    )
-    .default_backoff()
-    .touched_objects();
+    let secrets = settings.watch::<PartialObjectMeta<Secret>>(&client, cluster_secrets);
     let secret_store = cluster_store.clone();
     // Before-change snapshots (by their reason label): a change waiting for one goes on as soon
     // as it is taken.
@@ -317,27 +311,23 @@ pub async fn run(manager: ManagerContext, pool: Arc<crate::snapshot::SnapshotPoo
     let (machines_ctx, clusters_ctx, kcps_ctx, secrets_ctx, snapshots_ctx) =
         (ctx.clone(), ctx.clone(), ctx.clone(), ctx.clone(), ctx.clone());
     controller
-        .watches(
-            settings.api::<DeserializeGuard<Machine>>(&client),
-            member_machines,
+        .watches_stream(
+            settings.watch::<DeserializeGuard<Machine>>(&client, member_machines),
             move |machine| machines_ctx.changed(member_of(&machine)),
         )
-        .watches(
-            settings.api::<DeserializeGuard<Cluster>>(&client),
-            settings.watcher_config(),
+        .watches_stream(
+            settings.watch::<DeserializeGuard<Cluster>>(&client, settings.watcher_config()),
             move |cluster| match &cluster.0 {
                 Ok(cluster) => clusters_ctx.changed(etcd_clusters_of(&cluster_store, cluster)),
                 Err(_) => vec![],
             },
         )
-        .watches(
-            settings.api::<DeserializeGuard<KubeadmControlPlane>>(&client),
-            settings.watcher_config(),
+        .watches_stream(
+            settings.watch::<DeserializeGuard<KubeadmControlPlane>>(&client, settings.watcher_config()),
             move |kcp| kcps_ctx.changed(etcd_clusters_in(&kcp_store, kcp.namespace())),
         )
-        .watches(
-            settings.api::<DeserializeGuard<EtcdadmSnapshot>>(&client),
-            before_change_snapshots,
+        .watches_stream(
+            settings.watch::<DeserializeGuard<EtcdadmSnapshot>>(&client, before_change_snapshots),
             move |snapshot| snapshots_ctx.changed(waiting_on(&snapshot)),
         )
         .watches_stream(secrets, move |secret| {

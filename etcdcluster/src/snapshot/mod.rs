@@ -243,9 +243,8 @@ pub async fn run(manager: ManagerContext, pool: Arc<SnapshotPool>) {
     let cluster_metrics = metrics.clone();
     let per_cluster = Controller::for_stream(cluster_changes, clusters)
         .with_config(settings.controller_config())
-        .watches(
-            settings.api::<GuardedSnapshot>(&client),
-            settings.watcher_config(),
+        .watches_stream(
+            settings.watch::<GuardedSnapshot>(&client, settings.watcher_config()),
             |snapshot| cluster_of(&snapshot),
         )
         .reconcile_all_on(settings.resync_ticks())

@@ -168,7 +168,12 @@ impl Guard {
             .chain_update(path.as_bytes())
             .finalize()
             .into();
-        if let Some(verdict) = self.verdicts.lock().ok().and_then(|v| v.get(&key, Instant::now())) {
+        if let Some(verdict) = self
+            .verdicts
+            .lock()
+            .ok()
+            .and_then(|v| v.get(&key, Instant::now()))
+        {
             return verdict;
         }
         let queued = self.waiting.fetch_add(1, Ordering::SeqCst);
@@ -324,14 +329,21 @@ mod tests {
         verdicts.keep([1; 32], Verdict::Allowed, t0);
         verdicts.keep([2; 32], Verdict::ReviewFailed, t0);
         verdicts.keep([3; 32], Verdict::Busy, t0);
-        assert_eq!(verdicts.get(&[1; 32], t0 + Duration::from_secs(9)), Some(Verdict::Allowed));
+        assert_eq!(
+            verdicts.get(&[1; 32], t0 + Duration::from_secs(9)),
+            Some(Verdict::Allowed)
+        );
         assert_eq!(verdicts.get(&[1; 32], t0 + VERDICT_TTL), None);
         assert_eq!(verdicts.get(&[2; 32], t0), None);
         assert_eq!(verdicts.get(&[3; 32], t0), None);
         for i in 0..(KEPT_VERDICTS + 10) {
             let mut key = [0; 32];
             key[..8].copy_from_slice(&(i as u64).to_le_bytes());
-            verdicts.keep(key, Verdict::Unauthenticated, t0 + Duration::from_millis(i as u64));
+            verdicts.keep(
+                key,
+                Verdict::Unauthenticated,
+                t0 + Duration::from_millis(i as u64),
+            );
         }
         assert_eq!(verdicts.0.len(), KEPT_VERDICTS);
     }
@@ -350,7 +362,10 @@ mod tests {
             }
         });
         let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
-        let router = guarded(Router::new().route("/metrics", axum::routing::get(|| async { "m" })), client);
+        let router = guarded(
+            Router::new().route("/metrics", axum::routing::get(|| async { "m" })),
+            client,
+        );
         let scrape = |token: usize| {
             let router = router.clone();
             async move {
