@@ -76,7 +76,8 @@ pub struct MachineView {
     pub learner_join: bool,
     /// The backend quota its EtcdadmConfig gave etcd, when the config was read.
     pub quota_backend_bytes: Option<u64>,
-    /// The infrastructure reports it failed (phase `Failed`).
+    /// The infrastructure reports it lost for good (`Machine::infrastructure_failed`: phase
+    /// `Failed`, or its infrastructure machine deleted).
     pub failed: bool,
     /// Time since its turn to join came (its `join-started` annotation, written just before its
     /// learner is added): its join deadline runs from then. `None` while its turn has not come,
