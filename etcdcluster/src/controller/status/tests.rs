@@ -298,6 +298,7 @@ fn an_alarm_makes_ready_false_with_its_reason_sizes_and_one_warning() {
     if let EtcdView::Members(members) = &mut o.etcd {
         for m in members.iter_mut() {
             m.db_size = Some(2 << 30);
+            m.quota_reported = true;
             m.revision = Some(7);
             m.history_compacted = Some(true);
             m.defragmented_at = Some(7);
