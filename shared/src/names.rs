@@ -5,6 +5,8 @@ pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// Label on the Machines of an EtcdadmCluster; the value is the EtcdadmCluster's name.
 /// Label CAPI puts on control plane Machines.
 pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
+/// The Machine condition a v1beta2 Machine's owner reports: whether it runs the current spec.
+pub const UP_TO_DATE_CONDITION: &str = "UpToDate";
 /// Machine label naming the EtcdadmCluster it belongs to.
 pub const ETCD_CLUSTER_LABEL: &str = "cluster.x-k8s.io/etcd-cluster";
 /// Label that puts our objects under one clusterctl provider.

@@ -5,7 +5,7 @@
 # workload cluster with external etcd, then checks, scales 3 -> 5 -> 3, rolls etcd to a new
 # version and deletes everything. Stops at the first broken step with diagnostics.
 #
-# Needs: Linux, docker, kind, kubectl, clusterctl (v1.14+), curl, and internet access.
+# Needs: Linux, docker, kind, kubectl, clusterctl (v1.13+), curl, and internet access.
 # Settings (environment): see test/capd/README.md.
 set -Eeuo pipefail
 
@@ -356,6 +356,8 @@ k -n "$NAMESPACE" delete cluster "$CLUSTER_NAME" --timeout=20m
 [[ -z "$(kn get machines -l "cluster.x-k8s.io/cluster-name=$CLUSTER_NAME" -o name)" ]] ||
   die "Machines left after deleting the Cluster"
 [[ -z "$(kn get etcdadmcluster -o name)" ]] || die "EtcdadmCluster left after deleting the Cluster"
+[[ -z "$(kn get devmachinetemplates -o name)" ]] ||
+  die "machine templates left after deleting the Cluster (the Cluster owns them)"
 [[ -z "$(docker ps -aq --filter "label=io.x-k8s.kind.cluster=$CLUSTER_NAME")" ]] ||
   die "workload containers left after deleting the Cluster"
 

@@ -1,7 +1,7 @@
 //! Performing the planned step, end to end: the status it leaves first, then the step itself
 //! (its concern performs it), then what only its outcome tells into the status, its Event, a log
 //! line and metrics, and what the reconcile does next. This is the one place the status is
-//! written. Every write is safe to repeat and to interrupt: a crash between any two writes
+//! written, and what each member Machine reports of itself (`UpToDate`) with it. Every write is safe to repeat and to interrupt: a crash between any two writes
 //! leaves objects the next observation recognises and resumes from. Objects are created only if
 //! absent; changes are server-side applied, each site as a field manager of its own, forced only
 //! for fields this controller alone decides; a merge patch is kept only where an apply cannot
@@ -18,6 +18,8 @@ use etcdadm_shared::manager::reconcile::Next;
 use super::decision::{Applied, EventNote, JOIN_POLL, MEMBERSHIP_RETRY, Outputs, Record};
 use super::observation::Observation;
 use super::plan::Step;
+use super::plan::lifecycle::LifecycleStep;
+use super::plan::machines;
 use super::status;
 
 /// Write the status `o` and `step` make, then perform `step` and report it. Status comes
@@ -29,6 +31,12 @@ pub async fn apply(out: &Outputs<'_>, o: &mut Observation, step: Step) -> Result
         o.etcd_cluster = updated;
     }
     let o = &*o;
+    // What each member Machine reports of itself, beside the status (not while paused).
+    if !matches!(step, Step::Lifecycle(LifecycleStep::Paused)) {
+        for report in machines::up_to_date_reports(o) {
+            machines::write_up_to_date(out, &o.namespace, &report).await?;
+        }
+    }
     if !step.writes() {
         if let Step::Hold(hold) = &step
             && hold.is_refusal()

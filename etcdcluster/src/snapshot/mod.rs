@@ -158,6 +158,11 @@ pub async fn reconcile_orphan(snapshot: Arc<EtcdadmSnapshot>, ctx: Arc<Context>)
     if snapshot.phase().is_finished() {
         return Ok(Action::await_change());
     }
+    // A copy `clusterctl move` made, which may come before its cluster: its status back first.
+    if let Some(step) = moving::reinstate(&snapshot) {
+        apply::moving(&ctx, &snapshot.namespace().unwrap_or_default(), &step).await?;
+        return Ok(Action::await_change());
+    }
     let namespace = snapshot.namespace().unwrap_or_default();
     let clusters: Api<EtcdadmCluster> = Api::namespaced(ctx.client.clone(), &namespace);
     if clusters.get_opt(&snapshot.spec.cluster_name).await?.is_some() {

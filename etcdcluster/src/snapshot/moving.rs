@@ -2,8 +2,9 @@
 //! (docs/capi.md, "clusterctl move"): it copies objects without their status, and only the
 //! objects an owner reference or a label ties to the Cluster. So a finished snapshot's status is
 //! also kept in an annotation of its own (a copy without status gets it back from there, instead
-//! of being taken again), and the Secrets the cluster's store names carry clusterctl's move
-//! label.
+//! of being taken again, even before its cluster is there), and the Secrets the cluster's store
+//! names carry clusterctl's move label. (Snapshots themselves move because their CRD carries
+//! that label: nothing owns a snapshot.)
 
 use kube::ResourceExt;
 use serde_json::Value;
@@ -55,6 +56,14 @@ fn reinstated(snapshot: &EtcdadmSnapshot) -> Option<Value> {
         .flatten()
 }
 
+/// The status back for a copy without status that has a record, whatever its cluster.
+pub fn reinstate(snapshot: &EtcdadmSnapshot) -> Option<MoveStep> {
+    reinstated(snapshot).map(|status| MoveStep::Reinstate {
+        snapshot: snapshot.name_any(),
+        status,
+    })
+}
+
 /// The next step for the snapshots of `cluster` (as just read), if one is due. Records and
 /// reinstated statuses first; the store's Secrets are labelled only while the cluster is not
 /// paused (a paused cluster's objects are not written).
@@ -65,11 +74,8 @@ pub fn next(
     unlabelled: &[String],
 ) -> Option<MoveStep> {
     for snapshot in snapshots {
-        if let Some(status) = reinstated(snapshot) {
-            return Some(MoveStep::Reinstate {
-                snapshot: snapshot.name_any(),
-                status,
-            });
+        if let Some(step) = reinstate(snapshot) {
+            return Some(step);
         }
         if let Some(record) = record(snapshot)
             && snapshot.annotations().get(RECORD_ANNOTATION) != Some(&record)

@@ -26,6 +26,9 @@ use super::conditions::Condition;
     label("cluster.x-k8s.io/v1beta1", "v1beta1"),
     label("cluster.x-k8s.io/v1beta2", "v1beta1"),
     label("cluster.x-k8s.io/provider", "bootstrap-etcdadm"),
+    // Nothing owns a snapshot (it outlives its cluster): `clusterctl move` carries every one of
+    // the namespace it moves.
+    label("clusterctl.cluster.x-k8s.io/move", ""),
     printcolumn(
         name = "Cluster",
         type_ = "string",

@@ -23,7 +23,7 @@ use etcdadm_sim_machines::MachineRuntime;
 
 mod lifecycle_support;
 
-const TIMEOUT: Duration = Duration::from_secs(60);
+const TIMEOUT: Duration = Duration::from_secs(240);
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -289,21 +289,57 @@ async fn create_gates_the_real_kcp() {
         String::from_utf8_lossy(&describe.stderr)
     );
 
-    // The etcd Machines as the real Machine controller sees them.
-    for machine in machines
-        .list(&ListParams::default().labels(&format!("{}=c1-etcd", names::ETCD_CLUSTER_LABEL)))
-        .await
-        .unwrap()
-        .items
-    {
-        let status = serde_json::to_value(machine.status.as_ref().unwrap()).unwrap();
-        println!(
-            "etcd Machine {}: phase {:?}, conditions {}",
-            machine.name_any(),
-            status["phase"],
-            status["conditions"]
-        );
-    }
+    // The etcd Machines as the real Machine controller sees them: Provisioned for good (no
+    // Node), and UpToDate as we, their owner, report it; the Cluster then counts them up to date.
+    let selector = format!("{}=c1-etcd", names::ETCD_CLUSTER_LABEL);
+    wait_for(
+        "every etcd Machine UpToDate and the Cluster's workers up to date",
+        TIMEOUT,
+        || async {
+            let etcd_machines = machines
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| e.to_string())?
+                .items;
+            for machine in &etcd_machines {
+                let status = serde_json::to_value(machine.status.as_ref().unwrap()).unwrap();
+                assert_eq!(status["phase"], "Provisioned", "{}", machine.name_any());
+                let up_to_date = status["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["type"] == "UpToDate")
+                    .map(|c| c["status"].clone());
+                if up_to_date != Some(json!("True")) {
+                    return Err(format!("{} UpToDate {up_to_date:?}", machine.name_any()));
+                }
+            }
+            let cluster = Api::<DynamicObject>::namespaced_with(
+                client.clone(),
+                client.default_namespace(),
+                &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                    "cluster.x-k8s.io",
+                    "v1beta2",
+                    "Cluster",
+                )),
+            )
+            .get("c1")
+            .await
+            .map_err(|e| e.to_string())?;
+            let workers = cluster.data["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "WorkerMachinesUpToDate")
+                .cloned()
+                .unwrap_or_default();
+            (workers["status"] == "True")
+                .then_some(())
+                .ok_or(format!("the Cluster's WorkerMachinesUpToDate: {workers}"))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", real.logs()));
     // Every manager ran as its ServiceAccount, as clusterctl installed it: none was refused by
     // RBAC (ours under config/rbac, CAPI's through the roles our components aggregate into it).
     for pod in &real.pods {
@@ -464,5 +500,15 @@ fn the_real_kcp_initializes_and_rolls_out_on_our_etcd() {
     isolated!(
         "the_real_kcp_initializes_and_rolls_out_on_our_etcd",
         kcp_workload::scenario()
+    );
+}
+
+mod capi_move;
+
+#[test]
+fn clusterctl_move_carries_a_ready_cluster_to_a_second_management_cluster() {
+    isolated!(
+        "clusterctl_move_carries_a_ready_cluster_to_a_second_management_cluster",
+        capi_move::scenario()
     );
 }

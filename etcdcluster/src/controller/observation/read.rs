@@ -270,6 +270,7 @@ fn machine_records(
                         .filter(|c| c.spec.quota_backend_bytes.is_some())
                         .map(|c| c.spec.quota_backend_bytes()),
                     failed: m.infrastructure_failed(),
+                    up_to_date: reported_condition(m, names::UP_TO_DATE_CONDITION),
                     listed_wait: configs_by_name
                         .get(&config_name)
                         .filter(|c| c.joins_as_learner())
@@ -412,9 +413,21 @@ fn deleting(etcd: &EtcdadmCluster, cluster: Option<&Cluster>) -> bool {
     etcd.meta().deletion_timestamp.is_some() || cluster.is_some_and(|c| c.meta().deletion_timestamp.is_some())
 }
 
+/// Condition `type_` of `machine`'s v1beta2 conditions, as reported.
+fn reported_condition(machine: &Machine, type_: &str) -> Option<super::views::ReportedCondition> {
+    let conditions = machine.status.as_ref()?.rest.get("conditions")?.as_array()?;
+    let condition = conditions.iter().find(|c| c["type"] == type_)?;
+    let text = |key: &str| condition[key].as_str().unwrap_or_default().to_string();
+    Some(super::views::ReportedCondition {
+        status: text("status"),
+        message: text("message"),
+        last_transition_time: text("lastTransitionTime"),
+    })
+}
+
 /// The Cluster named by our `cluster.x-k8s.io/cluster-name` label, else one whose
 /// `spec.managedExternalEtcdRef` points at us (the EKS-A fork's link).
-async fn find_cluster(
+pub async fn find_cluster(
     client: &Client,
     namespace: &str,
     etcd: &EtcdadmCluster,

@@ -87,6 +87,17 @@ pub struct MachineView {
     /// How long its user data waits for its member to be listed
     /// (`EtcdadmConfig::learner_listed_wait`), for a learner join.
     pub listed_wait: Option<Duration>,
+    /// Its `UpToDate` condition as the Machine reports it (v1beta2 leaves it to the Machine's
+    /// owner: us): `None` when it has none.
+    pub up_to_date: Option<ReportedCondition>,
+}
+
+/// A condition as an object reports it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReportedCondition {
+    pub status: String,
+    pub message: String,
+    pub last_transition_time: String,
 }
 
 impl MachineView {

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use etcdadm_shared::duration;
 use etcdadm_shared::names;
 
-use super::step::{Growth, MachineStep, MemberTemplate, Removal, reason};
+use super::step::{Growth, MachineStep, MemberTemplate, Removal, UpToDateReport, reason};
 use crate::controller::decision::reason::INVALID_SPEC;
 use crate::controller::decision::{Decision, Hold};
 use crate::controller::observation::clock::REMEDIATION_ANNOTATION;
@@ -26,6 +26,37 @@ pub fn adoption(o: &Observation) -> Option<Decision<MachineStep>> {
             orphan: m.orphan,
         })
     })
+}
+
+/// What each member Machine must report of whether it runs the current spec (its `UpToDate`
+/// condition, which v1beta2 leaves to the Machine's owner, as KubeadmControlPlane reports it on
+/// its Machines), where it reports otherwise or nothing: written with the status, whatever the
+/// step; its transition time kept while its status stays.
+pub fn up_to_date_reports(o: &Observation) -> Vec<UpToDateReport> {
+    o.active_machines()
+        .filter_map(|m| {
+            let up_to_date = m.outdated.is_none();
+            let message = m
+                .outdated
+                .as_ref()
+                .map(|why| format!("* {why}"))
+                .unwrap_or_default();
+            let status = if up_to_date { "True" } else { "False" };
+            let reported = m.up_to_date.as_ref();
+            if reported.is_some_and(|r| r.status == status && r.message == message) {
+                return None;
+            }
+            let since = reported
+                .filter(|r| r.status == status)
+                .map(|r| r.last_transition_time.clone());
+            Some(UpToDateReport {
+                machine: m.name.clone(),
+                up_to_date,
+                message,
+                since,
+            })
+        })
+        .collect()
 }
 
 /// A join that missed its deadline (never an address, never added, added but never started,

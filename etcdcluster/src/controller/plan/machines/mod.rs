@@ -28,11 +28,11 @@ pub use self::boot_ahead::{create_ahead, surplus_waiting};
 pub use self::conditions::{machines_condition, resize_condition, spec_up_to_date_condition};
 pub use self::decisions::{
     adoption, create_machine, creation_blocked, dead_victim, deletion_in_flight, failed_join, leftovers,
-    remove_one,
+    remove_one, up_to_date_reports,
 };
 pub use self::metrics::MachineMetrics;
-pub use self::step::{Growth, MachineStep, MemberTemplate, Removal, reason, removal_reason};
-pub use self::writes::{record_join_start, release_and_delete, release_hook};
+pub use self::step::{Growth, MachineStep, MemberTemplate, Removal, UpToDateReport, reason, removal_reason};
+pub use self::writes::{record_join_start, release_and_delete, release_hook, write_up_to_date};
 
 impl ConcernStep for MachineStep {
     type View = ();

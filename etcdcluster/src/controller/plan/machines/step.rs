@@ -88,6 +88,17 @@ pub enum MachineStep {
         infra: Option<ApiResource>,
     },
 }
+
+/// What a member Machine is to report of itself: whether it runs the current spec (its
+/// `UpToDate` condition, which v1beta2 leaves to a Machine's owner), since `since` when its
+/// status stays.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UpToDateReport {
+    pub machine: String,
+    pub up_to_date: bool,
+    pub message: String,
+    pub since: Option<String>,
+}
 /// The condition reason of a Machine deletion.
 pub fn removal_reason(purpose: Removal) -> &'static str {
     match purpose {

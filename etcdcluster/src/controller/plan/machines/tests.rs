@@ -555,3 +555,51 @@ fn a_rolling_update_without_a_control_plane_boots_nothing_ahead_of_its_step() {
     );
     assert_eq!(crate::controller::plan::rollout::waiting_room(&o), 0);
 }
+
+#[test]
+fn each_machine_reports_whether_it_runs_the_current_spec_once_and_keeps_its_transition_time() {
+    use crate::controller::observation::ReportedCondition;
+    let mut o = running(3);
+    // Nothing reported yet: every Machine reports, up to date.
+    let reports = up_to_date_reports(&o);
+    assert_eq!(reports.len(), 3);
+    assert!(
+        reports
+            .iter()
+            .all(|r| r.up_to_date && r.message.is_empty() && r.since.is_none())
+    );
+    // Reported as it is: nothing to write.
+    for m in &mut o.machines {
+        m.up_to_date = Some(ReportedCondition {
+            status: "True".into(),
+            message: String::new(),
+            last_transition_time: "2026-11-28T00:00:00Z".into(),
+        });
+    }
+    assert!(up_to_date_reports(&o).is_empty());
+    // Outdated: False with why, the transition time new.
+    o.machines[0].outdated = Some("etcd version 3.5.16, 3.5.17 required".into());
+    let reports = up_to_date_reports(&o);
+    assert_eq!(reports.len(), 1);
+    assert_eq!(
+        (
+            reports[0].up_to_date,
+            reports[0].message.as_str(),
+            reports[0].since.as_deref()
+        ),
+        (false, "* etcd version 3.5.16, 3.5.17 required", None)
+    );
+    // Still False for another reason: the transition time kept.
+    o.machines[0].up_to_date = Some(ReportedCondition {
+        status: "False".into(),
+        message: "* something else".into(),
+        last_transition_time: "2026-11-28T01:00:00Z".into(),
+    });
+    assert_eq!(
+        up_to_date_reports(&o)[0].since.as_deref(),
+        Some("2026-11-28T01:00:00Z")
+    );
+    // A Machine being deleted reports nothing more.
+    o.machines[0].deleting = true;
+    assert!(up_to_date_reports(&o).is_empty());
+}

@@ -16,7 +16,7 @@ use etcdadm_shared::names;
 use etcdadm_shared::ssa;
 
 use super::metrics::MachineMetrics;
-use super::step::{Growth, MemberTemplate, Removal};
+use super::step::{Growth, MemberTemplate, Removal, UpToDateReport};
 use crate::controller::decision::{Applied, FIELD_MANAGER, Outputs};
 use crate::controller::observation::Observation;
 use crate::controller::observation::clock::{
@@ -27,6 +27,7 @@ const BOOTSTRAP_GROUP: &str = "bootstrap.cluster.x-k8s.io";
 /// Apply sites on member Machines.
 const HOOK_MANAGER: &str = "etcdadm-controller/pre-terminate-hook";
 const ADOPTION_MANAGER: &str = "etcdadm-controller/adoption";
+const UP_TO_DATE_MANAGER: &str = "etcdadm-controller/up-to-date";
 fn patch_params() -> PatchParams {
     PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
@@ -375,4 +376,46 @@ async fn record_remediation(
         )
         .await?;
     Ok(())
+}
+
+/// Apply a Machine's `UpToDate` condition (the conditions list merges by type: CAPI's own stay).
+pub async fn write_up_to_date(
+    out: &Outputs<'_>,
+    namespace: &str,
+    report: &UpToDateReport,
+) -> Result<(), Error> {
+    let UpToDateReport {
+        machine,
+        up_to_date,
+        message,
+        since,
+    } = report;
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let (status, reason) = if *up_to_date {
+        ("True", "UpToDate")
+    } else {
+        ("False", "NotUpToDate")
+    };
+    let condition = json!({
+        "type": names::UP_TO_DATE_CONDITION, "status": status, "reason": reason, "message": message,
+        "lastTransitionTime": since.as_deref().unwrap_or(&now),
+    });
+    let body = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": machine},
+        "status": {"conditions": [condition]},
+    });
+    let machines: Api<Machine> = Api::namespaced(out.client.clone(), namespace);
+    ignore_not_found(
+        machines
+            .patch_status(
+                machine,
+                &ssa::params(UP_TO_DATE_MANAGER, true),
+                &Patch::Apply(body),
+            )
+            .await
+            .map(|_| ()),
+    )
 }

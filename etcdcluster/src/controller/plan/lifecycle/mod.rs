@@ -2,8 +2,14 @@
 //! finalized, a spec that can be acted on, provisioned infrastructure; and its deletion
 //! (docs/safety.md, "Deletion"): every etcd Machine with its hook released (the whole cluster
 //! is going, so no member is removed one by one), then the finalizer. The control plane goes
-//! first (the API servers need etcd until then) unless its Cluster is being deleted by upstream
-//! Cluster API, which deletes etcd Machines with the workers, before the control plane.
+//! first (the API servers need etcd until then) unless upstream Cluster API deletes it: its
+//! Cluster controller and KubeadmControlPlane delete etcd Machines with the workers, before the
+//! control plane. The Cluster owns the infrastructure template, as KubeadmControlPlane makes it
+//! own its own (`view`).
+
+mod view;
+
+pub use self::view::LifecycleView;
 
 use etcdadm_shared::api::cluster::condition::PAUSED;
 use etcdadm_shared::api::conditions::{NewCondition, Severity};
@@ -36,6 +42,8 @@ pub mod reason {
 
 /// Server-side apply sites on the EtcdadmCluster: each owns what it applies, and only that.
 const OWNER_MANAGER: &str = "etcdadm-controller/cluster-owner";
+/// The apply site of the Cluster's owner reference on the infrastructure template.
+const TEMPLATE_OWNER_MANAGER: &str = "etcdadm-controller/template-owner";
 const FINALIZER_MANAGER: &str = "etcdadm-controller/finalizer";
 
 /// A step of this concern.
@@ -48,6 +56,11 @@ pub enum LifecycleStep {
         owner: OwnerReference,
     },
     AddFinalizer,
+    /// The Cluster as a (non-controller) owner of the infrastructure template: `clusterctl
+    /// move` carries it and the garbage collector takes it with the Cluster.
+    AddTemplateOwnerRef {
+        owner: OwnerReference,
+    },
     /// Deletion: release our pre-terminate hook on these Machines and delete them.
     ReleaseAndDeleteMachines {
         names: Vec<String>,
@@ -56,7 +69,7 @@ pub enum LifecycleStep {
 }
 
 impl ConcernStep for LifecycleStep {
-    type View = ();
+    type View = LifecycleView;
     type Metrics = ();
 
     /// `Paused`: True while the plan pauses (the Cluster or this EtcdadmCluster is paused).
@@ -78,7 +91,9 @@ impl ConcernStep for LifecycleStep {
     fn reason(&self) -> (&'static str, String) {
         match self {
             LifecycleStep::Paused => (reason::PAUSED, "reconciliation is paused".into()),
-            LifecycleStep::AddClusterOwnerRef { .. } | LifecycleStep::AddFinalizer => (
+            LifecycleStep::AddClusterOwnerRef { .. }
+            | LifecycleStep::AddFinalizer
+            | LifecycleStep::AddTemplateOwnerRef { .. } => (
                 PROVISIONING,
                 "preparing the EtcdadmCluster, its CA and the control plane gate".into(),
             ),
@@ -104,6 +119,7 @@ impl ConcernStep for LifecycleStep {
             LifecycleStep::Paused
             | LifecycleStep::AddClusterOwnerRef { .. }
             | LifecycleStep::AddFinalizer
+            | LifecycleStep::AddTemplateOwnerRef { .. }
             | LifecycleStep::RemoveFinalizer => None,
         }
     }
@@ -121,6 +137,7 @@ impl ConcernStep for LifecycleStep {
                 let metadata = json!({ "finalizers": [names::ETCDADM_CLUSTER_FINALIZER] });
                 apply_metadata(out, etcd, FINALIZER_MANAGER, metadata).await
             }
+            LifecycleStep::AddTemplateOwnerRef { owner } => own_template(out, o, owner).await,
             LifecycleStep::ReleaseAndDeleteMachines { names } => {
                 machines::release_and_delete(out, &o.namespace, names).await
             }
@@ -132,7 +149,9 @@ impl ConcernStep for LifecycleStep {
     fn after(&self, o: &Observation) -> After {
         match self {
             LifecycleStep::Paused => After::Requeue(o.health_interval()),
-            LifecycleStep::AddClusterOwnerRef { .. } | LifecycleStep::AddFinalizer => After::Again,
+            LifecycleStep::AddClusterOwnerRef { .. }
+            | LifecycleStep::AddFinalizer
+            | LifecycleStep::AddTemplateOwnerRef { .. } => After::Again,
             LifecycleStep::ReleaseAndDeleteMachines { .. } => {
                 After::Requeue(o.health_interval().min(crate::controller::decision::WAIT_REQUEUE))
             }
@@ -167,7 +186,18 @@ pub fn ownership(o: &Observation) -> Option<Decision<LifecycleStep>> {
             owner: reference.owner.clone(),
         }));
     }
-    (!o.has_finalizer).then_some(Decision::Do(LifecycleStep::AddFinalizer))
+    if !o.has_finalizer {
+        return Some(Decision::Do(LifecycleStep::AddFinalizer));
+    }
+    let ClusterView::Found { reference, .. } = &o.cluster else {
+        return None;
+    };
+    let owners = o.view::<LifecycleView>().template_owners.clone()?;
+    (!owners.iter().any(|r| r.uid == reference.owner.uid)).then(|| {
+        Decision::Do(LifecycleStep::AddTemplateOwnerRef {
+            owner: reference.owner.clone(),
+        })
+    })
 }
 
 /// A spec problem admission should have caught refuses everything that follows.
@@ -208,20 +238,26 @@ pub fn deletion(o: &Observation) -> Option<Decision<LifecycleStep>> {
     (o.deleting || cluster_deleting).then(|| deletion_step(o))
 }
 
-/// Whether the control plane's Machines must be gone before etcd's: always, unless the whole
-/// Cluster is being deleted by upstream Cluster API. Its Cluster controller counts etcd Machines
-/// as workers and deletes the control plane only once every worker is gone (and KCP waits for
-/// them too), while it skips draining and Node deletion for a Cluster being deleted: waiting
-/// there would deadlock the deletion, going costs the API servers nothing they still need.
+/// Whether the control plane's Machines must be gone before etcd's: always, unless upstream
+/// Cluster API deletes the whole Cluster or the control plane object. Its Cluster controller
+/// counts etcd Machines as workers and deletes the control plane only once every worker is gone,
+/// and KCP deletes its Machines only once every other Machine is gone, while CAPI skips draining
+/// and Node deletion for them: waiting there would deadlock the deletion, going costs the API
+/// servers nothing they still need.
 fn control_plane_first(o: &Observation) -> bool {
-    !matches!(
-        o.cluster,
-        ClusterView::Found {
-            deleting: true,
-            deletes_etcd_last: false,
-            ..
-        }
-    )
+    let ClusterView::Found {
+        deleting,
+        deletes_etcd_last,
+        ..
+    } = o.cluster
+    else {
+        return true;
+    };
+    // The control plane object deleted with us: upstream KCP deletes its Machines only once
+    // every other Machine of the Cluster is gone, and CAPI neither drains nor deletes the Nodes
+    // of a control plane being deleted.
+    let upstream_deletes = deleting || o.view::<LifecycleView>().control_plane_deleting;
+    deletes_etcd_last || !upstream_deletes
 }
 
 fn deletion_step(o: &Observation) -> Decision<LifecycleStep> {
@@ -280,6 +316,37 @@ async fn apply_metadata(
             &Patch::Apply(body),
         )
         .await?;
+    Ok(Applied::Done)
+}
+
+/// Server-side apply the Cluster's owner reference on the infrastructure template, not forced
+/// (the list merges by uid; the template's other owners and fields stay).
+async fn own_template(out: &Outputs<'_>, o: &Observation, owner: &OwnerReference) -> Result<Applied, Error> {
+    let template = &o.etcd_cluster.spec.infrastructure_template;
+    let (_, Some(machine_kind)) =
+        crate::controller::observation::read::infra_machine_kind(&o.etcd_cluster, &o.namespace)
+    else {
+        return Ok(Applied::AlreadyDone);
+    };
+    let kind = template.kind.clone().unwrap_or_default();
+    let name = template.name.clone().unwrap_or_default();
+    let resource = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+        &machine_kind.group,
+        &machine_kind.version,
+        &kind,
+    ));
+    let body = json!({
+        "apiVersion": resource.api_version, "kind": kind,
+        "metadata": {"name": name, "ownerReferences": [owner]},
+    });
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(out.client.clone(), &o.namespace, &resource);
+    api.patch(
+        &name,
+        &ssa::params(TEMPLATE_OWNER_MANAGER, false),
+        &Patch::Apply(body),
+    )
+    .await?;
     Ok(Applied::Done)
 }
 
@@ -443,6 +510,52 @@ mod tests {
         let mut o = running(3);
         o.deleting = true;
         o.control_plane_machines = 1;
+        assert_eq!(wait_reason(&plan(&o)), reason::WAITING_FOR_CONTROL_PLANE_DELETION);
+    }
+
+    #[test]
+    fn the_cluster_owns_the_infrastructure_template_as_kcp_makes_it_own_its_own() {
+        let mut o = running(3);
+        o.view_mut::<LifecycleView>().unwrap().template_owners = Some(vec![]);
+        assert_eq!(
+            plan(&o),
+            Step::Lifecycle(LifecycleStep::AddTemplateOwnerRef {
+                owner: cluster_ref().owner
+            })
+        );
+        o.view_mut::<LifecycleView>().unwrap().template_owners = Some(vec![cluster_ref().owner]);
+        assert!(!matches!(
+            plan(&o),
+            Step::Lifecycle(LifecycleStep::AddTemplateOwnerRef { .. })
+        ));
+        // A template that is not there (or of a kind not served) is the machines' concern.
+        o.view_mut::<LifecycleView>().unwrap().template_owners = None;
+        assert!(!matches!(
+            plan(&o),
+            Step::Lifecycle(LifecycleStep::AddTemplateOwnerRef { .. })
+        ));
+    }
+
+    #[test]
+    fn deleted_with_its_control_plane_under_upstream_capi_etcd_goes_first() {
+        // Upstream KCP deletes its Machines only once every other Machine of the Cluster is gone.
+        let mut o = running(3);
+        o.deleting = true;
+        o.control_plane_machines = 1;
+        o.view_mut::<LifecycleView>().unwrap().control_plane_deleting = true;
+        assert!(matches!(
+            plan(&o),
+            Step::Lifecycle(LifecycleStep::ReleaseAndDeleteMachines { .. })
+        ));
+        // EKS Anywhere's fork deletes the control plane first.
+        o.cluster = ClusterView::Found {
+            reference: cluster_ref(),
+            paused: false,
+            deleting: false,
+            infrastructure_ready: true,
+            failure_domains: vec![],
+            deletes_etcd_last: true,
+        };
         assert_eq!(wait_reason(&plan(&o)), reason::WAITING_FOR_CONTROL_PLANE_DELETION);
     }
 }
