@@ -362,26 +362,7 @@ pub async fn check(clients: &EtcdClients, input: &CheckInput<'_>) -> Result<Chec
         }));
     };
 
-    // Members on no Machine are probed too, through what they advertise.
-    let extra: Vec<String> = members
-        .iter()
-        .filter(|m| machine_for_member(&m.name, &m.peer_urls, input.machines).is_none())
-        .filter_map(|m| m.client_urls.first().cloned())
-        .filter(|url| !probes.contains_key(url))
-        .collect();
-    if !extra.is_empty() {
-        let mut all = urls.clone();
-        all.extend(extra.iter().cloned());
-        let clients: Vec<_> = clients
-            .clients(input.key, input.ca, &all, input.timeout)?
-            .into_iter()
-            .filter(|(url, _)| extra.contains(url))
-            .collect();
-        for p in probe_all(clients).await {
-            probes.insert(p.client_url.clone(), p);
-        }
-    }
-
+    probe_strangers(clients, input, &urls, &members, &mut probes).await?;
     if alarms.iter().any(|a| a.kind == AlarmKind::Corrupt) {
         hash_all(&mut probes).await;
     }
@@ -407,6 +388,36 @@ pub async fn check(clients: &EtcdClients, input: &CheckInput<'_>) -> Result<Chec
         view: EtcdView::Members(views),
         alarms,
     })
+}
+
+/// Members on no Machine are probed too, through the client URL they advertise.
+async fn probe_strangers(
+    clients: &EtcdClients,
+    input: &CheckInput<'_>,
+    urls: &[String],
+    members: &[Member],
+    probes: &mut BTreeMap<String, Probe>,
+) -> Result<(), Error> {
+    let extra: Vec<String> = members
+        .iter()
+        .filter(|m| machine_for_member(&m.name, &m.peer_urls, input.machines).is_none())
+        .filter_map(|m| m.client_urls.first().cloned())
+        .filter(|url| !probes.contains_key(url))
+        .collect();
+    if extra.is_empty() {
+        return Ok(());
+    }
+    let mut all = urls.to_vec();
+    all.extend(extra.iter().cloned());
+    let clients: Vec<_> = clients
+        .clients(input.key, input.ca, &all, input.timeout)?
+        .into_iter()
+        .filter(|(url, _)| extra.contains(url))
+        .collect();
+    for p in probe_all(clients).await {
+        probes.insert(p.client_url.clone(), p);
+    }
+    Ok(())
 }
 
 /// The member list and alarms, from a healthy member if any, else from any that answered.
