@@ -213,7 +213,7 @@ async fn fill_and_repair(
     assert_eq!(machine_names(&client, "a1").await, before, "no Machine replaced");
     let (history, machine_log) = watchers.finish();
     assert_safe(&history, &machine_log);
-    let mut reader = members[1].etcd_client().await.unwrap();
+    let mut reader = members[1].workload_client().await.unwrap();
     for (key, round) in &acked {
         let got = reader.get(key.as_str(), None).await.unwrap();
         let value = got.kvs().first().map(|kv| kv.value().to_vec());
