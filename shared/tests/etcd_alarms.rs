@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
 use etcdadm_shared::etcd::{AlarmKind, EtcdTls, MemberClient, Refusal, defragment_timeout};
 use etcdadm_shared::pki::{CertificateAuthority, LeafRequest};
-use etcdadm_shared::testing::{EtcdMemberProcess, TlsEtcdCluster, mtls_http_client};
+use etcdadm_shared::testing::{EtcdMemberProcess, TlsEtcdCluster, mtls_http_client, tamper_value};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 const QUOTA: u64 = 16 << 20;
@@ -20,6 +20,7 @@ struct Cluster {
     etcd: TlsEtcdCluster,
     members: Vec<MemberClient>,
     http: reqwest::Client,
+    tls: EtcdTls,
 }
 
 /// Which etcd the members run: the default (Debian's 3.4 in CI) or etcd 3.5 from the
@@ -84,6 +85,7 @@ fn start(etcd: Etcd, flags: &[&str]) -> Cluster {
         etcd,
         members,
         http: mtls_http_client(ca.cert_pem(), &leaf),
+        tls,
     }
 }
 
@@ -171,6 +173,15 @@ async fn full_database(etcd: Etcd) {
     let quota_flag = format!("--quota-backend-bytes={QUOTA}");
     let cluster = start(etcd, &[&quota_flag]);
     cluster.wait_serving("3 members serving").await;
+    // The quota each member runs with, as it publishes it (Status reports it only from 3.6).
+    for member in &cluster.members {
+        let status = member.status().await.unwrap();
+        assert_eq!(status.db_size_quota, None, "{status:?}");
+        assert_eq!(
+            member.metric("etcd_server_quota_backend_bytes").await.unwrap(),
+            Some(QUOTA as f64)
+        );
+    }
 
     // A few keys overwritten until etcd refuses: the space is history, as with an API server.
     let mut acknowledged = Vec::new();
@@ -295,6 +306,9 @@ async fn corrupt(etcd: Etcd) {
     let alarms = cluster.members[1].alarms().await.unwrap();
     assert_eq!(alarms.len(), 1, "{alarms:?}");
     assert_eq!((alarms[0].member_id, alarms[0].kind), (named, AlarmKind::Corrupt));
+    // etcd's own evidence says otherwise: every member hashes the same at a common revision.
+    let hashes = hashes_at_common_revision(&cluster).await;
+    assert!(hashes.iter().all(|h| *h == hashes[0]), "{hashes:?}");
     cluster.wait_serving("members serve with CORRUPT raised").await;
     assert_eq!(cluster.get("/registry/a").await.as_deref(), Some(&b"1"[..]));
     let (refusal, words) = cluster.put("/registry/b", b"2".to_vec()).await.unwrap_err();
@@ -306,4 +320,53 @@ async fn corrupt(etcd: Etcd) {
         .unwrap();
     assert!(cluster.members[0].alarms().await.unwrap().is_empty());
     cluster.put("/registry/b", b"2".to_vec()).await.unwrap();
+}
+
+/// Every member's `HashKV` at the lowest revision any of them reports.
+async fn hashes_at_common_revision(cluster: &Cluster) -> Vec<etcdadm_shared::etcd::HashKv> {
+    let mut revisions = Vec::new();
+    for member in &cluster.members {
+        revisions.push(member.status().await.unwrap().revision);
+    }
+    let common = revisions.into_iter().min().unwrap();
+    let mut hashes = Vec::new();
+    for member in &cluster.members {
+        hashes.push(member.hash_kv(common).await.unwrap());
+    }
+    hashes
+}
+
+/// A member whose data changed on disk (a value's bytes rewritten in its bbolt file while it was
+/// stopped, as a failing disk would) hashes differently from the two that agree; etcd serves the
+/// changed value all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_data_changed_on_disk_hashes_differently_from_the_majority() {
+    let mut cluster = start(Etcd::Default, &[]);
+    cluster.wait_serving("3 members serving").await;
+    let value = b"the value as it was written, 0123456789abcdef".to_vec();
+    cluster.put("/registry/precious", value.clone()).await.unwrap();
+    let agreed = hashes_at_common_revision(&cluster).await;
+    assert!(agreed.iter().all(|h| *h == agreed[0]), "{agreed:?}");
+    // Member 2 stopped, its database changed in place, started again.
+    cluster.etcd.stop(2);
+    let db = cluster.etcd.members[2].data_dir.join("member/snap/db");
+    let changed = tamper_value(&db, &value, b"THE VALUE AS IT WAS WRITTEN, 0123456789ABCDEF");
+    assert!(changed >= 1, "the value is not in {}", db.display());
+    cluster.etcd.restart(2);
+    cluster.members[2] =
+        MemberClient::new(&cluster.etcd.client_urls()[2], &cluster.tls, CALL_TIMEOUT).unwrap();
+    cluster.wait_serving("the changed member serves").await;
+    let hashes = hashes_at_common_revision(&cluster).await;
+    assert_eq!(hashes[0], hashes[1], "{hashes:?}");
+    assert_eq!(
+        hashes[0].hash, agreed[0].hash,
+        "the untouched members are unchanged"
+    );
+    assert_ne!(
+        hashes[2].hash,
+        hashes[0].hash,
+        "{hashes:?}\n{}",
+        cluster.etcd.logs()
+    );
+    assert_eq!(hashes[2].compact_revision, hashes[0].compact_revision);
 }

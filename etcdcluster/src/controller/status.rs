@@ -281,6 +281,7 @@ fn member_statuses(
         let entry = machine_entry(o, machine, member, prev);
         out.push(entry);
     }
+    out.extend(voters_without_machines(o, previous));
     for member in members.iter().filter(|m| m.machine.is_none()) {
         let name = display_name(member);
         let prev = previous.iter().find(|p| p.name == name);
@@ -299,6 +300,30 @@ fn member_statuses(
         }
     }
     out
+}
+
+/// Without a member list this round, the voting members last recorded whose Machine is gone
+/// stay recorded (without health): what a recovery counts a lost majority against
+/// (`plan/recovery/evidence.rs`). The next member list says who they are again.
+fn voters_without_machines(o: &Observation, previous: &[MemberStatus]) -> Vec<MemberStatus> {
+    if matches!(o.etcd, EtcdView::Members(_)) || !o.initialized {
+        return vec![];
+    }
+    previous
+        .iter()
+        .filter(|p| p.machine_ref.is_some() && p.member_id.is_some() && !p.is_learner)
+        .filter(|p| !o.machines.iter().any(|m| m.name == p.name))
+        .map(|p| MemberStatus {
+            healthy: false,
+            is_leader: false,
+            message: Some(
+                "its Machine is gone; kept as the last recorded voting member until a member \
+                 answers with the member list"
+                    .into(),
+            ),
+            ..p.clone()
+        })
+        .collect()
 }
 
 fn member_entry(name: &str, member: &MemberView, prev: Option<&MemberStatus>) -> MemberStatus {

@@ -14,7 +14,7 @@ use etcdadm_shared::pki::CertificateAuthority;
 
 pub use super::decision::Hold;
 pub use super::observation::*;
-pub use super::plan::alarms::AlarmStep;
+pub use super::plan::alarms::{AlarmStep, DisarmRecord};
 pub use super::plan::control_plane::ControlPlaneStep;
 pub use super::plan::machines::{Growth, MachineStep, MemberTemplate, Removal};
 pub use super::plan::membership::MembershipStep;
@@ -501,18 +501,41 @@ impl World {
                 member_id, revision, ..
             }) => {
                 let live = self.live_data;
+                let now = self.o.certificates.now;
                 let m = members_mut(&mut self.o)
                     .iter_mut()
                     .find(|m| m.id == *member_id)
                     .unwrap();
                 assert_eq!(m.history_compacted, Some(true), "defragmented before compaction");
+                m.last_defragmentation = Some(etcdadm_shared::api::cluster::Defragmentation {
+                    time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+                    revision: *revision,
+                    size_before: m.db_size.unwrap_or(0),
+                    size_after: live,
+                    disarmed: None,
+                });
                 m.db_size = Some(live);
                 m.defragmented_at = Some(*revision);
             }
-            Step::Alarms(AlarmStep::Disarm { kind, member_ids, .. }) => {
+            Step::Alarms(AlarmStep::Disarm {
+                kind,
+                member_ids,
+                record,
+                ..
+            }) => {
                 self.o
                     .alarms
                     .retain(|a| !(a.kind == *kind && member_ids.contains(&a.member_id)));
+                if let DisarmRecord::SpendDefragmentations(spent) = record {
+                    let now = self.o.certificates.now;
+                    for m in members_mut(&mut self.o) {
+                        if spent.contains(&m.id)
+                            && let Some(last) = m.last_defragmentation.as_mut()
+                        {
+                            last.disarmed = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+                        }
+                    }
+                }
             }
             other => panic!("unexpected step {other:?}"),
         }

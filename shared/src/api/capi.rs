@@ -327,7 +327,40 @@ impl Machine {
     pub fn is_deleting(&self) -> bool {
         self.metadata.deletion_timestamp.is_some()
     }
+
+    /// The infrastructure says this Machine is lost for good (docs/day2.md, "Quorum loss"):
+    /// its phase is `Failed`, which CAPI still derives in v1beta2 from the deprecated
+    /// `failureReason`/`failureMessage` that providers on the v1beta1 contract report; or its
+    /// v1beta2 condition `InfrastructureReady` is False with reason `ObjectDeleted`, CAPI's word
+    /// for an infrastructure machine deleted after it was provisioned (the VM is gone). Nothing
+    /// else counts: `InfrastructureReady` False for another reason (a provider's own, e.g. a VM
+    /// stopped or its cloud API unreachable), `Ready`/`Available` False (summaries; etcd
+    /// Machines have no Node) and a MachineHealthCheck's verdict are not a loss.
+    pub fn infrastructure_failed(&self) -> bool {
+        let Some(status) = self.status.as_ref() else {
+            return false;
+        };
+        let deleted = status
+            .rest
+            .get("conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|conditions| {
+                conditions.iter().any(|c| {
+                    let field = |name: &str| c.get(name).and_then(Value::as_str);
+                    field("type") == Some(MACHINE_INFRASTRUCTURE_READY)
+                        && field("status") == Some("False")
+                        && field("reason") == Some(INFRASTRUCTURE_DELETED_REASON)
+                })
+            });
+        status.phase.as_deref() == Some("Failed") || deleted
+    }
 }
+
+/// The v1beta2 Machine condition mirroring its infrastructure machine's readiness.
+pub const MACHINE_INFRASTRUCTURE_READY: &str = "InfrastructureReady";
+/// CAPI's reason (`ObjectDeletedReason`) on `InfrastructureReady` when the infrastructure machine
+/// was deleted after it was provisioned.
+pub const INFRASTRUCTURE_DELETED_REASON: &str = "ObjectDeleted";
 
 /// `controlplane.cluster.x-k8s.io/v1beta2` KubeadmControlPlane.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -476,5 +509,48 @@ impl KubeadmControlPlane {
             .or(status.updated_replicas)
             .or_else(|| status.deprecated.as_ref()?.v1beta1.as_ref()?.updated_replicas);
         generation_seen && up_to_date == Some(desired) && status.replicas == Some(desired)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use serde_json::json;
+
+    fn machine(status: Value) -> Machine {
+        serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m"},
+            "spec": {"clusterName": "c", "bootstrap": {}, "infrastructureRef": {"apiGroup": "x", "kind": "K", "name": "m"}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_a_failed_phase_or_a_deleted_infrastructure_machine_is_a_failure() {
+        let condition = |status: &str, reason: &str| {
+            json!({"conditions": [{"type": "InfrastructureReady", "status": status, "reason": reason,
+                                   "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+        };
+        for (status, failed) in [
+            (json!({"phase": "Failed"}), true),
+            (condition("False", "ObjectDeleted"), true),
+            (json!({"phase": "Provisioned"}), false),
+            (json!({"phase": "Running"}), false),
+            // A provider's own reason: the VM may be stopped or its cloud API unreachable.
+            (condition("False", "InstanceStopped"), false),
+            (condition("False", "ObjectDoesNotExist"), false),
+            (condition("Unknown", "ObjectDeleted"), false),
+            (condition("True", "Ready"), false),
+            (json!({}), false),
+        ] {
+            assert_eq!(
+                machine(status.clone()).infrastructure_failed(),
+                failed,
+                "{status}"
+            );
+        }
     }
 }

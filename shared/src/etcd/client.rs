@@ -59,7 +59,7 @@ impl std::fmt::Debug for EtcdTls {
 /// which closes it. Use it from one tokio runtime: the connection's tasks live on the runtime of
 /// the first call.
 pub struct MemberClient {
-    endpoint: String,
+    pub(super) endpoint: String,
     host: String,
     port: u16,
     timeout: Duration,
@@ -70,9 +70,9 @@ pub struct MemberClient {
 }
 
 /// The channel to one member and the etcd client speaking gRPC over it.
-struct Connection {
-    channel: Channel,
-    grpc: etcd_client::Client,
+pub(super) struct Connection {
+    pub(super) channel: Channel,
+    pub(super) grpc: etcd_client::Client,
 }
 
 impl std::fmt::Debug for MemberClient {
@@ -410,7 +410,7 @@ impl MemberClient {
     }
 
     /// The connection, set up on first use (the channel dials lazily, on the first request).
-    async fn connection(&self, operation: &'static str) -> Result<&Connection, EtcdError> {
+    pub(super) async fn connection(&self, operation: &'static str) -> Result<&Connection, EtcdError> {
         self.connection
             .get_or_try_init(|| async {
                 let failed =
@@ -440,7 +440,7 @@ impl MemberClient {
             .await
     }
 
-    async fn with_deadline<T>(
+    pub(super) async fn with_deadline<T>(
         &self,
         operation: &'static str,
         work: impl Future<Output = Result<T, EtcdError>>,
@@ -456,7 +456,7 @@ impl MemberClient {
             })
     }
 
-    fn protocol(&self, operation: &'static str, message: &str) -> EtcdError {
+    pub(super) fn protocol(&self, operation: &'static str, message: &str) -> EtcdError {
         EtcdError::Protocol {
             endpoint: self.endpoint.clone(),
             operation,

@@ -429,6 +429,40 @@ impl TlsEtcdCluster {
     }
 }
 
+/// Corrupt the data of a stopped (or paused) member as a failing disk would: every occurrence of
+/// `from` in its backend database file `db` (`<data dir>/member/snap/db`) becomes `to`, of the
+/// same length, in place. bbolt checksums only its meta pages, so etcd opens the file and serves
+/// the changed value, and its `HashKV` differs from the other members'. Returns how many
+/// occurrences were changed.
+pub fn tamper_value(db: &Path, from: &[u8], to: &[u8]) -> usize {
+    assert_eq!(
+        from.len(),
+        to.len(),
+        "a value is changed in place, so to one of the same length"
+    );
+    assert!(!from.is_empty());
+    let mut bytes = std::fs::read(db).unwrap_or_else(|e| panic!("{}: {e}", db.display()));
+    let mut changed = 0;
+    let mut at = 0;
+    while at + from.len() <= bytes.len() {
+        if &bytes[at..at + from.len()] == from {
+            bytes[at..at + from.len()].copy_from_slice(to);
+            changed += 1;
+            at += from.len();
+        } else {
+            at += 1;
+        }
+    }
+    // Written through the same inode, so a paused process mapping it sees the change too.
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(db)
+        .unwrap_or_else(|e| panic!("{}: {e}", db.display()));
+    std::io::Write::write_all(&mut file, &bytes).unwrap_or_else(|e| panic!("{}: {e}", db.display()));
+    file.sync_all().ok();
+    changed
+}
+
 /// An HTTPS client presenting `client` and trusting only `ca_pem`.
 pub fn mtls_http_client(ca_pem: &str, client: &IssuedCertificate) -> reqwest::Client {
     let tls =

@@ -6,6 +6,9 @@
 //! writable, with no Machine deleted and every acknowledged write present.
 //!
 //! The quota is 16 MiB; `ALARM_QUOTA=256Mi` runs the same scenario at 256 MiB (BENCHMARKS.md).
+//! The same repair holds for a 16 MiB quota set by hand in `etcd.env` (`postEtcdadmCommands`,
+//! as before the typed field existed), which the controller does not believe (it believes
+//! etcd's default, 2 GiB) and reads from each member's `/metrics` (issue 43, item 4).
 
 mod lifecycle_support;
 
@@ -60,18 +63,8 @@ async fn a_full_database_is_repaired_without_deleting_anything() {
     let quota = parse_bytes(&quota_text).unwrap();
     let work = TempDir::new("sim-alarms");
     let plane = start_plane(40, &work, Duration::from_secs(1)).await;
-    let client = plane.client.clone();
-    create(
-        &client,
-        "a1",
-        3,
-        false,
-        json!({"quotaBackendBytes": quota_text}),
-        json!({}),
-    )
-    .await;
-    let etcd = wait_settled(&client, "a1", 3, TIMEOUT, &work).await;
-    let status = etcd.status.clone().unwrap();
+    let config = json!({"quotaBackendBytes": quota_text});
+    let status = fill_and_repair(&plane.client, &work, config, &quota_text, quota).await;
     assert!(
         status
             .members
@@ -80,6 +73,51 @@ async fn a_full_database_is_repaired_without_deleting_anything() {
         "the quota each member runs with: {:?}",
         status.members
     );
+    save_logs(&work, "alarms");
+}
+
+/// The issue's cluster: 16 MiB set by hand in every member's `etcd.env`, etcd restarted to read
+/// it; the EtcdadmConfig says nothing, so the controller believes 2 GiB. Before, it disarmed
+/// NOSPACE without compacting (16.1 MiB of 2.0 GiB) again and again and etcd never took a write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_set_by_hand_is_repaired_as_etcd_runs_it_not_as_believed() {
+    let work = TempDir::new("sim-alarms-by-hand");
+    let plane = start_plane(42, &work, Duration::from_secs(1)).await;
+    let config = json!({"postEtcdadmCommands": [
+        "printf '\\nETCD_QUOTA_BACKEND_BYTES=16777216\\n' >> /etc/etcd/etcd.env",
+        "systemctl restart etcd",
+    ]});
+    let status = fill_and_repair(&plane.client, &work, config, "16Mi by hand", 16 << 20).await;
+    // Each member was compacted and defragmented before the one disarm, which spent them.
+    assert!(
+        status.members.iter().all(|m| m
+            .last_defragmentation
+            .as_ref()
+            .is_some_and(|d| d.disarmed.is_some() && d.size_after < d.size_before)),
+        "{:?}",
+        status.members
+    );
+    let events: Vec<(String, String)> = events(&plane.client, "a1").await;
+    let disarms = events.iter().filter(|(r, _)| r == "AlarmDisarmed").count();
+    assert_eq!(disarms, 1, "one disarm, after the repair: {events:#?}");
+    save_logs(&work, "alarms-by-hand");
+}
+
+/// Cluster `a1` made with `config`, filled until etcd raises NOSPACE, then repaired by the
+/// controller, whose condition names each member's size against `quota` as the member reports
+/// it: writable again, nothing deleted, every acknowledged write there. Its status once settled
+/// again.
+async fn fill_and_repair(
+    client: &kube::Client,
+    work: &TempDir,
+    config: serde_json::Value,
+    quota_text: &str,
+    quota: u64,
+) -> etcdadm_shared::api::EtcdadmClusterStatus {
+    let client = client.clone();
+    create(&client, "a1", 3, false, config, json!({})).await;
+    let etcd = wait_settled(&client, "a1", 3, TIMEOUT, work).await;
+    let status = etcd.status.clone().unwrap();
     let before = machine_names(&client, "a1").await;
     let watchers = Watchers::start(&client, "a1").await;
 
@@ -131,6 +169,13 @@ async fn a_full_database_is_repaired_without_deleting_anything() {
                 "{:>5.1}s Ready: {reason}: {message}",
                 raised.elapsed().as_secs_f64()
             );
+            if reason == "DatabaseQuotaExceeded" {
+                let reported = format!(" of {}", etcdadm_shared::api::quantity::human(quota));
+                assert!(
+                    message.contains(&reported) && !message.contains("believed"),
+                    "{message}"
+                );
+            }
             reasons.push(reason);
         }
         if writer.put("/alarms/after", "x", None).await.is_ok() {
@@ -140,7 +185,7 @@ async fn a_full_database_is_repaired_without_deleting_anything() {
             raised.elapsed() < TIMEOUT,
             "still refusing writes: {:?}\n{}",
             etcd.status,
-            logs(&work)
+            logs(work)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
@@ -157,7 +202,7 @@ async fn a_full_database_is_repaired_without_deleting_anything() {
     );
 
     // Ready again, the alarm gone from status, nothing deleted, every acknowledged key there.
-    let etcd = wait_settled(&client, "a1", 3, TIMEOUT, &work).await;
+    let etcd = wait_settled(&client, "a1", 3, TIMEOUT, work).await;
     let status = etcd.status.clone().unwrap();
     assert!(status.members.iter().all(|m| m.alarms.is_empty()), "{status:?}");
     assert!(
@@ -191,5 +236,5 @@ async fn a_full_database_is_repaired_without_deleting_anything() {
     }
     let raised_events = reasons.iter().filter(|r| **r == "AlarmRaised").count();
     assert_eq!(raised_events, 1, "{events:#?}");
-    save_logs(&work, "alarms");
+    status
 }

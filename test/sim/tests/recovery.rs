@@ -591,3 +591,242 @@ async fn a_recovery_converges_to_one_cluster_when_the_controller_is_sigkilled_at
     }
     save_logs(&work, "recovery-kills");
 }
+
+/// SeaweedFS, a plane, and Ready cluster `cluster` of three (no control plane) backed up to the
+/// bucket with automatic recovery on (`after: 10m`), a Succeeded EtcdadmSnapshot of it, and 100
+/// keys written after that snapshot.
+async fn automatic_with_keys_after_a_snapshot(
+    prefix: u8,
+    cluster: &str,
+    work: &TempDir,
+) -> (SeaweedFs, Plane, Vec<(String, i64)>) {
+    let s3 = SeaweedFs::start().await;
+    s3.create_bucket(BUCKET).await;
+    let plane = start_plane_on(None, prefix, work, Duration::from_secs(1)).await;
+    let client = plane.client.clone();
+    store_credentials(&client, &s3).await;
+    let store = serde_json::to_value(s3.store(BUCKET)).unwrap();
+    create(
+        &client,
+        cluster,
+        3,
+        false,
+        json!({}),
+        json!({"backup": {"store": {"s3": store}}, "recovery": {"automatic": true, "after": "10m"}}),
+    )
+    .await;
+    let etcd = wait_settled(&client, cluster, 3, TIMEOUT, work).await;
+    let name = format!("{cluster}-nightly");
+    let snapshot: EtcdadmSnapshot = serde_json::from_value(json!({
+        "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmSnapshot",
+        "metadata": {"name": name}, "spec": {"clusterName": format!("{cluster}-etcd")},
+    }))
+    .unwrap();
+    let snapshots: Api<EtcdadmSnapshot> = Api::default_namespaced(client.clone());
+    snapshots.create(&PostParams::default(), &snapshot).await.unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    while snapshots.get(&name).await.unwrap().phase() != SnapshotPhase::Succeeded {
+        assert!(Instant::now() < deadline, "no Succeeded snapshot\n{}", logs(work));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let keys = write_keys(&client, cluster, &etcd, "after-the-snapshot", 100).await;
+    (s3, plane, keys)
+}
+
+/// Wait for `Ready`'s reason `reason`.
+async fn wait_ready_reason(client: &kube::Client, cluster: &str, reason: &str, work: &TempDir) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let etcd = etcd_api(client).get(&format!("{cluster}-etcd")).await.unwrap();
+        if condition(&etcd, "Ready").1 == reason {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Ready never said {reason}: {:?}\n{}",
+            etcd.status,
+            logs(work)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The automatic recovery's clock past due: as if no member had served clients for an hour
+/// (`EndpointsAvailable` False since then). Set again whenever a status write of the controller,
+/// computed from an earlier read, put the real time back.
+async fn an_hour_unserved(client: &kube::Client, cluster: &str) {
+    use etcdadm_shared::api::cluster::condition::ENDPOINTS_AVAILABLE;
+    let name = format!("{cluster}-etcd");
+    let etcd = etcd_api(client).get(&name).await.unwrap();
+    let mut conditions = etcd.status.clone().unwrap().conditions;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let half_an_hour_ago = now - k8s_openapi::jiff::SignedDuration::from_mins(30);
+    let mut changed = false;
+    for c in conditions.iter_mut().filter(|c| c.type_ == ENDPOINTS_AVAILABLE) {
+        assert_eq!(c.status, etcdadm_shared::api::ConditionStatus::False, "{c:?}");
+        if c.last_transition_time.0 > half_an_hour_ago {
+            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                now - k8s_openapi::jiff::SignedDuration::from_hours(1),
+            );
+            changed = true;
+        }
+    }
+    if changed {
+        etcd_api(client)
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"conditions": conditions}})),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// The non-leader members of `etcd`.
+fn followers(etcd: &EtcdadmCluster) -> Vec<String> {
+    etcd.status
+        .clone()
+        .unwrap()
+        .members
+        .into_iter()
+        .filter(|m| !m.is_leader)
+        .map(|m| m.name)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stalled_members_cost_nothing_though_an_automatic_recovery_is_due() {
+    let work = TempDir::new("sim-recovery-stall");
+    let (_s3, plane, keys) = automatic_with_keys_after_a_snapshot(50, "q4", &work).await;
+    let client = plane.client.clone();
+    let etcd = etcd_api(&client).get("q4-etcd").await.unwrap();
+    let (machines_before, members_before, _) = fingerprint_of(&client, "q4").await;
+
+    // Two of three members stall (SIGSTOP) while their Machines stand: the one left answers
+    // and follows no leader, which is all the minority side of a partition would see too.
+    let stalled = followers(&etcd);
+    for name in &stalled {
+        plane.runtime.fault(name, Fault::Pause).unwrap();
+    }
+    wait_ready_reason(&client, "q4", "QuorumLost", &work).await;
+    let waiting = answer_of(&client, "q4", "WaitingForEvidenceOfQuorumLoss", &work).await;
+    println!("Recovery while two members are stalled: {waiting}");
+    assert!(
+        waiting.contains("the Machines of 3 standing") && waiting.contains("(2 of 3) gone or failed"),
+        "{waiting}"
+    );
+    // Past due, for many health rounds: nothing deleted, no recovery begun, no snapshot taken.
+    let snapshots: Api<EtcdadmSnapshot> = Api::default_namespaced(client.clone());
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        an_hour_unserved(&client, "q4").await;
+        let etcd = etcd_api(&client).get("q4-etcd").await.unwrap();
+        let status = etcd.status.clone().unwrap();
+        assert!(
+            status.recovery.is_none(),
+            "a recovery began: {:?}",
+            status.recovery
+        );
+        for m in machines(&client, "q4").await {
+            assert!(
+                !m.is_deleting(),
+                "{} is being deleted\n{}",
+                m.name_any(),
+                logs(&work)
+            );
+        }
+        let names: Vec<String> = snapshots
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|s| s.name_any())
+            .collect();
+        assert_eq!(names, ["q4-nightly"], "{}", logs(&work));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // They resume: Ready on the same Machines, with the same members and every key.
+    for name in &stalled {
+        plane.runtime.fault(name, Fault::Resume).unwrap();
+    }
+    let etcd = wait_settled(&client, "q4", 3, TIMEOUT, &work).await;
+    let (machines_after, members_after, _) = fingerprint_of(&client, "q4").await;
+    assert_eq!((machines_after, members_after), (machines_before, members_before));
+    let present = present_everywhere(&client, "q4", &etcd, &keys).await;
+    assert!(present.iter().all(|here| *here), "keys lost: {present:?}");
+    assert!(etcd.status.unwrap().last_recovery.is_none());
+    save_logs(&work, "recovery-stall");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_machines_the_infrastructure_reports_failed_are_recovered_automatically() {
+    let work = TempDir::new("sim-recovery-failed");
+    let (_s3, mut plane, keys) = automatic_with_keys_after_a_snapshot(51, "q5", &work).await;
+    let client = plane.client.clone();
+    let etcd = etcd_api(&client).get("q5-etcd").await.unwrap();
+    let (machines_before, ..) = fingerprint_of(&client, "q5").await;
+    let failed = followers(&etcd);
+    for name in &failed {
+        plane.runtime.fault(name, Fault::Fail).unwrap();
+    }
+    wait_ready_reason(&client, "q5", "QuorumLost", &work).await;
+    let started = Instant::now();
+    // Past due until the recovery begins.
+    loop {
+        an_hour_unserved(&client, "q5").await;
+        let etcd = etcd_api(&client).get("q5-etcd").await.unwrap();
+        if etcd.status.and_then(|s| s.recovery).is_some() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no automatic recovery began\n{}",
+            logs(&work)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (etcd, phases) = wait_recovered(&mut plane, "q5", &work, None).await;
+    println!(
+        "recovered automatically from {failed:?} reported failed: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        phases,
+        [
+            RecoveryPhase::Snapshotting,
+            RecoveryPhase::Replacing,
+            RecoveryPhase::Restoring
+        ]
+    );
+    let last = etcd.status.clone().unwrap().last_recovery.unwrap();
+    assert_eq!(last.requested, "automatic");
+    assert_eq!(last.revisions_lost, Some(0), "{last:?}");
+    let present = present_everywhere(&client, "q5", &etcd, &keys).await;
+    assert!(present.iter().all(|here| *here), "keys lost: {present:?}");
+    let (machines_after, ..) = fingerprint_of(&client, "q5").await;
+    assert!(machines_after.is_disjoint(&machines_before));
+    save_logs(&work, "recovery-failed");
+}
+
+/// Wait until cluster `cluster`'s `Recovery` condition has reason `reason`, the automatic
+/// recovery's clock kept past due meanwhile; its message.
+async fn answer_of(client: &kube::Client, cluster: &str, reason: &str, work: &TempDir) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        an_hour_unserved(client, cluster).await;
+        let etcd = etcd_api(client).get(&format!("{cluster}-etcd")).await.unwrap();
+        let (_, seen, message) = condition(&etcd, "Recovery");
+        if seen == reason {
+            return message;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Recovery {reason}: {seen} {message}\n{}",
+            logs(work)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

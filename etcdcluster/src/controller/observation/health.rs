@@ -13,7 +13,7 @@ use tracing::debug;
 
 use etcdadm_shared::api::MemberStatus as StoredMember;
 use etcdadm_shared::error::Error;
-use etcdadm_shared::etcd::{EtcdError, EtcdTls, Health, Member, MemberClient, MemberStatus};
+use etcdadm_shared::etcd::{EtcdError, EtcdTls, HashKv, Health, Member, MemberClient, MemberStatus};
 use etcdadm_shared::names;
 use etcdadm_shared::pki::CertificateAuthority;
 
@@ -23,6 +23,8 @@ use super::read::Reads;
 use super::views::{Alarm, AlarmKind, Checked, EtcdView, MachineView, MemberView};
 use crate::metrics::EtcdClusterMetrics;
 
+/// The metric etcd publishes the backend quota it runs with as (from 3.4).
+pub const QUOTA_METRIC: &str = "etcd_server_quota_backend_bytes";
 /// Members probed at the same time, per cluster.
 pub const PROBE_CONCURRENCY: usize = 8;
 /// Lifetime of the controller's own client certificate.
@@ -137,6 +139,12 @@ pub struct Probe {
     /// Whether its history before its revision is compacted, asked only while it reports
     /// NOSPACE (the repair compacts first).
     pub history_compacted: Option<bool>,
+    /// The backend quota it runs with as it publishes it on `/metrics`, read only while it
+    /// reports NOSPACE and its Status does not say (etcd before 3.6).
+    pub quota_published: Option<u64>,
+    /// etcd's hash of its store at the cluster's common revision, asked only while CORRUPT is
+    /// raised (`hash_all`).
+    pub hash: Option<HashKv>,
 }
 
 impl Probe {
@@ -171,6 +179,8 @@ async fn probe(url: String, client: Result<Arc<MemberClient>, EtcdError>) -> Pro
             status: Err(e.to_string()),
             certificate_expiry: None,
             history_compacted: None,
+            quota_published: None,
+            hash: None,
         },
         Ok(client) => {
             let (health, status) = tokio::join!(client.health(), client.status());
@@ -178,9 +188,12 @@ async fn probe(url: String, client: Result<Arc<MemberClient>, EtcdError>) -> Pro
                 .as_ref()
                 .ok()
                 .filter(|s| s.errors.iter().any(|e| e.contains(AlarmKind::NoSpace.as_str())));
-            let history_compacted = match full {
-                Some(s) => client.is_compacted_before(s.revision).await.ok(),
-                None => None,
+            let (history_compacted, quota_published) = match full {
+                Some(s) => (
+                    client.is_compacted_before(s.revision).await.ok(),
+                    published_quota(&client, s).await,
+                ),
+                None => (None, None),
             };
             Probe {
                 client_url: url,
@@ -189,7 +202,61 @@ async fn probe(url: String, client: Result<Arc<MemberClient>, EtcdError>) -> Pro
                 certificate_expiry: client.server_certificate_expiry(),
                 client: Some(client),
                 history_compacted,
+                quota_published,
+                hash: None,
             }
+        }
+    }
+}
+
+/// The quota a member runs with, from its `/metrics` (`etcd_server_quota_backend_bytes`), when
+/// its Status does not report it: etcd 3.4 and 3.5 publish it there only.
+async fn published_quota(client: &MemberClient, status: &MemberStatus) -> Option<u64> {
+    if status.db_size_quota.is_some() {
+        return None;
+    }
+    match client.metric(QUOTA_METRIC).await {
+        // A float in the exposition; a quota is a whole, positive number of bytes.
+        Ok(Some(value)) if (1.0..1e19).contains(&value) => Some(value as u64),
+        Ok(_) => None,
+        Err(e) => {
+            debug!(url = %client.endpoint(), error = %e, "reading the quota from /metrics failed");
+            None
+        }
+    }
+}
+
+/// While CORRUPT is raised, every probed member's hash of its store at the lowest revision any
+/// healthy member reports (served by each member alone, without quorum): etcd's own evidence of
+/// which members hold the same data.
+async fn hash_all(probes: &mut BTreeMap<String, Probe>) {
+    let Some(common) = probes
+        .values()
+        .filter(|p| p.healthy())
+        .filter_map(|p| p.status.as_ref().ok().map(|s| s.revision))
+        .filter(|r| *r > 0)
+        .min()
+    else {
+        return;
+    };
+    let asked: Vec<(String, Arc<MemberClient>)> = probes
+        .values()
+        .filter(|p| p.healthy())
+        .filter_map(|p| Some((p.client_url.clone(), p.client.clone()?)))
+        .collect();
+    let hashes: Vec<(String, Result<HashKv, EtcdError>)> = futures::stream::iter(asked)
+        .map(|(url, client)| async move { (url, client.hash_kv(common).await) })
+        .buffer_unordered(PROBE_CONCURRENCY)
+        .collect()
+        .await;
+    for (url, hash) in hashes {
+        match hash {
+            Ok(hash) => {
+                if let Some(p) = probes.get_mut(&url) {
+                    p.hash = Some(hash);
+                }
+            }
+            Err(e) => debug!(url = %url, error = %e, "HashKV failed"),
         }
     }
 }
@@ -295,26 +362,10 @@ pub async fn check(clients: &EtcdClients, input: &CheckInput<'_>) -> Result<Chec
         }));
     };
 
-    // Members on no Machine are probed too, through what they advertise.
-    let extra: Vec<String> = members
-        .iter()
-        .filter(|m| machine_for_member(&m.name, &m.peer_urls, input.machines).is_none())
-        .filter_map(|m| m.client_urls.first().cloned())
-        .filter(|url| !probes.contains_key(url))
-        .collect();
-    if !extra.is_empty() {
-        let mut all = urls.clone();
-        all.extend(extra.iter().cloned());
-        let clients: Vec<_> = clients
-            .clients(input.key, input.ca, &all, input.timeout)?
-            .into_iter()
-            .filter(|(url, _)| extra.contains(url))
-            .collect();
-        for p in probe_all(clients).await {
-            probes.insert(p.client_url.clone(), p);
-        }
+    probe_strangers(clients, input, &urls, &members, &mut probes).await?;
+    if alarms.iter().any(|a| a.kind == AlarmKind::Corrupt) {
+        hash_all(&mut probes).await;
     }
-
     let leader = probes
         .values()
         .filter(|p| p.healthy())
@@ -337,6 +388,36 @@ pub async fn check(clients: &EtcdClients, input: &CheckInput<'_>) -> Result<Chec
         view: EtcdView::Members(views),
         alarms,
     })
+}
+
+/// Members on no Machine are probed too, through the client URL they advertise.
+async fn probe_strangers(
+    clients: &EtcdClients,
+    input: &CheckInput<'_>,
+    urls: &[String],
+    members: &[Member],
+    probes: &mut BTreeMap<String, Probe>,
+) -> Result<(), Error> {
+    let extra: Vec<String> = members
+        .iter()
+        .filter(|m| machine_for_member(&m.name, &m.peer_urls, input.machines).is_none())
+        .filter_map(|m| m.client_urls.first().cloned())
+        .filter(|url| !probes.contains_key(url))
+        .collect();
+    if extra.is_empty() {
+        return Ok(());
+    }
+    let mut all = urls.to_vec();
+    all.extend(extra.iter().cloned());
+    let clients: Vec<_> = clients
+        .clients(input.key, input.ca, &all, input.timeout)?
+        .into_iter()
+        .filter(|(url, _)| extra.contains(url))
+        .collect();
+    for p in probe_all(clients).await {
+        probes.insert(p.client_url.clone(), p);
+    }
+    Ok(())
 }
 
 /// The member list and alarms, from a healthy member if any, else from any that answered.
@@ -411,11 +492,16 @@ fn member_view(
         message,
         machine: machine.map(String::from),
         alarms: member_alarms,
-        quota_backend_bytes: machine_view.and_then(|m| m.quota_backend_bytes),
+        quota_backend_bytes: probe
+            .and_then(|p| p.quota_published)
+            .or_else(|| machine_view.and_then(|m| m.quota_backend_bytes)),
+        quota_reported: probe.is_some_and(|p| p.quota_published.is_some()),
+        hash: probe.and_then(|p| p.hash),
         history_compacted: probe.and_then(|p| p.history_compacted),
         defragmented_at: stored
             .and_then(|s| s.last_defragmentation.as_ref())
             .map(|d| d.revision),
+        last_defragmentation: stored.and_then(|s| s.last_defragmentation.clone()),
         unhealthy_for: input.clock.unhealthy_for(stored),
         certificate_expiry: probe
             .and_then(|p| p.certificate_expiry)

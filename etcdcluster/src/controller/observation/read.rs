@@ -269,7 +269,7 @@ fn machine_records(
                         .get(&config_name)
                         .filter(|c| c.spec.quota_backend_bytes.is_some())
                         .map(|c| c.spec.quota_backend_bytes()),
-                    failed: m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"),
+                    failed: m.infrastructure_failed(),
                     up_to_date: reported_condition(m, names::UP_TO_DATE_CONDITION),
                     listed_wait: configs_by_name
                         .get(&config_name)

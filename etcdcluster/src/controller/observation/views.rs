@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use etcdadm_shared::api::cluster::RecoveryPhase;
+use etcdadm_shared::api::cluster::{Defragmentation, RecoveryPhase};
 use etcdadm_shared::api::config::DEFAULT_QUOTA_BACKEND_BYTES;
 use etcdadm_shared::api::snapshot::{ChecksumSource, SnapshotPhase};
 pub use etcdadm_shared::contract::ClusterRef;
 pub use etcdadm_shared::contract::ca::{Ca, CaView};
 pub use etcdadm_shared::contract::init_secret::InitSecret;
+use etcdadm_shared::etcd::HashKv;
 use etcdadm_shared::etcd::MemberStatus;
 pub use etcdadm_shared::etcd::{Alarm, AlarmKind};
 use etcdadm_shared::store::StoreClient;
@@ -76,7 +77,8 @@ pub struct MachineView {
     pub learner_join: bool,
     /// The backend quota its EtcdadmConfig gave etcd, when the config was read.
     pub quota_backend_bytes: Option<u64>,
-    /// The infrastructure reports it failed (phase `Failed`).
+    /// The infrastructure reports it lost for good (`Machine::infrastructure_failed`: phase
+    /// `Failed`, or its infrastructure machine deleted).
     pub failed: bool,
     /// Time since its turn to join came (its `join-started` annotation, written just before its
     /// learner is added): its join deadline runs from then. `None` while its turn has not come,
@@ -143,12 +145,21 @@ pub struct MemberView {
     pub history_compacted: Option<bool>,
     /// The revision it was last defragmented at, as status recorded it.
     pub defragmented_at: Option<i64>,
+    /// Its last defragmentation as status recorded it (sizes, and whether a NOSPACE disarm
+    /// spent it).
+    pub last_defragmentation: Option<Defragmentation>,
+    /// The backend quota it runs with came from the member itself (Status from etcd 3.6, its
+    /// `/metrics` before), not from its EtcdadmConfig.
+    pub quota_reported: bool,
     /// How long it has been unhealthy, by the remediation clock.
     pub unhealthy_for: Duration,
     /// `notAfter` of the server certificate it presented in this round's handshake.
     pub certificate_expiry: Option<Timestamp>,
     /// The revision of its own store, when it answered Status this round (no quorum needed).
     pub revision: Option<i64>,
+    /// etcd's hash of its store at the revision common to the healthy members, asked only
+    /// while CORRUPT is raised.
+    pub hash: Option<HashKv>,
 }
 
 impl MemberView {
@@ -170,6 +181,7 @@ impl MemberView {
         self.no_leader = status.leader_id.is_none();
         if status.db_size_quota.is_some() {
             self.quota_backend_bytes = status.db_size_quota;
+            self.quota_reported = true;
         }
     }
 

@@ -133,6 +133,7 @@ pub async fn defragment(
         revision: target.revision,
         size_before: i64::try_from(target.db_size).unwrap_or(i64::MAX),
         size_after: i64::try_from(after.db_size).unwrap_or(i64::MAX),
+        disarmed: None,
     };
     let reclaimed = target.db_size.saturating_sub(after.db_size);
     out.concern_metrics(&o.etcd_cluster, |m: &MaintenanceMetrics, ns, name| {

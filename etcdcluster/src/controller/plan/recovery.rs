@@ -18,6 +18,7 @@
 //! A refused request is answered in a condition of its own beside the plan's step, never the
 //! step: it must not stop a healthy cluster's scaling, rollouts or remediation.
 
+mod evidence;
 mod view;
 mod writes;
 
@@ -31,6 +32,7 @@ use etcdadm_shared::api::snapshot::SnapshotPhase;
 use etcdadm_shared::error::Error;
 use etcdadm_shared::names::RECOVER_ANNOTATION;
 
+pub use self::evidence::{Evidence, Fate};
 pub use self::view::Recovery;
 use self::writes::{finish, reset, snapshot_survivor};
 use super::restore::view::RestoreFrom;
@@ -385,26 +387,14 @@ fn loss_reported(o: &Observation) -> bool {
         && rules::quorum_lost(o).is_some_and(|hold| [QUORUM_LOST, MEMBERS_UNREACHABLE].contains(&hold.reason))
 }
 
-/// An automatic recovery's evidence (docs/day2.md, "Quorum loss"): the loss observed, never
-/// inferred from silence. Quorum lost with a voter that answers and follows no leader (its own
-/// view shows no quorum), or the infrastructure reporting the majority's Machines failed or
-/// gone. With no member answering and the Machines standing, the members may serve behind a
-/// partition: that is waited out.
+/// An automatic recovery's evidence (docs/day2.md, "Quorum loss"): quorum lost (or no member
+/// answering) and the infrastructure reporting the Machines of a majority of the voting members
+/// last recorded gone or failed ([`Evidence`]). What the members say is no evidence: a member
+/// that answers and follows no leader is what the minority side of a partition sees, and what a
+/// member sees while the others are stalled; silence is what a partition from the controller
+/// looks like. The majority may be serving, and a restore would lose every write since.
 pub fn majority_lost_observed(o: &Observation) -> bool {
-    if !o.initialized_now() {
-        return false;
-    }
-    let replicas = usize::try_from(o.replicas).unwrap_or(0);
-    let standing = o.active_machines().filter(|m| m.was_member && !m.failed).count();
-    let machines_lost = replicas > 0 && standing < rules::quorum(replicas);
-    match &o.etcd {
-        EtcdView::Members(_) => {
-            let lost = rules::quorum_lost(o).is_some_and(|hold| hold.reason == QUORUM_LOST);
-            lost && (machines_lost || o.voters().iter().any(|m| m.no_leader))
-        }
-        EtcdView::Unreachable { .. } => machines_lost,
-        EtcdView::NotChecked => false,
-    }
+    o.initialized_now() && loss_reported(o) && Evidence::of(o).majority_lost()
 }
 
 /// The answer to a recovery request or the state of one under way, for the `Recovery`
@@ -435,15 +425,24 @@ pub fn answer(o: &Observation) -> Option<Hold> {
         Some(requested) => format!("{RECOVER_ANNOTATION}={requested:?}"),
         None if majority_lost_observed(o) => "spec.recovery.automatic (source latest)".to_string(),
         None if view.request().is_some() && loss_reported(o) => {
-            let seen = if matches!(o.etcd, EtcdView::Unreachable { .. }) {
-                "no etcd member answers the controller, but their Machines stand"
-            } else {
-                "the members that answer still follow a leader, and the Machines stand"
+            let seen = match &o.etcd {
+                EtcdView::Members(_) => {
+                    let answering = o.voters().iter().filter(|m| m.revision.is_some()).count();
+                    format!(
+                        "quorum is lost and {answering} of {} voting members answer the controller",
+                        o.voters().len()
+                    )
+                }
+                _ => "no etcd member answers the controller".to_string(),
             };
+            let evidence = Evidence::of(o);
             return Some(Hold::wait(
                 reason::RECOVERY_WAITING,
                 format!(
-                    "{seen}: the members may be serving behind a network partition, so spec.recovery.automatic waits for evidence of a lost majority (a member reporting no leader, or the infrastructure reporting the Machines failed); to recover anyway, set the annotation {RECOVER_ANNOTATION}"
+                    "{seen}; {}: the silent members may be stalled, or serving clients behind a network partition, so spec.recovery.automatic waits until the infrastructure reports the Machines of a majority ({} of {}) gone or failed; to recover anyway, set the annotation {RECOVER_ANNOTATION}",
+                    evidence.describe(),
+                    rules::quorum(evidence.voters.len()),
+                    evidence.voters.len()
                 ),
             ));
         }

@@ -1,6 +1,7 @@
 //! Remediation (docs/safety.md, "Health and remediation"): a member dead for longer than
 //! `unhealthyAfter` is replaced, one at a time, under rule 3, with backoff after a failed
-//! replacement; a member etcd found corrupt is replaced at once; a Machine whose member left
+//! replacement; a member whose data differs from the majority's, once CORRUPT is raised, is
+//! replaced with the same backoff; a Machine whose member left
 //! etcd is replaced; an unhealthy member on no Machine of ours is removed (rule 4). The deletions themselves are the Machine concern's steps.
 
 use std::time::Duration;
@@ -9,10 +10,11 @@ use etcdadm_shared::duration;
 
 use etcdadm_shared::api::cluster::AlarmRepair;
 
+use super::alarms;
 use super::machines::{MachineStep, Removal};
 use super::membership::MembershipStep;
 use crate::controller::decision::{Decision, Hold};
-use crate::controller::observation::{AlarmKind, MemberView, Observation, member_client_url};
+use crate::controller::observation::{MachineView, MemberView, Observation, member_client_url};
 use crate::controller::rules::removal_refusal;
 
 /// Condition reasons of remediation.
@@ -96,25 +98,9 @@ pub fn replace_overdue(o: &Observation) -> Option<Decision<MachineStep>> {
     if let Some(refusal) = removal_refusal(o, member, &what) {
         return Some(Decision::Hold(refusal));
     }
-    let retries = match &machine.replaces {
-        Some(last) if machine.age < MIN_HEALTHY_PERIOD => {
-            let wait = remediation_backoff(policy.unhealthy_after, last.retries);
-            if last.ago < wait {
-                return Some(Decision::Hold(Hold::refusal(
-                    reason::REMEDIATION_BACKOFF,
-                    format!(
-                        "Machine {} replaced Machine {} {} ago and is unhealthy too; the next remediation waits {} (failed replacements: {})",
-                        machine.name,
-                        last.machine,
-                        duration::format(last.ago),
-                        duration::format(wait.saturating_sub(last.ago)),
-                        last.retries + 1
-                    ),
-                )));
-            }
-            last.retries.saturating_add(1)
-        }
-        _ => 0,
+    let retries = match backoff(o, machine, "is unhealthy too") {
+        Ok(retries) => retries,
+        Err(hold) => return Some(Decision::Hold(hold)),
     };
     Some(Decision::Do(MachineStep::DeleteMachine {
         machine: machine.name.clone(),
@@ -129,24 +115,45 @@ pub fn replace_overdue(o: &Observation) -> Option<Decision<MachineStep>> {
     }))
 }
 
-/// A member etcd raised CORRUPT on (its data differs from the others') is replaced like a dead
-/// one, at once, under rule 3: the named member only, never another; one on no Machine of ours
+/// The retries count of a remediation of `machine`, or the backoff hold when it is itself a
+/// recent replacement made too short a time ago (`what` says what is wrong with it again).
+fn backoff(o: &Observation, machine: &MachineView, what: &str) -> Result<u32, Hold> {
+    match &machine.replaces {
+        Some(last) if machine.age < MIN_HEALTHY_PERIOD => {
+            let wait = remediation_backoff(o.remediation.unhealthy_after, last.retries);
+            if last.ago < wait {
+                return Err(Hold::refusal(
+                    reason::REMEDIATION_BACKOFF,
+                    format!(
+                        "Machine {} replaced Machine {} {} ago and {what}; the next remediation waits {} (failed replacements: {})",
+                        machine.name,
+                        last.machine,
+                        duration::format(last.ago),
+                        duration::format(wait.saturating_sub(last.ago)),
+                        last.retries + 1
+                    ),
+                ));
+            }
+            Ok(last.retries.saturating_add(1))
+        }
+        _ => Ok(0),
+    }
+}
+
+/// A member etcd raised CORRUPT for is replaced like a dead one, under rule 3 and with the
+/// remediation backoff, once etcd's own evidence confirms it: its hash differs from a majority
+/// that agrees (`alarms::confirmed`); never a member whose hash agrees. One on no Machine of ours
 /// is left to a person (`alarms::remaining` says so). With `spec.maintenance.alarms` Manual,
 /// nothing.
 pub fn replace_corrupt(o: &Observation) -> Option<Decision<MachineStep>> {
     if o.alarm_repair == AlarmRepair::Manual {
         return None;
     }
-    let (machine, member) = o
-        .alarms
-        .iter()
-        .filter(|a| a.kind == AlarmKind::Corrupt)
-        .filter_map(|a| o.members().iter().find(|m| m.id == a.member_id))
-        .find_map(|member| {
-            let name = member.machine.as_deref()?;
-            let machine = o.active_machines().find(|m| m.name == name)?;
-            Some((machine, member))
-        })?;
+    let (machine, member) = alarms::corrupt::confirmed(o).into_iter().find_map(|member| {
+        let name = member.machine.as_deref()?;
+        let machine = o.active_machines().find(|m| m.name == name)?;
+        Some((machine, member))
+    })?;
     let what = format!("member of Machine {}", machine.name);
     if let Some(refusal) = removal_refusal(o, member, &what) {
         return Some(Decision::Hold(Hold {
@@ -157,11 +164,16 @@ pub fn replace_corrupt(o: &Observation) -> Option<Decision<MachineStep>> {
             ..refusal
         }));
     }
+    let retries = match backoff(o, machine, "its data differs from the majority's too") {
+        Ok(retries) => retries,
+        Err(hold) => return Some(Decision::Hold(hold)),
+    };
+    let revision = member.hash.map_or(0, |h| h.revision);
     Some(Decision::Do(MachineStep::DeleteMachine {
         machine: machine.name.clone(),
-        purpose: Removal::Remediation { retries: 0 },
+        purpose: Removal::Remediation { retries },
         message: format!(
-            "etcd raised CORRUPT on the {what} (its data differs from the other members'): deleting the Machine (its member is removed first); a new one replaces it, then the alarm is disarmed"
+            "etcd raised CORRUPT and the {what}'s data differs from the majority's (its HashKV at revision {revision} differs from theirs, which agree): deleting the Machine (its member is removed first); a new one replaces it, then the alarm is disarmed"
         ),
     }))
 }

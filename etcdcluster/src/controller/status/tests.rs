@@ -298,6 +298,7 @@ fn an_alarm_makes_ready_false_with_its_reason_sizes_and_one_warning() {
     if let EtcdView::Members(members) = &mut o.etcd {
         for m in members.iter_mut() {
             m.db_size = Some(2 << 30);
+            m.quota_reported = true;
             m.revision = Some(7);
             m.history_compacted = Some(true);
             m.defragmented_at = Some(7);
@@ -482,4 +483,57 @@ fn the_cluster_version_comes_from_the_members_answers_and_stays_while_one_is_sil
         &at(2),
     );
     assert_eq!(later.cluster_version.as_deref(), Some("3.5.0"));
+}
+
+#[test]
+fn a_voter_whose_machine_went_while_no_member_answers_stays_recorded_until_a_member_list_says() {
+    let mut o = observed([true, true]);
+    o.initialized = true;
+    let step = crate::controller::plan::plan(&o);
+    let (status, _) = next_status(&with_status(Default::default()), &o, &step, &at(1));
+    assert_eq!(status.members.len(), 2);
+    // Machine m1 goes while no member answers: m1 stays, without health, as the voting member
+    // last recorded.
+    o.machines.truncate(1);
+    o.etcd = EtcdView::Unreachable {
+        message: "timed out".into(),
+    };
+    let step = crate::controller::plan::plan(&o);
+    let (silent, _) = next_status(&with_status(status.clone()), &o, &step, &at(2));
+    let names: Vec<&str> = silent.members.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["m0", "m1"]);
+    let kept = &silent.members[1];
+    assert!(!kept.healthy && !kept.is_learner, "{kept:?}");
+    assert_eq!(kept.member_id.as_deref(), Some("000000000000000b"));
+    assert!(
+        kept.message.as_deref().unwrap().contains("Machine is gone"),
+        "{kept:?}"
+    );
+    // And the next silent round keeps it too.
+    let (still, _) = next_status(&with_status(silent.clone()), &o, &step, &at(3));
+    assert_eq!(still.members.len(), 2);
+    // A member list answers again: it says who the members are (m1 was removed meanwhile).
+    let mut answered = observed([true, true]);
+    answered.initialized = true;
+    answered.machines.truncate(1);
+    if let EtcdView::Members(members) = &mut answered.etcd {
+        members.truncate(1);
+    }
+    let step = crate::controller::plan::plan(&answered);
+    let (listed, _) = next_status(&with_status(still), &answered, &step, &at(4));
+    let names: Vec<&str> = listed.members.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["m0"]);
+    // A learner, or a cluster never initialized, keeps nothing.
+    let mut learner = status.clone();
+    learner.members[1].is_learner = true;
+    let (gone, _) = next_status(&with_status(learner), &o, &step_of(&o), &at(5));
+    assert_eq!(gone.members.len(), 1);
+    let mut fresh = o.clone();
+    fresh.initialized = false;
+    let (gone, _) = next_status(&with_status(status), &fresh, &step_of(&fresh), &at(6));
+    assert_eq!(gone.members.len(), 1);
+}
+
+fn step_of(o: &Observation) -> Step {
+    crate::controller::plan::plan(o)
 }

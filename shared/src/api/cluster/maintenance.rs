@@ -209,6 +209,23 @@ pub struct Defragmentation {
     pub size_before: i64,
     /// Database size after, in bytes (the difference is what it returned to the file system).
     pub size_after: i64,
+    /// When NOSPACE was disarmed on the strength of this defragmentation: each disarm spends
+    /// one that shrank the database, so NOSPACE is never disarmed twice without the database
+    /// having shrunk in between (docs/day2.md, "Alarms").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disarmed: Option<Time>,
+}
+
+/// CORRUPT alarms disarmed unconfirmed: every member's `HashKV` agreed at a common revision.
+#[derive(KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnconfirmedCorrupt {
+    /// How many were disarmed within an hour of the one before (1 for the first).
+    pub count: i32,
+    /// When the last was disarmed.
+    pub last: Time,
+    /// The revision the members' hashes agreed at, the last time.
+    pub revision: i64,
 }
 
 /// The defragmentation policy's sizes, interval and window parse (percentages are bounded by

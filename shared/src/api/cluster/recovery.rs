@@ -18,7 +18,8 @@ pub const MIN_AUTOMATIC_RECOVERY_AFTER: Duration = Duration::from_secs(600);
 #[serde(rename_all = "camelCase")]
 pub struct RecoverySpec {
     /// Recover from `latest` (the surviving member with the highest revision, else the newest
-    /// Succeeded snapshot) once quorum has been lost for `after`, as the
+    /// Succeeded snapshot) once quorum has been lost for `after` and the infrastructure reports
+    /// the Machines of a majority of the voting members gone or failed, as the
     /// `etcdcluster.cluster.x-k8s.io/recover` annotation would. Needs `spec.backup.store`.
     /// Default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
-use super::maintenance::Defragmentation;
+use super::maintenance::{Defragmentation, UnconfirmedCorrupt};
 use super::recovery::{LastRecovery, RecoveryStatus};
 use crate::api::conditions::Condition;
 use crate::api::snapshot::RestoredFrom;
@@ -97,6 +97,11 @@ pub struct EtcdadmClusterStatus {
     /// controller waits for the same snapshot; cleared when the change is done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before_change: Option<BeforeChangeStatus>,
+    /// CORRUPT alarms the controller disarmed because every member's hash agreed (etcd's own
+    /// evidence said no member's data differs): how many, and the last. Raised again and again,
+    /// the alarm is left to a person (docs/day2.md, "Alarms").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unconfirmed_corrupt: Option<UnconfirmedCorrupt>,
     /// `Ready` summary and the detailed conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

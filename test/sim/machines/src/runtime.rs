@@ -63,6 +63,9 @@ pub enum Fault {
     WipeData,
     /// Kill every process of the machine; nothing listens on its address afterwards.
     PowerOff,
+    /// A hardware failure: powered off as by [`Fault::PowerOff`], and the infrastructure
+    /// reports the machine failed (a terminal failure) until it boots again.
+    Fail,
 }
 
 impl Fault {
@@ -74,6 +77,7 @@ impl Fault {
             Fault::Resume => "resume",
             Fault::WipeData => "wipe-data",
             Fault::PowerOff => "power-off",
+            Fault::Fail => "fail",
         }
     }
 }
@@ -133,6 +137,8 @@ struct BuiltInMachine {
     child: Option<Child>,
     /// Its network namespace, when it has one.
     netns: Option<Namespace>,
+    /// A failure a fault gave it ([`Fault::Fail`]), reported until it boots again.
+    failure: Option<String>,
 }
 
 /// Machines with the real etcdadm: each in a namespace on `lab`'s bridge.
@@ -493,6 +499,7 @@ impl MachineRuntime for BuiltInRuntime {
                 env,
                 child: Some(child),
                 netns,
+                failure: None,
             },
         );
         Ok(())
@@ -514,6 +521,14 @@ impl MachineRuntime for BuiltInRuntime {
             Fault::Resume => signal(self.etcd_pid(name)?, "CONT"),
             Fault::WipeData => self.wipe_data(name)?,
             Fault::PowerOff => self.stop(name)?,
+            Fault::Fail => {
+                let mut machines = self.lock();
+                let machine = machines
+                    .get_mut(name)
+                    .ok_or_else(|| MachineError::UnknownMachine(name.to_string()))?;
+                self.power_off(machine);
+                machine.failure = Some("the machine failed (a hardware fault the test injected)".into());
+            }
         }
         Ok(())
     }
@@ -527,6 +542,11 @@ impl MachineRuntime for BuiltInRuntime {
         let Some(machine) = machines.get_mut(name) else {
             return MachineState::Off;
         };
+        if let Some(reason) = &machine.failure {
+            return MachineState::Failed {
+                reason: reason.clone(),
+            };
+        }
         let Some(child) = machine.child.as_mut() else {
             return MachineState::Off;
         };
@@ -757,10 +777,13 @@ impl MachineRuntime for ExternalRuntime {
     fn fault(&self, name: &str, fault: Fault) -> Result<(), MachineError> {
         let machine = self.known(name)?;
         self.invoke(&["fault", fault.as_arg()], &machine)?;
-        if fault == Fault::PowerOff
+        if matches!(fault, Fault::PowerOff | Fault::Fail)
             && let Some(m) = self.lock().get_mut(name)
         {
             m.on = false;
+            if fault == Fault::Fail {
+                m.failure = Some("the machine failed (a hardware fault the test injected)".into());
+            }
         }
         Ok(())
     }
@@ -772,13 +795,13 @@ impl MachineRuntime for ExternalRuntime {
     fn state(&self, name: &str) -> MachineState {
         match self.lock().get(name) {
             None => MachineState::Off,
-            Some(m) if !m.on => MachineState::Off,
             Some(ExternalMachine {
                 failure: Some(reason),
                 ..
             }) => MachineState::Failed {
                 reason: reason.clone(),
             },
+            Some(m) if !m.on => MachineState::Off,
             Some(m) => MachineState::Running {
                 bootstrap_succeeded: bootstrap_succeeded(&m.spec.root),
             },

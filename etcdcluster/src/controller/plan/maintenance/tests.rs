@@ -63,6 +63,7 @@ fn take(o: &mut Observation, step: &Step) -> String {
             revision: target.revision,
             size_before: i64::try_from(target.db_size).unwrap(),
             size_after: 100 * MIB,
+            disarmed: None,
         },
     );
     target.member.clone()

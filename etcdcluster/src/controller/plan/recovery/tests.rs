@@ -412,6 +412,10 @@ fn an_automatic_recovery_begins_after_its_wait_and_only_without_quorum() {
         unserved_for: Duration::from_secs(unserved_secs),
     };
     let mut o = lost("latest");
+    // The infrastructure reports the two silent members' Machines failed: the evidence.
+    for machine in &mut o.machines[1..] {
+        machine.failed = true;
+    }
     let view = o.view_mut::<Recovery>().unwrap().view.as_mut().unwrap();
     view.requested = None;
     view.automatic = Some(automatic(599));
@@ -510,8 +514,31 @@ fn an_automatic_recovery_needs_the_loss_observed_never_silence_or_an_alarm() {
     members_mut(&mut cut_off)[0].revision = Some(100);
     assert_eq!(wait_reason(&plan(&cut_off)), reason::QUORUM_LOST);
     assert_eq!(super::answer(&cut_off).unwrap().reason, reason::RECOVERY_WAITING);
-    // Its own view shows no quorum: observed.
+    // Its own view shows no quorum: what the minority side of a partition sees, and what a
+    // member sees while the other two are stalled. Still no evidence, and the condition says
+    // what it sees.
     members_mut(&mut cut_off)[0].no_leader = true;
+    assert!(!is_recovery(&plan(&cut_off)), "{:?}", plan(&cut_off));
+    let waiting = super::answer(&cut_off).unwrap();
+    assert_eq!(waiting.reason, reason::RECOVERY_WAITING);
+    assert_eq!(
+        waiting.message,
+        "quorum is lost and 1 of 3 voting members answer the controller; of the 3 voting members \
+         last recorded, the Machines of 3 standing (c1-etcd-m0, c1-etcd-m1, c1-etcd-m2): the silent \
+         members may be stalled, or serving clients behind a network partition, so \
+         spec.recovery.automatic waits until the infrastructure reports the Machines of a majority \
+         (2 of 3) gone or failed; to recover anyway, set the annotation \
+         etcdcluster.cluster.x-k8s.io/recover"
+    );
+    // One Machine failed is no majority; two are.
+    cut_off.machines[1].failed = true;
+    assert!(!is_recovery(&plan(&cut_off)));
+    cut_off.machines[2].failed = true;
+    assert!(is_recovery(&plan(&cut_off)));
+    // Gone counts as failed: m2's Machine deleted, its member still listed.
+    cut_off.machines[2].failed = false;
+    cut_off.machines.truncate(2);
+    members_mut(&mut cut_off)[2].machine = None;
     assert!(is_recovery(&plan(&cut_off)));
     // Every member serving with NOSPACE raised is no loss at all: never due, and a person's
     // request is refused naming the alarm.
