@@ -27,6 +27,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::controller::decision::{Decision, Hold};
 
+pub mod view;
+
 /// Condition reasons of a CA rotation.
 pub mod reason {
     pub const ROTATING_CA: &str = "RotatingCA";
