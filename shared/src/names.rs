@@ -66,12 +66,11 @@ pub const RESTORE_INSECURE_KEY: &str = "insecure";
 /// Spec, ObjectMetadata or Computed); a computed one is kept when the URL is renewed.
 pub const RESTORE_SHA256_SOURCE_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/sha256-source";
 /// On an EtcdadmCluster: rotate the etcd CA; the value tells one request from the next
-/// (docs/day2.md, "CA rotation").
+/// (docs/security.md, "Rotating the etcd CA"; not acted on yet).
 pub const ROTATE_CA_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/rotate-ca";
-/// On `<cluster>-managed-etcd`: the `rotate-ca` request its CA was made for (a finished rotation).
+/// On `<cluster>-managed-etcd-next`, and on `<cluster>-managed-etcd` once a rotation is done: the
+/// `rotate-ca` request the CA in it was made for.
 pub const CA_ROTATED_FOR_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/ca-rotated-for";
-/// On `<cluster>-managed-etcd-next`: what began the rotation, `Requested` or `Automatic`.
-pub const CA_ROTATION_TRIGGER_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/ca-rotation-trigger";
 /// On an EtcdadmConfig: the CAs its member's `ca.crt` holds, by SHA-256 fingerprint, comma
 /// separated, the one whose key signs first. Absent: the CA of `<cluster>-managed-etcd` alone.
 pub const CA_BUNDLE_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/ca-bundle";

@@ -50,7 +50,7 @@ impl EtcdTls {
 
 impl EtcdTls {
     /// The TLS settings (as [`EtcdTls::client_config`] makes them) for talking to members that
-    /// may be signed by, and trust, any of `cas` (a CA rotation, docs/day2.md): every CA is
+    /// may be signed by, and trust, any of `cas` (a CA rotation, docs/security.md): every CA is
     /// trusted, and a short-lived identity issued by each is presented to the members that
     /// accept its CA. One CA gives exactly what [`EtcdTls::issued_by`] does.
     pub fn issued_by_each(
