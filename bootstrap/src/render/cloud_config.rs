@@ -10,6 +10,7 @@ use super::containerd::containerd_setup;
 use super::error::RenderError;
 use super::etcdadm_command::{
     LEARNER_JOIN_SCRIPT, LEARNER_JOIN_SCRIPT_CONTENT, default_install_commands, etcdadm_runcmd,
+    settings_drop_in,
 };
 use super::files::{
     ETCDADM_CERTS_DIR, FileEntry, ca_files, cert_bundle_files, check_content_sources, check_unique_paths,
@@ -88,6 +89,7 @@ pub fn render(input: &RenderInput) -> Result<String, RenderError> {
     let containerd = containerd_setup(spec.proxy.as_ref(), spec.registry_mirror.as_ref())?;
     files.extend(containerd.files);
     files.push(placeholder_file());
+    files.extend(settings_drop_in(spec)?);
     if let EtcdadmCommand::InitFromSnapshot(download) = input.command {
         files.extend(restore::files(download)?);
     }

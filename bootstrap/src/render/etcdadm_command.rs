@@ -1,6 +1,7 @@
 //! The etcdadm command lines: which flags each etcdadm build accepts, how the settings etcdadm
 //! has no flag for (cipher suites, the backend quota, corruption checks, `etcdSettings`) reach
-//! etcd through its env file, and how a learner join waits around `etcdadm join`.
+//! etcd before its first start (a systemd drop-in written before etcdadm runs), and how a
+//! learner join waits around `etcdadm join`.
 
 use etcdadm_shared::api::config::{
     DEFAULT_LEARNER_LISTED_WAIT, EtcdadmConfigSpec, EtcdadmFlavor, QUOTA_BACKEND_BYTES_RANGE,
@@ -9,14 +10,18 @@ use etcdadm_shared::etcd_settings;
 use etcdadm_shared::validation::{etcd_version, is_etcd_version, quoted};
 
 use super::error::RenderError;
+use super::files::FileEntry;
 use super::input::EtcdadmCommand;
 use super::{restore, shell};
 
 /// Written when etcd runs as configured; CAPI's cloud-init contract reads it.
 pub const SUCCESS_SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
 
-/// The env file etcdadm writes and etcd's systemd unit reads.
-const ETCD_ENV_FILE: &str = "/etc/etcd/etcd.env";
+/// A drop-in of etcd's systemd unit holding the settings etcdadm has no flag for. Written by
+/// cloud-init before etcdadm runs: upstream etcdadm writes `/etc/systemd/system/etcd.service`
+/// (`EnvironmentFile=/etc/etcd/etcd.env`) and starts it, and systemd reads the unit's drop-ins
+/// with it, so etcd starts with every setting and no member restarts after its join.
+pub const SETTINGS_DROP_IN: &str = "/etc/systemd/system/etcd.service.d/10-etcdadm-bootstrap-settings.conf";
 
 /// Where a learner join's user data writes its helper, `templates/cloud-init/learner-join.sh`.
 pub const LEARNER_JOIN_SCRIPT: &str = "/run/cluster-api/etcd-learner-join.sh";
@@ -153,25 +158,51 @@ pub fn etcdadm_runcmd(
     if let EtcdadmCommand::InitFromSnapshot(_) = command {
         steps.push(restore::after_init());
     }
-    let settings = env_settings(spec, cipher_suites.filter(|_| flavor == EtcdadmFlavor::Upstream))?;
-    if !settings.is_empty() {
-        // etcdadm writes the env file itself: each line is replaced there, and etcd restarted
-        // once, before success is declared.
-        for (name, value) in &settings {
-            steps.push(format!("sed -i '/^{name}=/d' {ETCD_ENV_FILE}"));
-            steps.push(format!("echo {name}={value} >> {ETCD_ENV_FILE}"));
-        }
-        steps.push("systemctl restart etcd".into());
-    }
     steps.push(format!("echo success > {SUCCESS_SENTINEL}"));
     Ok(steps.join(" && "))
 }
 
-/// The etcd settings etcdadm has no flag for, as lines of etcd's env file: the cipher suites
-/// for upstream etcdadm (`cipher_suites`, when given), the backend quota, the corruption checks
-/// the etcd version has (unless `corruptionChecks: Disabled`) and `etcdSettings`
-/// (`etcdadm_shared::etcd_settings`). Values are plain words (suite names, digits, Go
-/// durations, `Name=true` lists), safe in the shell line unquoted.
+/// The drop-in of etcd's unit with the settings etcdadm has no flag for ([`SETTINGS_DROP_IN`]),
+/// `None` when the spec sets none. `Environment=` lines: systemd lets the unit's own
+/// `EnvironmentFile=` (etcdadm's `etcd.env`, and whatever a person writes there) win over them,
+/// and none of these names is one etcdadm writes.
+pub fn settings_drop_in(spec: &EtcdadmConfigSpec) -> Result<Option<FileEntry>, RenderError> {
+    let suites = cipher_suites(spec)?.filter(|_| spec.flavor() == EtcdadmFlavor::Upstream);
+    let settings = env_settings(spec, suites)?;
+    if settings.is_empty() {
+        return Ok(None);
+    }
+    let mut text = String::from(
+        "# The etcd settings etcdadm has no flag for, written by the etcdadm bootstrap provider\n\
+         # before etcdadm runs, so that etcd starts with them.\n[Service]\n",
+    );
+    for (name, value) in &settings {
+        text.push_str(&environment_line(name, value)?);
+    }
+    Ok(Some(FileEntry::generated(SETTINGS_DROP_IN, "0644", text)))
+}
+
+/// `Environment="NAME=value"`. systemd expands `%` specifiers and backslash escapes there; the
+/// values are plain words (suite names, digits, Go durations, `Name=true` lists), and anything
+/// else is refused rather than escaped.
+fn environment_line(name: &str, value: &str) -> Result<String, RenderError> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_.,=:+-".contains(c);
+    if !value.chars().all(plain) {
+        return Err(RenderError::invalid(
+            "spec.etcdSettings",
+            format!(
+                "{name}={} holds a character a systemd unit would change",
+                quoted(value)
+            ),
+        ));
+    }
+    Ok(format!("Environment=\"{name}={value}\"\n"))
+}
+
+/// The etcd settings etcdadm has no flag for, as environment variables: the cipher suites for
+/// upstream etcdadm (`cipher_suites`, when given), the backend quota, the corruption checks the
+/// etcd version has (unless `corruptionChecks: Disabled`) and `etcdSettings`
+/// (`etcdadm_shared::etcd_settings`).
 fn env_settings(
     spec: &EtcdadmConfigSpec,
     cipher_suites: Option<String>,

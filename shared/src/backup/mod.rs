@@ -119,8 +119,8 @@ pub async fn stream_to_store(
     }
 }
 
-/// How long a snapshot's first call waits out a member that does not answer: etcd restarting,
-/// as a member does once just after its join to apply its environment file (about a second).
+/// How long a snapshot's first call waits out a member that does not answer: etcd restarting
+/// (systemd's `Restart=on-failure`, a person's `systemctl restart`), about a second.
 const FIRST_ANSWER_WAIT: Duration = Duration::from_secs(15);
 
 /// The member's revision, asked again every half second while it is unreachable, until

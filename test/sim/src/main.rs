@@ -144,6 +144,14 @@ enum Bench {
         #[arg(long, default_value_t = 1)]
         runs: usize,
     },
+    /// The longest client write gap across a 3-member rolling replacement, `--runs` times,
+    /// `--parallel` planes at once (the test suite runs four scenarios at a time).
+    Rollout {
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        #[arg(long, default_value_t = 4)]
+        parallel: usize,
+    },
     /// RSS and CPU of both managers over one minute with N idle EtcdadmClusters.
     Idle {
         #[arg(long, default_value_t = 0)]
@@ -213,6 +221,9 @@ async fn main() -> ExitCode {
                     }
                     (Err(e), _) | (_, Err(e)) => Err(etcdadm_sim::error::SimError::Setup(e)),
                 },
+                Bench::Rollout { runs, parallel } => {
+                    etcdadm_sim::bench_rollout::run_rollout(&work_dir, runs, parallel).await
+                }
                 Bench::Idle { clusters } => {
                     etcdadm_sim::bench::run_idle(&work_dir.join("idle"), clusters, Duration::from_secs(20))
                         .await

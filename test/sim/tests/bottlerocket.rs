@@ -108,13 +108,19 @@ async fn a_bottlerocket_cluster_of_three_bootstraps_from_bottlerocket_data_secre
             }
         }
 
-        // The machine ran it: etcd under /var/lib/etcd, the cipher suites in its env file.
+        // The machine ran it: etcd under /var/lib/etcd, started once, with the cipher suites.
         let root = work.path().join(format!("machines/{name}"));
         assert!(root.join("var/lib/etcd/data/member").is_dir(), "{name}: data dir");
-        let env = std::fs::read_to_string(root.join("etc/etcd/etcd.env")).unwrap();
+        let runtime = plane.built_in.as_ref().unwrap();
+        let env = runtime.etcd_environment(&name).unwrap();
         assert!(
-            env.contains(&format!("ETCD_CIPHER_SUITES={CIPHER_SUITES}\n")),
-            "{name}: {env}"
+            env.contains(&("ETCD_CIPHER_SUITES".to_string(), CIPHER_SUITES.to_string())),
+            "{name}: {env:?}"
+        );
+        assert_eq!(
+            runtime.etcd_starts(&name).unwrap(),
+            1,
+            "{name}: etcd was restarted"
         );
     }
     assert_eq!(

@@ -301,11 +301,18 @@ async fn managed(real: Option<&RealApiServer>, prefix: u8) {
             r#"etcdadm_membership_operations_total{{{labels},kind="move-leader",outcome="done"}}"#
         ));
     }
-    for series in expected {
+    // Gauges tell the moment of the scrape: a health check that timed out under load since
+    // the status above was read counts a member out until the next one passes.
+    let mut metrics = metrics;
+    let scraped = std::time::Instant::now();
+    while let Some(missing) = expected.iter().find(|series| !metrics.contains(series.as_str())) {
         assert!(
-            metrics.contains(&series),
-            "no {series} in the controller's metrics:\n{metrics}"
+            scraped.elapsed() < Duration::from_secs(60),
+            "no {missing} in the controller's metrics:\n{metrics}\n{}",
+            logs(&work)
         );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        metrics = plane.scrape_metrics("etcdadm-controller").await.unwrap();
     }
     let bootstrap_metrics = plane.scrape_metrics("etcdadm-bootstrap").await.unwrap();
     assert!(

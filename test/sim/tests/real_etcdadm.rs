@@ -95,11 +95,19 @@ async fn create_three_with_learner_joins_then_scale_to_five_and_back() {
 
     // What etcd runs with, read from each member: the addresses etcdadm chose on the machine's
     // own interface, the cipher suites, the backend quota, the corruption check and the etcd
-    // settings the user data set after etcdadm (etcd's own metric says the quota it enforces),
+    // settings the user data set before etcdadm (etcd's own metric says the quota it enforces),
     // and the quota status reports.
     assert_members_advertise_machine_addresses(&plane, "e1").await;
     let runtime = plane.built_in.as_ref().unwrap();
     for member in &status.members {
+        // Every setting reached etcd before its first start (a drop-in the user data writes
+        // before etcdadm runs): no member was restarted after its init or join.
+        assert_eq!(
+            runtime.etcd_starts(&member.name).unwrap(),
+            1,
+            "{}'s etcd was started more than once",
+            member.name
+        );
         assert_eq!(
             etcd_setting(&plane, &member.name, "ETCD_CIPHER_SUITES").as_deref(),
             Some(CIPHERS),

@@ -469,13 +469,26 @@ async fn a_version_rollout_with_a_store_takes_one_before_change_snapshot_and_pro
         let gone_old = !machine_names(&client, "b1").await.is_superset(&old);
         if (deleting_old || gone_old) && first_removal.is_none() {
             first_removal = Some(Instant::now());
+            // The snapshot was listed before the Machines: it may have Succeeded in between, so
+            // it is read again (an upload takes seconds; a removal that did not wait for it
+            // finds it still running).
+            let succeeded = snapshot_done.is_some()
+                || snapshots
+                    .list(&Default::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .iter()
+                    .any(|s| {
+                        s.labels()
+                            .contains_key(etcdadm_shared::names::SNAPSHOT_REASON_LABEL)
+                            && s.phase() == SnapshotPhase::Succeeded
+                    });
             assert!(
-                snapshot_done.is_some()
-                    || before
-                        .first()
-                        .is_some_and(|s| s.phase() == SnapshotPhase::Succeeded),
-                "an outdated Machine went before the snapshot Succeeded"
+                succeeded,
+                "an outdated Machine went before the snapshot Succeeded: {before:?}"
             );
+            snapshot_done.get_or_insert_with(Instant::now);
         }
         if machine_names(&client, "b1").await.is_disjoint(&old) && settled(&client, "b1", 3).await.is_ok() {
             break;

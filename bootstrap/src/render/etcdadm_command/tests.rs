@@ -100,54 +100,69 @@ fn eks_anywhere_join_uses_a_comma_list_and_the_cipher_flag() {
     );
 }
 
+/// The drop-in's text, and the runcmd line of an init, which never restarts etcd.
+fn drop_in(spec: &EtcdadmConfigSpec) -> Option<String> {
+    let line = init(spec);
+    assert!(!line.contains("restart"), "{line}");
+    assert!(!line.contains("etcd.env"), "{line}");
+    settings_drop_in(spec).unwrap().map(|file| {
+        assert_eq!(file.path, SETTINGS_DROP_IN);
+        assert_eq!(file.permissions.as_deref(), Some("0644"));
+        file.content
+    })
+}
+
+const HEADER: &str = "# The etcd settings etcdadm has no flag for, written by the etcdadm bootstrap provider\n\
+                      # before etcdadm runs, so that etcd starts with them.\n[Service]\n";
+
 #[test]
-fn the_quota_goes_to_the_env_file_with_one_restart_for_every_setting() {
+fn settings_reach_etcd_through_a_drop_in_written_before_etcdadm_and_nothing_restarts() {
     use etcdadm_shared::api::quantity::ByteQuantity;
+    assert_eq!(drop_in(&EtcdadmConfigSpec::default()), None);
     let spec = EtcdadmConfigSpec {
         cipher_suites: Some("TLS_A".into()),
         quota_backend_bytes: Some(ByteQuantity::Text("8Gi".into())),
         ..Default::default()
     };
-    let line = init(&spec);
-    assert!(
-        line.ends_with(
-            "&& sed -i '/^ETCD_CIPHER_SUITES=/d' /etc/etcd/etcd.env \
-         && echo ETCD_CIPHER_SUITES=TLS_A >> /etc/etcd/etcd.env \
-         && sed -i '/^ETCD_QUOTA_BACKEND_BYTES=/d' /etc/etcd/etcd.env \
-         && echo ETCD_QUOTA_BACKEND_BYTES=8589934592 >> /etc/etcd/etcd.env \
-         && systemctl restart etcd && echo success > /run/cluster-api/bootstrap-success.complete"
-        ),
-        "{line}"
+    assert_eq!(
+        drop_in(&spec).unwrap(),
+        format!(
+            "{HEADER}Environment=\"ETCD_CIPHER_SUITES=TLS_A\"\n\
+             Environment=\"ETCD_QUOTA_BACKEND_BYTES=8589934592\"\n"
+        )
     );
-    // The eks-anywhere build takes the suites as a flag; the quota still needs the env file.
+    assert_eq!(
+        init(&spec),
+        "etcdadm init --init-system systemd --name etcd-0 && echo success > /run/cluster-api/bootstrap-success.complete"
+    );
+    // The eks-anywhere build takes the suites as a flag; the quota still needs the drop-in.
     let eks = EtcdadmConfigSpec {
         etcdadm_flavor: Some(EtcdadmFlavor::EksAnywhere),
         ..spec.clone()
     };
     let line = init(&eks);
     assert!(line.contains("--cipher-suites TLS_A &&"), "{line}");
-    assert!(!line.contains("ETCD_CIPHER_SUITES"), "{line}");
-    assert!(
-        line.contains("echo ETCD_QUOTA_BACKEND_BYTES=8589934592 >>"),
-        "{line}"
+    assert_eq!(
+        drop_in(&eks).unwrap(),
+        format!("{HEADER}Environment=\"ETCD_QUOTA_BACKEND_BYTES=8589934592\"\n")
     );
     let out_of_bounds = EtcdadmConfigSpec {
         quota_backend_bytes: Some(ByteQuantity::Text("1Mi".into())),
         ..Default::default()
     };
-    let err = etcdadm_runcmd(&out_of_bounds, "etcd-0", &EtcdadmCommand::Init).unwrap_err();
+    let err = settings_drop_in(&out_of_bounds).unwrap_err();
     assert!(err.to_string().starts_with("spec.quotaBackendBytes: "), "{err}");
 }
 
 #[test]
-fn corruption_checks_and_etcd_settings_join_the_env_file_only_when_asked() {
+fn corruption_checks_and_etcd_settings_join_the_drop_in_only_when_asked() {
     use etcdadm_shared::api::config::{CorruptionChecks, SettingValue};
     let unused = EtcdadmConfigSpec {
         corruption_checks: Some(CorruptionChecks::Disabled),
         etcd_settings: Default::default(),
         ..Default::default()
     };
-    assert_eq!(init(&unused), init(&EtcdadmConfigSpec::default()));
+    assert_eq!(drop_in(&unused), None);
     let spec = EtcdadmConfigSpec {
         cloud_init_config: Some(CloudInitConfig {
             version: Some("3.5.1".into()),
@@ -164,24 +179,19 @@ fn corruption_checks_and_etcd_settings_join_the_env_file_only_when_asked() {
         .into(),
         ..Default::default()
     };
-    assert!(
-        init(&spec).ends_with(
-            "&& sed -i '/^ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK=/d' /etc/etcd/etcd.env \
-         && echo ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK=true >> /etc/etcd/etcd.env \
-         && sed -i '/^ETCD_AUTO_COMPACTION_RETENTION=/d' /etc/etcd/etcd.env \
-         && echo ETCD_AUTO_COMPACTION_RETENTION=30m0s >> /etc/etcd/etcd.env \
-         && sed -i '/^ETCD_SNAPSHOT_COUNT=/d' /etc/etcd/etcd.env \
-         && echo ETCD_SNAPSHOT_COUNT=20000 >> /etc/etcd/etcd.env \
-         && systemctl restart etcd && echo success > /run/cluster-api/bootstrap-success.complete"
-        ),
-        "{}",
-        init(&spec)
+    assert_eq!(
+        drop_in(&spec).unwrap(),
+        format!(
+            "{HEADER}Environment=\"ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK=true\"\n\
+             Environment=\"ETCD_AUTO_COMPACTION_RETENTION=30m0s\"\n\
+             Environment=\"ETCD_SNAPSHOT_COUNT=20000\"\n"
+        )
     );
     let refused = EtcdadmConfigSpec {
         etcd_settings: [("data-dir".to_string(), SettingValue::Text("/tmp".into()))].into(),
         ..Default::default()
     };
-    let err = etcdadm_runcmd(&refused, "etcd-0", &EtcdadmCommand::Init).unwrap_err();
+    let err = settings_drop_in(&refused).unwrap_err();
     assert!(
         err.to_string().starts_with("spec.etcdSettings[\"data-dir\"]: "),
         "{err}"
@@ -189,20 +199,27 @@ fn corruption_checks_and_etcd_settings_join_the_env_file_only_when_asked() {
 }
 
 #[test]
-fn upstream_cipher_suites_go_to_the_env_file_before_success() {
+fn a_value_systemd_would_change_is_refused_not_escaped() {
+    assert_eq!(
+        environment_line("ETCD_SNAPSHOT_COUNT", "20000").unwrap(),
+        "Environment=\"ETCD_SNAPSHOT_COUNT=20000\"\n"
+    );
+    for bad in ["100%", "a b", "a\\b", "\"x\"", "$HOME"] {
+        let err = environment_line("ETCD_X", bad).unwrap_err();
+        assert!(err.to_string().starts_with("spec.etcdSettings: ETCD_X="), "{err}");
+    }
+}
+
+#[test]
+fn upstream_cipher_suites_go_to_the_drop_in_not_to_a_flag() {
     let spec = EtcdadmConfigSpec {
         cipher_suites: Some("TLS_A,TLS_B".into()),
         ..Default::default()
     };
-    let line = init(&spec);
-    assert!(!line.contains("--cipher-suites"));
-    assert!(
-        line.ends_with(
-            "&& sed -i '/^ETCD_CIPHER_SUITES=/d' /etc/etcd/etcd.env \
-         && echo ETCD_CIPHER_SUITES=TLS_A,TLS_B >> /etc/etcd/etcd.env \
-         && systemctl restart etcd && echo success > /run/cluster-api/bootstrap-success.complete"
-        ),
-        "{line}"
+    assert!(!init(&spec).contains("--cipher-suites"));
+    assert_eq!(
+        drop_in(&spec).unwrap(),
+        format!("{HEADER}Environment=\"ETCD_CIPHER_SUITES=TLS_A,TLS_B\"\n")
     );
 }
 
@@ -283,7 +300,7 @@ fn a_learner_join_waits_to_be_listed_as_long_as_its_config_says() {
 }
 
 #[test]
-fn a_learner_join_repeats_the_join_flags_and_sets_cipher_suites_after_promotion() {
+fn a_learner_join_repeats_the_join_flags_and_restarts_nothing_after_promotion() {
     let spec = EtcdadmConfigSpec {
         cloud_init_config: Some(CloudInitConfig {
             version: Some("3.5.9".into()),
@@ -300,14 +317,10 @@ fn a_learner_join_repeats_the_join_flags_and_sets_cipher_suites_after_promotion(
     assert!(
         line.contains(&format!(
             "{{ etcdadm join https://10.0.0.1:2379 {flags} || sh /run/cluster-api/etcd-learner-join.sh \
-             wait-healthy 1800 https://10.0.0.1:2379 {flags}; }} && sed -i"
+             wait-healthy 1800 https://10.0.0.1:2379 {flags}; }} \
+             && echo success > /run/cluster-api/bootstrap-success.complete"
         )),
         "{line}"
-    );
-    assert!(
-        line.ends_with(
-            "systemctl restart etcd && echo success > /run/cluster-api/bootstrap-success.complete"
-        )
     );
 }
 

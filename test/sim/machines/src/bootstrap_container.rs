@@ -18,10 +18,10 @@
 //!   upstream etcdadm, which has no phases, no `--image-repository`, no kubelet init system and
 //!   no `--cipher-suites`. etcd runs from the local etcd of that major.minor under the stand-in's
 //!   systemd, not as a static pod from the image; the repository is only logged.
-//! - Cipher suites: after the stand-in succeeds, `ETCD_CIPHER_SUITES=<list>` is put in
-//!   `/etc/etcd/etcd.env` and etcd restarted, which is where EKS Anywhere's build leaves the
-//!   flag's value (a guess from what `--cipher-suites` means to etcd: its env file; the build's
-//!   source is not in reach).
+//! - Cipher suites: EKS Anywhere's build hands `--cipher-suites` to etcd from its first start;
+//!   the stand-in has no such flag, so before it runs, `ETCD_CIPHER_SUITES=<list>` goes into a
+//!   drop-in of etcd's unit ([`CIPHER_SUITES_DROP_IN`]), which the stand-in's systemd reads with
+//!   the unit etcdadm writes: etcd starts once, with the suites, and is never restarted for them.
 //! - A join endpoint that is a comma list goes to the stand-in as is and is refused there, as
 //!   upstream refuses it; EKS Anywhere's build accepts one.
 //! - Paths: `/.bottlerocket/rootfs/<p>` is the machine's `/<p>` and `/var/lib/etcd/<p>` the
@@ -37,7 +37,6 @@ use std::path::{Path, PathBuf};
 use crate::bottlerocket::{BottlerocketMachine, EtcdadmWords};
 use crate::cloud_config::{BOOTSTRAP_SUCCESS_MARKER, Permissions, WriteFile};
 use crate::error::MachineError;
-use crate::etcdadm::config::ENV_FILE;
 use crate::executor::{CommandEnvironment, open_log, run_logged};
 use crate::isolation::is_isolated;
 use crate::write_files::write_entry;
@@ -86,15 +85,12 @@ pub fn etcdadm_args(words: &EtcdadmWords) -> Vec<String> {
     args
 }
 
-/// `env` with `ETCD_CIPHER_SUITES` set to `list`, replacing any earlier value.
-pub fn with_cipher_suites(env: &str, list: &str) -> String {
-    let mut out: String = env
-        .lines()
-        .filter(|line| !line.starts_with("ETCD_CIPHER_SUITES="))
-        .map(|line| format!("{line}\n"))
-        .collect();
-    out.push_str(&format!("ETCD_CIPHER_SUITES={list}\n"));
-    out
+/// Where the sim puts the cipher suites for etcd's first start (see the module comment).
+pub const CIPHER_SUITES_DROP_IN: &str = "/etc/systemd/system/etcd.service.d/10-cipher-suites.conf";
+
+/// The drop-in setting `ETCD_CIPHER_SUITES` to `list` (suite names: plain words).
+pub fn cipher_suites_drop_in(list: &str) -> String {
+    format!("[Service]\nEnvironment=\"ETCD_CIPHER_SUITES={list}\"\n")
 }
 
 /// Bootstrap the machine (call inside the machine view). Returns whether etcd is up as asked.
@@ -148,28 +144,21 @@ pub fn run(
         machine.bootstrap.runcmd,
         words.version()
     ));
+    let drop_in = Path::new(CIPHER_SUITES_DROP_IN);
+    if let Some(parent) = drop_in.parent() {
+        std::fs::create_dir_all(parent).map_err(MachineError::io(parent))?;
+    }
+    std::fs::write(drop_in, cipher_suites_drop_in(words.cipher_suites()))
+        .map_err(MachineError::io(drop_in))?;
+    note(format!(
+        "{CIPHER_SUITES_DROP_IN}: ETCD_CIPHER_SUITES={}",
+        words.cipher_suites()
+    ));
     let args = etcdadm_args(&words);
     note(format!("etcdadm {}", args.join(" ")));
     let succeeded = command(&mut log, log_path, environment, "etcdadm", &args)?;
     if !succeeded {
         let _ = writeln!(log, "[sim] etcdadm failed: the machine is not bootstrapped");
-        return Ok(false);
-    }
-    let env = std::fs::read_to_string(ENV_FILE).map_err(MachineError::io(ENV_FILE))?;
-    std::fs::write(ENV_FILE, with_cipher_suites(&env, words.cipher_suites()))
-        .map_err(MachineError::io(ENV_FILE))?;
-    let _ = writeln!(
-        log,
-        "[sim] {ENV_FILE}: ETCD_CIPHER_SUITES={}",
-        words.cipher_suites()
-    );
-    if !command(
-        &mut log,
-        log_path,
-        environment,
-        "systemctl",
-        &["restart".into(), "etcd".into()],
-    )? {
         return Ok(false);
     }
     let sentinel = PathBuf::from("/").join(BOOTSTRAP_SUCCESS_MARKER);
@@ -232,10 +221,18 @@ mod tests {
     }
 
     #[test]
-    fn cipher_suites_replace_an_earlier_value() {
+    fn cipher_suites_reach_etcd_through_a_drop_in() {
+        let unit = crate::systemd::unit::parse_unit(
+            "etcd.service",
+            &[
+                "[Service]\nExecStart=/opt/bin/etcd\n".to_string(),
+                cipher_suites_drop_in("TLS_A,TLS_B"),
+            ],
+        )
+        .unwrap();
         assert_eq!(
-            with_cipher_suites("A=1\nETCD_CIPHER_SUITES=X\nB=2\n", "TLS_A,TLS_B"),
-            "A=1\nB=2\nETCD_CIPHER_SUITES=TLS_A,TLS_B\n"
+            unit.environment,
+            vec![("ETCD_CIPHER_SUITES".to_string(), "TLS_A,TLS_B".to_string())]
         );
     }
 }

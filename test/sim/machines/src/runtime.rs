@@ -21,7 +21,7 @@ use crate::etcdadm::certs::CERT_VALIDITY_ENV;
 use crate::isolation::RECORDS_VIEW;
 use crate::network::{FIRST_HOST, LAST_MACHINE_HOST, Lab, Namespace, PRIMARY_NET};
 use crate::runner::{RunnerArgs, pid_dir, records_dir, status_path, write_status};
-use crate::systemd::manager::{recorded_main_pid, signal};
+use crate::systemd::manager::{recorded_main_pid, recorded_starts, signal};
 use crate::systemd::unit::parse_env_file;
 
 /// A machine to boot.
@@ -310,6 +310,16 @@ impl BuiltInRuntime {
         let path = PathBuf::from(format!("/proc/{pid}/environ"));
         let raw = std::fs::read(&path).map_err(MachineError::io(&path))?;
         Ok(parse_environ(&raw))
+    }
+
+    /// How many times machine `name`'s service manager has started etcd: 1 for a member that
+    /// ran with every setting from its first start and was never restarted since.
+    pub fn etcd_starts(&self, name: &str) -> Result<usize, MachineError> {
+        let machines = self.lock();
+        let machine = machines
+            .get(name)
+            .ok_or_else(|| MachineError::UnknownMachine(name.to_string()))?;
+        Ok(recorded_starts(&pid_dir(&machine.root), "etcd"))
     }
 
     /// The value of metric `metric` (no labels) that etcd on real-etcdadm machine `name` serves,

@@ -647,11 +647,17 @@ fn bottlerocket_members_init_and_join_through_the_bootstrap_container() {
         std::fs::read_to_string(root.join("opt/etcd/token")).unwrap(),
         "token\n"
     );
-    let env = std::fs::read_to_string(root.join("etc/etcd/etcd.env")).unwrap();
+    // The suites reach etcd from its first start (a drop-in written before etcdadm runs): the
+    // running process has them, and etcd was started once.
+    let env = sim.runtime.etcd_environment("b1").unwrap();
     assert!(
-        env.ends_with("ETCD_CIPHER_SUITES=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\n"),
-        "{env}"
+        env.contains(&(
+            "ETCD_CIPHER_SUITES".to_string(),
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".to_string()
+        )),
+        "{env:?}"
     );
+    assert_eq!(sim.runtime.etcd_starts("b1").unwrap(), 1, "etcd was restarted");
     let log = std::fs::read_to_string(root.join("var/log/kubeadm-bootstrap.log")).unwrap();
     assert!(
         log.contains(

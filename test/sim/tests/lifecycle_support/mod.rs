@@ -202,9 +202,8 @@ pub async fn settled(client: &Client, cluster: &str, replicas: usize) -> Result<
         .collect();
     let (ready, ..) = condition(&etcd, "Ready");
     let (_, _, ready_message) = condition(&etcd, "Ready");
-    // Each Machine's user data ran to its end: a member whose etcd.env got lines after its join
-    // restarts etcd once before the bootstrap succeeds, and a read of every member must not meet
-    // that restart.
+    // Each Machine's user data ran to its end (its bootstrap succeeded), so a read of every
+    // member meets no member still starting.
     let names: Vec<String> = machines.iter().map(|m| m.name_any()).collect();
     let booting = etcdadm_sim::infra::bootstrap_not_done(client, client.default_namespace(), &names)
         .await
@@ -854,6 +853,18 @@ pub async fn roll(
     let last: BTreeSet<String> = history.last().unwrap().names();
     assert!(last.is_disjoint(&old), "old members remain in etcd: {last:?}");
     assert_safe(&history, &machine_log);
+    // Every new member ran with its settings from its first start: none was restarted after
+    // its join (a restart right after a join costs the grown cluster a member).
+    if let Some(runtime) = plane.built_in.as_ref() {
+        for name in machine_names(client, cluster).await {
+            assert_eq!(
+                runtime.etcd_starts(&name).unwrap(),
+                1,
+                "{name}'s etcd was started more than once\n{}",
+                logs(work)
+            );
+        }
+    }
     let peak_members = history.max_size_between(t0, t1);
     println!(
         "{cluster}: rolled {} members in {:.1}s; peak {peak_members} members; {kcp_writes} KCP endpoint updates; client: {} writes, longest gap {:?}, {} failed attempts, {} endpoint switches",

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::unit::{ServiceType, Unit, parse_env_file, parse_unit, unit_name};
+use super::unit::{ServiceType, Unit, parse_unit, unit_environment, unit_name};
 
 /// Where the manager finds units and keeps its records, in the machine view.
 #[derive(Debug, Clone)]
@@ -306,15 +306,7 @@ impl ServiceManager {
 
     /// Start the main process once and wait for it to exit.
     fn run_once(&self, unit: &Unit) -> Result<ExitStatus, String> {
-        let mut environment = Vec::new();
-        for (path, optional) in &unit.environment_files {
-            match std::fs::read_to_string(path) {
-                Ok(text) => environment.extend(parse_env_file(&text)),
-                Err(_) if *optional => {}
-                Err(e) => return Err(format!("Failed to load environment file {}: {e}", path.display())),
-            }
-        }
-        environment.extend(unit.environment.iter().cloned());
+        let environment = unit_environment(unit, |path| std::fs::read_to_string(path))?;
         std::fs::create_dir_all(&self.paths.journal_dir).map_err(|e| e.to_string())?;
         let journal_path = self.paths.journal_dir.join(format!("{}.log", unit.name));
         let journal = std::fs::File::options()
@@ -362,6 +354,14 @@ impl ServiceManager {
                 self.paths.pid_dir.join(format!("{}.pid", unit.name)),
                 child.id().to_string(),
             );
+            // Every start of the main process, one PID a line: how often etcd was (re)started.
+            if let Ok(mut starts) = std::fs::File::options()
+                .create(true)
+                .append(true)
+                .open(self.paths.pid_dir.join(format!("{}.starts", unit.name)))
+            {
+                let _ = std::io::Write::write_all(&mut starts, format!("{}\n", child.id()).as_bytes());
+            }
             self.changed();
         }
         let exited = Arc::new(AtomicBool::new(false));
@@ -606,6 +606,14 @@ pub fn signal(pid: u32, name: &str) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
+}
+
+/// How many times the manager started `unit`'s main process under `pid_dir` (first start,
+/// restarts, `Restart=` recoveries alike).
+pub fn recorded_starts(pid_dir: &Path, unit: &str) -> usize {
+    std::fs::read_to_string(pid_dir.join(format!("{}.starts", unit_name(unit))))
+        .map(|text| text.lines().filter(|line| !line.trim().is_empty()).count())
+        .unwrap_or(0)
 }
 
 /// The main PID the manager recorded for `unit` under `pid_dir`, if it runs.

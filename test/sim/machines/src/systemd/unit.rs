@@ -222,6 +222,29 @@ pub fn split_command_line(text: &str) -> Vec<String> {
     words
 }
 
+/// The environment a unit's main process gets, as systemd builds it: `Environment=` first, then
+/// each `EnvironmentFile=` in order, whose settings override `Environment=`'s and earlier
+/// files' (systemd.exec(5)). A missing file is an error unless it is optional (`-`).
+pub fn unit_environment(
+    unit: &Unit,
+    read: impl Fn(&std::path::Path) -> std::io::Result<String>,
+) -> Result<Vec<(String, String)>, String> {
+    let mut environment: Vec<(String, String)> = Vec::new();
+    let mut set = |(key, value): (String, String)| {
+        environment.retain(|(k, _)| *k != key);
+        environment.push((key, value));
+    };
+    unit.environment.iter().cloned().for_each(&mut set);
+    for (path, optional) in &unit.environment_files {
+        match read(path) {
+            Ok(text) => parse_env_file(&text).into_iter().for_each(&mut set),
+            Err(_) if *optional => {}
+            Err(e) => return Err(format!("Failed to load environment file {}: {e}", path.display())),
+        }
+    }
+    Ok(environment)
+}
+
 /// Read an `EnvironmentFile`: `KEY=VALUE` lines, `#`/`;` comments, optional quotes around the
 /// value. Later assignments win, as in systemd.
 pub fn parse_env_file(text: &str) -> Vec<(String, String)> {
@@ -251,6 +274,7 @@ pub fn parse_env_file(text: &str) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     const ETCD_UNIT: &str = "[Unit]\nDescription=etcd\nDocumentation=https://github.com/etcd-io/etcd\n\n[Service]\nEnvironmentFile=/etc/etcd/etcd.env\nExecStart=/opt/bin/etcd\n\nType=notify\nTimeoutStartSec=0\nRestart=on-failure\nRestartSec=5s\n\nLimitNOFILE=65536\n\n[Install]\nWantedBy=multi-user.target\n";
 
@@ -286,6 +310,36 @@ mod tests {
             ]
         );
         assert_eq!(unit.environment_files, vec![(PathBuf::from("/etc/x.env"), true)]);
+    }
+
+    #[test]
+    fn environment_files_override_environment_lines_as_in_systemd() {
+        // etcdadm's unit reads etcd.env; a drop-in adds settings etcdadm has no flag for.
+        let drop_in = "[Service]\nEnvironment=\"ETCD_QUOTA_BACKEND_BYTES=1\" \"ETCD_NAME=drop-in\"\n\
+                       EnvironmentFile=-/etc/missing.env\n";
+        let unit = parse_unit("etcd.service", &[ETCD_UNIT.to_string(), drop_in.to_string()]).unwrap();
+        let env = unit_environment(&unit, |path| {
+            if path == Path::new("/etc/etcd/etcd.env") {
+                Ok("ETCD_NAME=m1\nETCD_DATA_DIR=/var/lib/etcd\n".to_string())
+            } else {
+                Err(std::io::Error::from(std::io::ErrorKind::NotFound))
+            }
+        })
+        .unwrap();
+        assert_eq!(
+            env,
+            vec![
+                ("ETCD_QUOTA_BACKEND_BYTES".to_string(), "1".to_string()),
+                ("ETCD_NAME".into(), "m1".into()),
+                ("ETCD_DATA_DIR".into(), "/var/lib/etcd".into()),
+            ]
+        );
+        let missing = unit_environment(&unit, |_| Err(std::io::Error::from(std::io::ErrorKind::NotFound)));
+        assert!(
+            missing
+                .unwrap_err()
+                .starts_with("Failed to load environment file /etc/etcd/etcd.env")
+        );
     }
 
     #[test]
