@@ -28,6 +28,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::controller::decision::{Decision, Hold};
 
 pub mod view;
+pub mod words;
 
 /// Condition reasons of a CA rotation.
 pub mod reason {
