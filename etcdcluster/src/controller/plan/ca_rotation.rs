@@ -29,6 +29,7 @@ use crate::controller::decision::{Decision, Hold};
 
 pub mod view;
 pub mod words;
+pub mod writes;
 
 /// Condition reasons of a CA rotation.
 pub mod reason {
