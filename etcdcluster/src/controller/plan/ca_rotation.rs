@@ -1,8 +1,9 @@
 //! Certificate-authority rotation (issue 46, docs/security.md, "Rotating the etcd CA"): the
 //! phase a rotation is in and its one next step, derived from the world alone (which CA each
 //! Secret holds, what each member's `ca.crt` holds, what the control plane was given), so a
-//! controller killed anywhere resumes. Pure and table-tested; not yet asked by `plan` (the
-//! trigger is not exposed until the effects and the views are wired).
+//! controller killed anywhere resumes. Pure and table-tested, beside what it sees of the objects
+//! (`view`), what it says (`words`) and what it writes (`writes`); not yet asked by `plan`: its
+//! read and the dispatch of its steps are left (docs/security.md), so `rotate-ca` is not acted on.
 //!
 //! A member's `ca.crt` is a bundle: the CA whose key (`ca.key`) etcdadm signs the member's
 //! certificates with first, then the other CAs it trusts (`--trusted-ca-file` and
