@@ -446,6 +446,7 @@ fn a_restoring_init_keeps_the_url_in_a_root_only_file_and_is_shellcheck_clean() 
         ca_pem: None,
         bump_revision: Some(1_000_000_000),
         insecure: false,
+        size: Some(10 << 20),
     };
     let secrets = ResolvedSecrets::default();
     let render_for = |spec: &EtcdadmConfigSpec| {

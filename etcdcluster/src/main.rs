@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use etcdadm_shared::manager::{Manager, ManagerArgs};
+use etcdadm_shared::store::{HostRule, StorePolicy};
 
 const DEFAULT_LEADER_ELECTION_ID: &str = "etcdadm-controller-manager-leader-election";
 
@@ -41,6 +42,18 @@ struct RunArgs {
     /// A cluster whose snapshot is due waits for a free slot.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=16))]
     max_concurrent_snapshots: u16,
+    /// Object stores are reached only at these hosts (comma-separated addresses, ranges like
+    /// 10.0.0.0/8, host names, or `.example.com` for names under it; default: any host not
+    /// refused). A name is also checked by the addresses it resolves to.
+    #[arg(long, value_delimiter = ',', value_parser = HostRule::parse)]
+    store_allowed_hosts: Vec<HostRule>,
+    /// Object stores are never reached at these hosts (same forms), e.g. the cluster's Service
+    /// and Pod ranges. Link-local and metadata addresses are refused without being listed.
+    #[arg(long, value_delimiter = ',', value_parser = HostRule::parse)]
+    store_denied_hosts: Vec<HostRule>,
+    /// Whether a tenant's plain http store (`insecure: true`) may be used at all.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    store_allow_insecure: bool,
 }
 
 fn main() -> ExitCode {
@@ -49,14 +62,28 @@ fn main() -> ExitCode {
             let RunArgs {
                 manager,
                 max_concurrent_snapshots,
+                store_allowed_hosts,
+                store_denied_hosts,
+                store_allow_insecure,
             } = *args;
+            let policy = StorePolicy {
+                allowed: store_allowed_hosts,
+                denied: store_denied_hosts,
+                deny_insecure: !store_allow_insecure,
+            };
+            if let Err(e) = StorePolicy::install(policy) {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
             let manager = Manager::new(manager, "etcdadm-controller", DEFAULT_LEADER_ELECTION_ID)
                 .webhooks(etcdadm_etcdcluster::webhook::routes());
-            let slots = usize::from(max_concurrent_snapshots);
+            // One pool of snapshot slots: snapshots and restore checksums share it.
+            let pool =
+                etcdadm_etcdcluster::snapshot::SnapshotPool::new(usize::from(max_concurrent_snapshots));
             manager.main(move |ctx| async move {
                 futures::join!(
-                    etcdadm_etcdcluster::controller::run(ctx.clone()),
-                    etcdadm_etcdcluster::snapshot::run(ctx, slots),
+                    etcdadm_etcdcluster::controller::run(ctx.clone(), pool.clone()),
+                    etcdadm_etcdcluster::snapshot::run(ctx, pool),
                 );
             })
         }

@@ -55,7 +55,8 @@ async fn an_unreadable_etcdadm_cluster_gets_a_condition_and_the_others_are_recon
     let manager = Manager::new(args, "etcdadm-controller", "test-election")
         .client(client.clone())
         .shutdown(shutdown.clone());
-    let task = tokio::spawn(manager.run(etcdadm_etcdcluster::controller::run));
+    let pool = etcdadm_etcdcluster::snapshot::SnapshotPool::new(2);
+    let task = tokio::spawn(manager.run(move |ctx| etcdadm_etcdcluster::controller::run(ctx, pool)));
 
     let reason = |o: &DynamicObject| {
         let conditions = o

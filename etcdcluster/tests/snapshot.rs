@@ -52,7 +52,7 @@ impl Env {
     async fn new() -> Env {
         let (server, client) = fake_client().unwrap();
         let mut ctx = Context::new(client.clone());
-        ctx.stream_idle_timeout = Duration::from_secs(10);
+        ctx.stream_limits.idle = Duration::from_secs(10);
         let s3 = SeaweedFs::start().await;
         let bucket = s3.create_bucket(BUCKET).await;
         let env = Env {
@@ -415,17 +415,9 @@ async fn a_corrupted_stream_fails_with_nothing_completed_in_the_bucket() {
     let mut checksum: [u8; 32] = Sha256::digest(&database).into();
     checksum[0] ^= 0xff;
     let ip: IpAddr = etcdadm_shared::testing::free_loopback_ip();
-    serve_snapshot(
-        test_ca(),
-        ip,
-        FakeSnapshot {
-            database: Arc::new(database),
-            checksum,
-            revision: 42,
-        },
-    )
-    .await
-    .unwrap();
+    serve_snapshot(test_ca(), ip, FakeSnapshot::honest(database, checksum, 42))
+        .await
+        .unwrap();
     env.cluster(
         json!({}),
         vec![member("fake", &names::client_url(&ip.to_string()), true)],
@@ -448,6 +440,127 @@ async fn a_corrupted_stream_fails_with_nothing_completed_in_the_bucket() {
             .any(|(r, n)| r == "HashMismatch" && n.contains("corrupted")),
         "{events:?}"
     );
+}
+
+/// A member of the cluster's CA that trickles its snapshot (each message within the idle
+/// timeout) is cut off by the stream's total deadline, and one that sends more than it
+/// announced by that: neither holds a snapshot slot for longer, and nothing is stored.
+#[tokio::test]
+async fn a_trickling_or_overflowing_member_is_cut_off_by_the_snapshots_deadline() {
+    let env = Env::new().await;
+    let database: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let checksum: [u8; 32] = Sha256::digest(&database).into();
+    let trickling = etcdadm_shared::testing::free_loopback_ip();
+    serve_snapshot(
+        test_ca(),
+        trickling,
+        FakeSnapshot {
+            pace: Duration::from_secs(1),
+            ..FakeSnapshot::honest(database.clone(), checksum, 42)
+        },
+    )
+    .await
+    .unwrap();
+    let overflowing = etcdadm_shared::testing::free_loopback_ip();
+    serve_snapshot(
+        test_ca(),
+        overflowing,
+        FakeSnapshot {
+            announced: Some(64 << 10),
+            ..FakeSnapshot::honest(database, checksum, 42)
+        },
+    )
+    .await
+    .unwrap();
+    // 3 s plus 1 MiB at 4 MiB/s: far less than the 33 messages a second apart take.
+    let mut ctx = Context::new(env.client.clone());
+    ctx.stream_limits.idle = Duration::from_secs(10);
+    ctx.stream_limits.base = Duration::from_secs(3);
+    let ctx = Arc::new(ctx);
+    let cluster = env
+        .cluster(
+            json!({}),
+            vec![member(
+                "trickling",
+                &names::client_url(&trickling.to_string()),
+                true,
+            )],
+        )
+        .await;
+    env.snapshot("trickled").await;
+    let started = std::time::Instant::now();
+    reconcile(Arc::new(cluster), ctx.clone()).await.unwrap();
+    let cut_off_after = started.elapsed();
+    let trickled = env.get("trickled").await;
+    assert_eq!(trickled.phase(), SnapshotPhase::Failed);
+    assert_eq!(ready_reason(&trickled), "MemberUnreachable");
+    let message = conditions::find(&trickled.status.clone().unwrap().conditions, "Ready")
+        .and_then(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains("did not answer Snapshot within 3s"), "{message}");
+    assert!(
+        cut_off_after < Duration::from_secs(25),
+        "cut off by the 3 s deadline, not after the whole 33 s trickle: {cut_off_after:?}"
+    );
+
+    let generation = env.clusters().get(ETCD).await.unwrap().metadata.generation;
+    let cluster = env
+        .set_members(
+            generation,
+            vec![member(
+                "overflowing",
+                &names::client_url(&overflowing.to_string()),
+                true,
+            )],
+            "True",
+        )
+        .await;
+    env.snapshot("overflowed").await;
+    reconcile(Arc::new(cluster), ctx).await.unwrap();
+    let overflowed = env.get("overflowed").await;
+    assert_eq!(overflowed.phase(), SnapshotPhase::Failed);
+    assert_eq!(ready_reason(&overflowed), "EtcdProtocolError");
+    let message = conditions::find(&overflowed.status.clone().unwrap().conditions, "Ready")
+        .and_then(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("sent more than the 65536 bytes it announced"),
+        "{message}"
+    );
+    assert!(env.objects().await.is_empty(), "nothing stored");
+}
+
+/// A store named at a metadata address is refused by the controller's store policy before
+/// anything is sent, and the refusal is named on the snapshot and in its Event.
+#[tokio::test]
+async fn a_store_at_a_metadata_address_is_refused_by_the_store_policy_by_name() {
+    let env = Env::new().await;
+    let (etcd, m0) = one_member().await;
+    env.cluster(
+        json!({"store": {"s3": {"endpoint": "https://169.254.169.254", "forcePathStyle": true}}}),
+        vec![m0],
+    )
+    .await;
+    env.snapshot("metadata").await;
+    env.reconcile().await;
+    let failed = env.get("metadata").await;
+    assert_eq!(failed.phase(), SnapshotPhase::Failed);
+    assert_eq!(ready_reason(&failed), "StorePolicyRefused");
+    let message = conditions::find(&failed.status.clone().unwrap().conditions, "Ready")
+        .and_then(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("169.254.169.254 is a link-local address (instance metadata lives there), which the controller's store policy refuses"),
+        "{message}"
+    );
+    let events = env.events().await;
+    assert!(
+        events
+            .iter()
+            .any(|(r, n)| r == "StorePolicyRefused" && n.contains("169.254.169.254")),
+        "{events:?}"
+    );
+    drop(etcd);
 }
 
 #[tokio::test]
@@ -672,13 +785,11 @@ async fn a_snapshot_waits_for_a_free_slot() {
     let (etcd, m0) = one_member().await;
     env.cluster(json!({}), vec![m0]).await;
     env.snapshot("s1").await;
-    let held = env
-        .ctx
-        .snapshot_slots
-        .clone()
-        .acquire_many_owned(2)
-        .await
-        .unwrap();
+    // Both slots held by other tenants' snapshots.
+    let held = [
+        env.ctx.snapshot_pool.try_take("tenant-a").unwrap(),
+        env.ctx.snapshot_pool.try_take("tenant-b").unwrap(),
+    ];
     let action = env.reconcile().await;
     let waiting = env.get("s1").await;
     assert_eq!(waiting.phase(), SnapshotPhase::Pending);

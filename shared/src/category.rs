@@ -39,6 +39,10 @@ pub enum ErrorCategory {
     StoreObjectMissing,
     /// The store configuration cannot be used.
     InvalidStore,
+    /// The controller's store policy refuses the store's address (`--store-*` flags).
+    StorePolicyRefused,
+    /// A reconcile took longer than its deadline and was ended; it is retried.
+    ReconcileDeadline,
     /// A state the code should never reach: a bug, reported instead of guessed around.
     Internal,
 }
@@ -66,6 +70,8 @@ impl ErrorCategory {
             ErrorCategory::StoreNoSuchUpload => "NoSuchUpload",
             ErrorCategory::StoreObjectMissing => "ObjectMissing",
             ErrorCategory::InvalidStore => "InvalidStore",
+            ErrorCategory::StorePolicyRefused => "StorePolicyRefused",
+            ErrorCategory::ReconcileDeadline => "ReconcileDeadlineExceeded",
             ErrorCategory::Internal => "InternalError",
         }
     }

@@ -246,10 +246,12 @@ fn parse_field(text: &str, field: &Field) -> Result<u64, CronError> {
         if low > high {
             return Err(fail(format!("range {low}-{high} runs backwards")));
         }
-        let mut v = low;
-        while v <= high {
-            set |= 1 << v;
-            v += step;
+        // A step beyond the field's range (`1/4294967295`) selects its start alone: the next
+        // value would overflow, and past the range it selects nothing anyway.
+        let mut v = Some(low);
+        while let Some(value) = v.filter(|value| *value <= high) {
+            set |= 1 << value;
+            v = value.checked_add(step);
         }
     }
     Ok(set)
@@ -378,6 +380,23 @@ mod tests {
             runs, 17,
             "8 hours × 2 minutes, plus the first run of the next day"
         );
+    }
+
+    #[test]
+    fn steps_as_large_as_a_number_can_be_select_the_start_alone() {
+        for expression in [
+            "1/4294967295 * * * *",
+            "0-59/4294967295 * * * *",
+            "* */4294967295 * * *",
+        ] {
+            assert!(Schedule::parse(expression).is_ok(), "{expression}");
+        }
+        assert_eq!(
+            next("1/4294967295 * * * *", "2026-01-01T10:07:30Z"),
+            "2026-01-01T11:01:00Z"
+        );
+        let error = Schedule::parse("*/4294967296 * * * *").unwrap_err().to_string();
+        assert!(error.contains("is not a number"), "{error}");
     }
 
     #[test]

@@ -28,6 +28,12 @@ pub enum Error {
     /// A state the code should never reach: a bug, reported rather than guessed around.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The reconcile was ended at its deadline (what it waited on is named); it is retried.
+    #[error("the reconcile was ended after {}, waiting on {waiting_on}", crate::duration::format(*after))]
+    Overdue {
+        waiting_on: &'static str,
+        after: std::time::Duration,
+    },
 }
 
 impl Error {
@@ -41,6 +47,7 @@ impl Error {
             Error::Store(e) => e.category(),
             Error::NotFound(_) => ErrorCategory::NotFound,
             Error::Internal(_) => ErrorCategory::Internal,
+            Error::Overdue { .. } => ErrorCategory::ReconcileDeadline,
         }
     }
 }

@@ -62,6 +62,9 @@ pub const RESTORE_BUMP_REVISION_KEY: &str = "bumpRevision";
 /// Restore Secret key: `"true"` when the store is `insecure: true`, the one case a plain
 /// `http://` URL is downloaded from.
 pub const RESTORE_INSECURE_KEY: &str = "insecure";
+/// Restore Secret key: the object's size in bytes, when known: the download is refused past it
+/// and given a deadline from it.
+pub const RESTORE_SIZE_KEY: &str = "size";
 /// On the restore Secret: where its SHA-256 came from (a `ChecksumSource`: EtcdadmSnapshot,
 /// Spec, ObjectMetadata or Computed); a computed one is kept when the URL is renewed.
 pub const RESTORE_SHA256_SOURCE_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/sha256-source";

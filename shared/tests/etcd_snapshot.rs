@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use etcd_client::GetOptions;
-use etcdadm_shared::backup::stream_to_store;
+use etcdadm_shared::backup::{StreamLimits, stream_to_store};
 use etcdadm_shared::etcd::{EtcdTls, MemberClient};
 use etcdadm_shared::pki::CertificateAuthority;
 use etcdadm_shared::testing::{
@@ -81,7 +81,7 @@ async fn a_snapshot_waits_out_a_member_restarting_as_it_begins() {
     let upload = store.create_multipart_upload(key).await.unwrap();
 
     cluster.stop(0);
-    let snapshot = stream_to_store(&member, &store, key, &upload, IDLE);
+    let snapshot = stream_to_store(&member, &store, key, &upload, StreamLimits::with_idle(IDLE));
     let restart = async {
         tokio::time::sleep(Duration::from_secs(2)).await;
         tokio::task::block_in_place(|| cluster.restart(0));
@@ -131,7 +131,7 @@ async fn a_followers_snapshot_lands_in_s3_and_restores_every_key() {
     let store = s3.create_bucket("etcd-backups").await;
     let key = "default/c1-etcd/snap-1.db";
     let upload = store.create_multipart_upload(key).await.unwrap();
-    let stored = stream_to_store(follower, &store, key, &upload, IDLE)
+    let stored = stream_to_store(follower, &store, key, &upload, StreamLimits::with_idle(IDLE))
         .await
         .unwrap();
 

@@ -213,6 +213,14 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
         ),
         ("snapshot", snapshot(json!({"clusterName": "c1-etcd"}))),
         (
+            "health checks at their bounds",
+            cluster(json!({"healthCheck": {"interval": "10m", "timeout": "30s", "unhealthyAfter": "10m"}})),
+        ),
+        (
+            "health checks at their lower bounds",
+            cluster(json!({"healthCheck": {"interval": "1s", "timeout": "1ms", "unhealthyAfter": "1s"}})),
+        ),
+        (
             "certificatesExpiryDays at its minimum",
             cluster(json!({"rolloutBefore": {"certificatesExpiryDays": 7}})),
         ),
@@ -590,6 +598,56 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             "a health interval that is not a duration",
             cluster(json!({"healthCheck": {"interval": "often"}})),
             &["spec.healthCheck.interval", "should match"],
+        ),
+        // Health checks: a check holds a reconcile turn for its timeout (issue 44).
+        (
+            "a health interval over 10m",
+            cluster(json!({"healthCheck": {"interval": "11m", "timeout": "5s", "unhealthyAfter": "1h"}})),
+            &["spec.healthCheck.interval", "interval must be 1s to 10m"],
+        ),
+        (
+            "a health interval under 1s",
+            cluster(json!({"healthCheck": {"interval": "500ms", "timeout": "100ms"}})),
+            &["spec.healthCheck.interval", "interval must be 1s to 10m"],
+        ),
+        (
+            "a health timeout over 30s",
+            cluster(json!({"healthCheck": {"interval": "5m", "timeout": "31s"}})),
+            &[
+                "spec.healthCheck.timeout",
+                "timeout must be above zero and at most 30s",
+            ],
+        ),
+        (
+            "a health timeout of zero",
+            cluster(json!({"healthCheck": {"timeout": "0s"}})),
+            &[
+                "spec.healthCheck.timeout",
+                "timeout must be above zero and at most 30s",
+            ],
+        ),
+        (
+            "a health timeout over the interval",
+            cluster(json!({"healthCheck": {"interval": "5s", "timeout": "6s"}})),
+            &["spec.healthCheck.timeout", "timeout must not exceed the interval"],
+        ),
+        (
+            "a health timeout over the default interval",
+            cluster(json!({"healthCheck": {"interval": null, "timeout": "11s"}})),
+            &[
+                "spec.healthCheck.timeout",
+                "timeout must not exceed the interval (default 10s)",
+            ],
+        ),
+        (
+            "unhealthyAfter under the interval",
+            cluster(json!({"healthCheck": {"interval": "1m", "unhealthyAfter": "30s"}})),
+            &["spec.healthCheck.unhealthyAfter", "must be at least the interval"],
+        ),
+        (
+            "a health duration of 33 characters",
+            cluster(json!({"healthCheck": {"interval": format!("{}s", "0".repeat(31) + "9")}})),
+            &["spec.healthCheck.interval", "Too long", "32"],
         ),
         (
             "an unknown remediation",

@@ -113,3 +113,95 @@ async fn internal_looking_text_never_reaches_an_error() {
     );
     assert!(!format!("{err:?}").contains(INTERNAL_TEXT), "{err:?}");
 }
+
+/// The operator's store policy: a store whose name resolves to a refused address is refused by
+/// the resolver when the client connects (nothing reaches the stand-in) and the refusal says
+/// which rule, not what answered; an address refused as written is refused before anything is
+/// sent; plain http is refused when the policy says so.
+#[tokio::test]
+async fn the_store_policy_refuses_by_name_and_by_resolved_address_before_anything_is_sent() {
+    use std::sync::Arc;
+
+    use etcdadm_shared::store::{HostRule, StorePolicy};
+
+    let store = HostileStore::start(Hostility::InternalText).await;
+    let port = store.endpoint().rsplit(':').next().unwrap().to_string();
+    let spec = |endpoint: String| S3Store {
+        endpoint,
+        bucket: "tenant-bucket".into(),
+        force_path_style: Some(true),
+        insecure: Some(true),
+        credentials_secret_ref: SecretReference { name: "c".into() },
+        ..Default::default()
+    };
+    let policy = |denied: &[&str], deny_insecure: bool| {
+        Arc::new(StorePolicy {
+            denied: denied.iter().map(|d| HostRule::parse(d).unwrap()).collect(),
+            deny_insecure,
+            ..Default::default()
+        })
+    };
+    let credentials = || StoreCredentials::new("id", "secret");
+
+    // A name that resolves into a denied range: refused when connecting.
+    let by_name = StoreClient::with_policy(
+        &spec(format!("http://localhost:{port}")),
+        credentials(),
+        None,
+        policy(&["127.0.0.0/8", "::1/128"], false),
+    )
+    .unwrap();
+    let err = by_name.check_bucket().await.unwrap_err();
+    assert_eq!(err.category().as_str(), "StorePolicyRefused", "{err}");
+    let text = err.to_string();
+    assert!(text.contains("localhost resolves to an address that is refused by the controller's store policy (--store-denied-hosts "), "{text}");
+    assert!(
+        !text.contains("127.0.0.1"),
+        "the resolved address is not told: {text}"
+    );
+    assert_eq!(store.bytes_sent(), 0, "nothing reached the store");
+
+    // An address as written, and plain http: refused before a request exists.
+    for (endpoint, denied, deny_insecure, words) in [
+        (
+            store.endpoint().to_string(),
+            vec!["127.0.0.1"],
+            false,
+            "127.0.0.1 is refused by the controller's store policy (--store-denied-hosts 127.0.0.1/32)",
+        ),
+        (
+            format!("http://169.254.169.254:{port}"),
+            vec![],
+            false,
+            "169.254.169.254 is a link-local address",
+        ),
+        (
+            store.endpoint().to_string(),
+            vec![],
+            true,
+            "plain http stores (insecure: true) are not allowed",
+        ),
+    ] {
+        let Err(err) = StoreClient::with_policy(
+            &spec(endpoint.clone()),
+            credentials(),
+            None,
+            policy(&denied, deny_insecure),
+        ) else {
+            panic!("{endpoint}: a client was made");
+        };
+        assert_eq!(err.category().as_str(), "StorePolicyRefused", "{err}");
+        assert!(err.to_string().contains(words), "{endpoint}: {err}");
+    }
+
+    // The same store under the default policy is reached.
+    let reached = StoreClient::with_policy(
+        &spec(format!("http://localhost:{port}")),
+        credentials(),
+        None,
+        Arc::new(StorePolicy::default()),
+    )
+    .unwrap();
+    let _answered = reached.check_bucket().await;
+    assert!(store.bytes_sent() > 0, "the default policy lets loopback through");
+}

@@ -264,7 +264,8 @@ fi
 step "build the clusterctl local repository"
 repository="$E2E_WORK_DIR/repository"
 rm -rf "$repository"
-"$root/hack/release.sh" "$repository/bootstrap-etcdadm/$provider_version"
+# The image is built here and loaded into kind, not pushed: no digest to pin.
+"$root/hack/release.sh" --unpinned "$repository/bootstrap-etcdadm/$provider_version"
 sed -e "s|@LOCAL_REPOSITORY@|$repository|g" -e "s|/v0.1.0/|/$provider_version/|g" \
   "$here/clusterctl.yaml" >"$clusterctl_config"
 

@@ -15,7 +15,7 @@ use kube::core::DeserializeGuard;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::runtime::{PredicateConfig, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use tracing::{instrument, warn};
 
@@ -122,24 +122,15 @@ pub async fn run(manager: ManagerContext, metrics: BootstrapMetrics) {
     let cluster_store = store.clone();
     let etcd_store = store;
     let ctx = Arc::new(Context::with_metrics(client.clone(), metrics));
-    let clusters = watcher(
-        settings.api::<DeserializeGuard<Cluster>>(&client),
-        settings.watcher_config(),
-    )
-    .default_backoff()
-    .touched_objects()
-    .predicate_filter(cluster_inputs, PredicateConfig::default());
-    let etcd_clusters = watcher(
-        settings.api::<DeserializeGuard<EtcdadmCluster>>(&client),
-        settings.watcher_config(),
-    )
-    .default_backoff()
-    .touched_objects()
-    .predicate_filter(etcd_cluster_inputs, PredicateConfig::default());
+    let clusters = settings
+        .watch::<DeserializeGuard<Cluster>>(&client, settings.watcher_config())
+        .predicate_filter(cluster_inputs, PredicateConfig::default());
+    let etcd_clusters = settings
+        .watch::<DeserializeGuard<EtcdadmCluster>>(&client, settings.watcher_config())
+        .predicate_filter(etcd_cluster_inputs, PredicateConfig::default());
     controller
-        .watches(
-            settings.api::<DeserializeGuard<Machine>>(&client),
-            settings.watcher_config(),
+        .watches_stream(
+            settings.watch::<DeserializeGuard<Machine>>(&client, settings.watcher_config()),
             |machine| {
                 let machine = machine.0.as_ref().ok()?;
                 let config_ref = machine.spec.bootstrap.config_ref.as_ref()?;

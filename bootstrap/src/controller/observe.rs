@@ -100,7 +100,9 @@ pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observat
     let mut restore = None;
     if let (DataSecretView::Missing, Some(name)) = (&data_secret, restore_secret) {
         match secrets.get_opt(name).await? {
-            Some(secret) => match snapshot_download(&secret) {
+            Some(secret) => match restore_secret_not_ours(&secret, etcd_cluster.as_ref())
+                .map_or_else(|| snapshot_download(&secret), Err)
+            {
                 Ok(download) => restore = Some(download),
                 Err(problem) => spec_problem = spec_problem.or(Some(problem)),
             },
@@ -148,6 +150,32 @@ pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observat
     })
 }
 
+/// Why the Secret the restore annotation names is not used: only the EtcdadmCluster that owns
+/// this config's Machine writes one, with its controller reference (by UID), so the CA and URL
+/// of any other Secret a config is pointed at never reach a machine.
+fn restore_secret_not_ours(secret: &Secret, etcd_cluster: Option<&EtcdadmCluster>) -> Option<String> {
+    let field = format!("metadata.annotations[{}]", names::RESTORE_SECRET_ANNOTATION);
+    let Some(etcd) = etcd_cluster else {
+        return Some(format!(
+            "{field}: only a member of an EtcdadmCluster is restored from a snapshot, and this              config's Machine belongs to none"
+        ));
+    };
+    let uid = etcd.meta().uid.as_deref();
+    let ours = secret.owner_references().iter().any(|o| {
+        o.controller == Some(true)
+            && o.kind == "EtcdadmCluster"
+            && o.api_version.split('/').next() == Some("etcdcluster.cluster.x-k8s.io")
+            && Some(o.uid.as_str()) == uid
+    });
+    (!ours).then(|| {
+        format!(
+            "{field}: Secret {} is not controlled by EtcdadmCluster {} (the one that writes a              restore's download URL), so it is not used",
+            secret.name_any(),
+            etcd.name_any()
+        )
+    })
+}
+
 /// The download a restore Secret describes; a missing URL or a value that is not UTF-8 is the
 /// problem to show.
 fn snapshot_download(secret: &Secret) -> Result<SnapshotDownload, String> {
@@ -191,7 +219,26 @@ fn snapshot_download(secret: &Secret) -> Result<SnapshotDownload, String> {
                 })?,
         ),
     };
+    let size = match text(names::RESTORE_SIZE_KEY)? {
+        None => None,
+        Some(value) => Some(
+            value
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    format!(
+                        "metadata.annotations[{}]: Secret {} has a key {} that is not a positive number",
+                        names::RESTORE_SECRET_ANNOTATION,
+                        secret.name_any(),
+                        names::RESTORE_SIZE_KEY
+                    )
+                })?,
+        ),
+    };
     Ok(SnapshotDownload {
+        size,
         url,
         sha256: text(names::RESTORE_SHA256_KEY)?,
         ca_pem: text(names::RESTORE_CA_KEY)?,
@@ -310,4 +357,71 @@ async fn rotating_member_ca(
             names::ca_secret_name(cluster)
         )),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use serde_json::json;
+
+    fn etcd_cluster(uid: &str) -> EtcdadmCluster {
+        serde_json::from_value(json!({
+            "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmCluster",
+            "metadata": {"name": "c1-etcd", "namespace": "ns", "uid": uid},
+            "spec": {"infrastructureTemplate": {"kind": "K", "name": "t"}},
+        }))
+        .unwrap()
+    }
+
+    fn secret(owners: serde_json::Value) -> Secret {
+        serde_json::from_value(json!({"metadata": {"name": "c1-etcd-restore", "ownerReferences": owners}}))
+            .unwrap()
+    }
+
+    fn owner(kind: &str, api_version: &str, uid: &str, controller: bool) -> serde_json::Value {
+        json!({"apiVersion": api_version, "kind": kind, "name": "c1-etcd", "uid": uid, "controller": controller})
+    }
+
+    #[test]
+    fn only_a_restore_secret_controlled_by_the_machines_etcdadmcluster_is_used() {
+        let ours = etcd_cluster("u1");
+        let group = "etcdcluster.cluster.x-k8s.io/v1beta1";
+        assert_eq!(
+            restore_secret_not_ours(
+                &secret(json!([owner("EtcdadmCluster", group, "u1", true)])),
+                Some(&ours)
+            ),
+            None
+        );
+        for (what, owners) in [
+            ("no owner", json!([])),
+            (
+                "another cluster's",
+                json!([owner("EtcdadmCluster", group, "u2", true)]),
+            ),
+            (
+                "not the controller",
+                json!([owner("EtcdadmCluster", group, "u1", false)]),
+            ),
+            (
+                "another kind",
+                json!([owner("Cluster", "cluster.x-k8s.io/v1beta2", "u1", true)]),
+            ),
+            (
+                "another group",
+                json!([owner("EtcdadmCluster", "evil.example/v1", "u1", true)]),
+            ),
+        ] {
+            let problem = restore_secret_not_ours(&secret(owners), Some(&ours)).unwrap_or_default();
+            assert!(
+                problem.contains("is not controlled by EtcdadmCluster c1-etcd"),
+                "{what}: {problem:?}"
+            );
+            assert!(problem.starts_with("metadata.annotations[etcdcluster.cluster.x-k8s.io/restore-secret]"));
+        }
+        let standalone =
+            restore_secret_not_ours(&secret(json!([owner("EtcdadmCluster", group, "u1", true)])), None);
+        assert!(standalone.unwrap_or_default().contains("belongs to none"));
+    }
 }

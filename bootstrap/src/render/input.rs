@@ -91,6 +91,8 @@ pub struct SnapshotDownload {
     pub bump_revision: Option<i64>,
     /// The store is `insecure: true`: a plain `http://` URL is allowed.
     pub insecure: bool,
+    /// The object's size in bytes, when the controller knows it.
+    pub size: Option<u64>,
 }
 
 /// Never prints the URL (it grants access to the snapshot).
@@ -102,6 +104,7 @@ impl std::fmt::Debug for SnapshotDownload {
             .field("ca_pem", &self.ca_pem.is_some())
             .field("bump_revision", &self.bump_revision)
             .field("insecure", &self.insecure)
+            .field("size", &self.size)
             .finish()
     }
 }

@@ -5,6 +5,7 @@
 //! (`restore-bump.sh`), and hands it to `etcdadm init --snapshot`.
 
 use etcdadm_shared::names;
+use etcdadm_shared::store::limits::{MAX_OBJECT_SIZE, object_deadline};
 
 use super::error::RenderError;
 use super::files::FileEntry;
@@ -118,8 +119,16 @@ pub fn before_init(download: &SnapshotDownload) -> Result<Vec<String>, RenderErr
             ),
         ));
     }
+    // The most it downloads and how long it may take: the object's size when the controller
+    // knows it, else the largest snapshot (32 GiB), at the controller's own slowest rate for
+    // reading an object (60 s and 1 s per MiB); retries within the same time.
+    let limit = download.size.unwrap_or(MAX_OBJECT_SIZE).min(MAX_OBJECT_SIZE);
+    let seconds = object_deadline(limit).as_secs();
     Ok(vec![
-        format!("curl -fsS --retry 5 --create-dirs --config {RESTORE_CURL_CONFIG}"),
+        format!(
+            "curl -fsS --retry 5 --retry-max-time {seconds} --max-time {seconds} --max-filesize {limit} \
+             --create-dirs --config {RESTORE_CURL_CONFIG}"
+        ),
         format!(
             "echo '{}  {RESTORE_SNAPSHOT_FILE}' | sha256sum -c --quiet -",
             sha256.to_ascii_lowercase()
@@ -143,6 +152,7 @@ mod tests {
             ca_pem: None,
             bump_revision: None,
             insecure: false,
+            size: None,
         }
     }
 
@@ -161,6 +171,27 @@ mod tests {
         assert!(steps.iter().all(|s| !s.contains("X-Amz")), "{steps:?}");
         assert!(!after_init().contains("X-Amz"));
         assert!(!format!("{d:?}").contains("X-Amz"), "Debug never shows it");
+    }
+
+    #[test]
+    fn the_download_is_bounded_by_the_objects_size_or_the_largest_snapshot() {
+        let mut d = download(URL, Some(SHA));
+        let curl = |d: &SnapshotDownload| before_init(d).unwrap()[0].clone();
+        assert!(
+            curl(&d).starts_with(
+                "curl -fsS --retry 5 --retry-max-time 32828 --max-time 32828 --max-filesize 34359738400 --create-dirs"
+            ),
+            "{}",
+            curl(&d)
+        );
+        d.size = Some(100 << 20);
+        assert!(
+            curl(&d).contains("--retry-max-time 160 --max-time 160 --max-filesize 104857600 "),
+            "{}",
+            curl(&d)
+        );
+        d.size = Some(u64::MAX);
+        assert!(curl(&d).contains("--max-filesize 34359738400 "), "{}", curl(&d));
     }
 
     #[test]

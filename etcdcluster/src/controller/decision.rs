@@ -126,6 +126,8 @@ pub struct Outputs<'a> {
     pub etcd_clients: &'a EtcdClients,
     /// Per-cluster metrics, when run by the manager (tests go without).
     pub metrics: Option<&'a EtcdClusterMetrics>,
+    /// Restore checksums, computed in the snapshot slots.
+    pub checksums: &'a crate::snapshot::Checksums,
 }
 
 impl Outputs<'_> {
@@ -194,6 +196,11 @@ pub(crate) trait ConcernStep {
     /// with it, so the next member restores a new one.
     fn forgets_cluster(&self) -> bool {
         false
+    }
+    /// How much longer than the reconcile's own deadline its effect may take: a
+    /// defragmentation, which takes as long as the database is large. None for most.
+    fn time_allowed(&self) -> Duration {
+        Duration::ZERO
     }
     /// Perform it.
     async fn apply(&self, out: &Outputs<'_>, o: &Observation) -> Result<Applied, Error>;

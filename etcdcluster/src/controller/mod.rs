@@ -23,7 +23,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::runtime::{PredicateConfig, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use tokio::sync::Semaphore;
@@ -53,6 +52,12 @@ use crate::metrics::EtcdClusterMetrics;
 const INVALID_OBJECT_MANAGER: &str = "etcdadm-controller/invalid-object";
 /// Steps applied in one reconcile before yielding.
 const MAX_STEPS: usize = 8;
+/// How long one reconcile may hold its turn, besides what a step declares it may take (a
+/// defragmentation: [`plan::Step::time_allowed`]): its reads, one health round (each member at
+/// most `healthCheck.timeout`, at most 30 s) and up to [`MAX_STEPS`] steps. A reconcile still
+/// at work then is ended (and retried after the usual wait), so no cluster's numbers hold one
+/// of the `--concurrency` turns for longer.
+pub const RECONCILE_DEADLINE: Duration = Duration::from_secs(180);
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -70,6 +75,10 @@ pub struct Context {
     /// health rounds on a busy machine) the same clusters waited minutes; here everyone is late
     /// by the same amount.
     pub turns: Semaphore,
+    /// How long one reconcile may take ([`RECONCILE_DEADLINE`]; tests shorten it).
+    pub reconcile_deadline: Duration,
+    /// Restore checksums, computed in the snapshot slots rather than in a reconcile.
+    pub checksums: crate::snapshot::Checksums,
 }
 
 impl Context {
@@ -81,6 +90,10 @@ impl Context {
             observations: Observations::default(),
             metrics: None,
             turns: Semaphore::new(Semaphore::MAX_PERMITS),
+            reconcile_deadline: RECONCILE_DEADLINE,
+            checksums: crate::snapshot::Checksums::new(crate::snapshot::SnapshotPool::new(
+                crate::snapshot::DEFAULT_SNAPSHOT_SLOTS,
+            )),
         }
     }
 
@@ -108,6 +121,7 @@ impl Context {
             recorder: &self.recorder,
             etcd_clients: &self.etcd_clients,
             metrics: self.metrics.as_ref(),
+            checksums: &self.checksums,
         }
     }
 }
@@ -124,33 +138,32 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
     let name = etcd.name_any();
     let key = format!("{namespace}/{name}");
     let out = ctx.outputs();
+    let mut deadline = Deadline::after(ctx.reconcile_deadline);
     // The etcd side is checked once per reconcile: the steps taken in between do not change it.
     let mut etcd_view: Option<Checked> = None;
     // A kept observation may be used to find that nothing needs doing, never to do something.
     let mut read_afresh = false;
     for _ in 0..MAX_STEPS {
-        let Some((reads, fresh)) = ctx
-            .observations
-            .read(
-                &ctx.client,
-                &namespace,
-                &name,
-                &etcd,
-                read_afresh,
-                &plan::Concerns,
-            )
-            .await?
-        else {
+        let read = ctx.observations.read(
+            &ctx.client,
+            &namespace,
+            &name,
+            &etcd,
+            read_afresh,
+            &plan::Concerns,
+        );
+        let Some((reads, fresh)) = deadline.within("the API reads", read).await?? else {
             ctx.etcd_clients.forget(&key);
             ctx.observations.forget(&key);
+            ctx.checksums.forget(&key);
             return Ok(Action::await_change());
         };
         let now = k8s_openapi::jiff::Timestamp::now();
         let view = match &etcd_view {
             Some(view) => view.clone(),
             None => {
-                let view =
-                    health::check_observed(&ctx.etcd_clients, ctx.metrics.as_ref(), &reads, now).await?;
+                let check = health::check_observed(&ctx.etcd_clients, ctx.metrics.as_ref(), &reads, now);
+                let view = deadline.within("the members' health", check).await??;
                 etcd_view = Some(view.clone());
                 view
             }
@@ -167,7 +180,10 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
             ctx.observations.invalidate(&key);
             read_afresh = true;
         }
-        let next = apply::apply(&out, &mut observation, step).await?;
+        deadline.extend(step.time_allowed());
+        let next = deadline
+            .within("a step", apply::apply(&out, &mut observation, step))
+            .await??;
         // The status just written is what the watch cache will hold next.
         ctx.observations.carry(&key, &observation.etcd_cluster);
         match next {
@@ -176,6 +192,37 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
         }
     }
     Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+/// When a reconcile must be done by, and how long it was given.
+struct Deadline {
+    at: tokio::time::Instant,
+    given: Duration,
+}
+
+impl Deadline {
+    fn after(given: Duration) -> Self {
+        Deadline {
+            at: tokio::time::Instant::now() + given,
+            given,
+        }
+    }
+
+    /// A step that may take `more` moves it later.
+    fn extend(&mut self, more: Duration) {
+        self.at += more;
+        self.given += more;
+    }
+
+    /// `work`, unless the deadline passes first (`waiting_on` names it then).
+    async fn within<T>(&self, waiting_on: &'static str, work: impl Future<Output = T>) -> Result<T, Error> {
+        tokio::time::timeout_at(self.at, work)
+            .await
+            .map_err(|_| Error::Overdue {
+                waiting_on,
+                after: self.given,
+            })
+    }
 }
 
 fn error_policy(etcd: Arc<Guarded>, error: &Error, _ctx: Arc<Context>) -> Action {
@@ -189,7 +236,7 @@ pub const CONTROLLER_NAME: &str = "etcdadmcluster";
 
 /// Run the controller until the manager's shutdown signal. `--namespace` limits and
 /// `--watch-filter` filters every watch; readiness is reported once the clusters are listed.
-pub async fn run(manager: ManagerContext) {
+pub async fn run(manager: ManagerContext, pool: Arc<crate::snapshot::SnapshotPool>) {
     // The controller and its watches are one builder chain: split, it would pass pieces around.
     let ManagerContext {
         client,
@@ -209,6 +256,7 @@ pub async fn run(manager: ManagerContext) {
     let kcp_store = store;
     let ctx = Arc::new(Context {
         turns: Semaphore::new(usize::from(settings.concurrency)),
+        checksums: crate::snapshot::Checksums::new(pool),
         ..Context::with_metrics(
             client.clone(),
             EtcdClusterMetrics::register(&metrics, plan::concern_metrics(&metrics)),
@@ -250,12 +298,7 @@ pub async fn run(manager: ManagerContext) {
         Some(filter) => format!("{filter},{}", names::CLUSTER_NAME_LABEL),
         None => names::CLUSTER_NAME_LABEL.to_string(),
     });
-    let secrets = watcher(
-        settings.api::<PartialObjectMeta<Secret>>(&client),
-        cluster_secrets,
-    )
-    .default_backoff()
-    .touched_objects();
+    let secrets = settings.watch::<PartialObjectMeta<Secret>>(&client, cluster_secrets);
     let secret_store = cluster_store.clone();
     // Before-change snapshots (by their reason label): a change waiting for one goes on as soon
     // as it is taken.
@@ -268,27 +311,23 @@ pub async fn run(manager: ManagerContext) {
     let (machines_ctx, clusters_ctx, kcps_ctx, secrets_ctx, snapshots_ctx) =
         (ctx.clone(), ctx.clone(), ctx.clone(), ctx.clone(), ctx.clone());
     controller
-        .watches(
-            settings.api::<DeserializeGuard<Machine>>(&client),
-            member_machines,
+        .watches_stream(
+            settings.watch::<DeserializeGuard<Machine>>(&client, member_machines),
             move |machine| machines_ctx.changed(member_of(&machine)),
         )
-        .watches(
-            settings.api::<DeserializeGuard<Cluster>>(&client),
-            settings.watcher_config(),
+        .watches_stream(
+            settings.watch::<DeserializeGuard<Cluster>>(&client, settings.watcher_config()),
             move |cluster| match &cluster.0 {
                 Ok(cluster) => clusters_ctx.changed(etcd_clusters_of(&cluster_store, cluster)),
                 Err(_) => vec![],
             },
         )
-        .watches(
-            settings.api::<DeserializeGuard<KubeadmControlPlane>>(&client),
-            settings.watcher_config(),
+        .watches_stream(
+            settings.watch::<DeserializeGuard<KubeadmControlPlane>>(&client, settings.watcher_config()),
             move |kcp| kcps_ctx.changed(etcd_clusters_in(&kcp_store, kcp.namespace())),
         )
-        .watches(
-            settings.api::<DeserializeGuard<EtcdadmSnapshot>>(&client),
-            before_change_snapshots,
+        .watches_stream(
+            settings.watch::<DeserializeGuard<EtcdadmSnapshot>>(&client, before_change_snapshots),
             move |snapshot| snapshots_ctx.changed(waiting_on(&snapshot)),
         )
         .watches_stream(secrets, move |secret| {

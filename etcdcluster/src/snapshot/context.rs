@@ -5,14 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
-
 use kube::api::PatchParams;
 use kube::{Client, Resource};
 
 use etcdadm_shared::manager::ShutdownSignal;
 use etcdadm_shared::manager::events::{EventNote, Recorder};
 
+use etcdadm_shared::backup::StreamLimits;
+
+use super::pool::SnapshotPool;
 use crate::metrics::SnapshotMetrics;
 
 /// Field manager of this controller's writes.
@@ -32,15 +33,15 @@ pub struct Context {
     pub recorder: Recorder,
     /// Resolves when the controller must stop: a snapshot being taken is aborted.
     pub shutdown: Option<ShutdownSignal>,
-    /// How long the member's snapshot stream may stall.
-    pub stream_idle_timeout: Duration,
+    /// How long the member's snapshot stream may stall, and take in all.
+    pub stream_limits: StreamLimits,
     /// How long a snapshot of a cluster that does not exist waits for it.
     pub missing_cluster_grace: Duration,
     /// Snapshot age and schedule, when run by the manager (tests go without).
     pub metrics: Option<SnapshotMetrics>,
-    /// One permit per snapshot being taken: a cluster whose turn comes with none free waits.
-    pub snapshot_slots: Arc<Semaphore>,
-    slots_total: usize,
+    /// One slot per snapshot being taken, fair between namespaces: a cluster whose turn comes
+    /// with none free for it waits.
+    pub snapshot_pool: Arc<SnapshotPool>,
     /// The deadline of each store request but part uploads (a tenant's store must not hold a
     /// reconcile for as long as it likes).
     pub store_request_deadline: Duration,
@@ -52,24 +53,17 @@ impl Context {
             recorder: Recorder::for_controller(client.clone(), "etcdadm-controller"),
             client,
             shutdown: None,
-            stream_idle_timeout: STREAM_IDLE_TIMEOUT,
+            stream_limits: StreamLimits::with_idle(STREAM_IDLE_TIMEOUT),
             missing_cluster_grace: MISSING_CLUSTER_GRACE,
             metrics: None,
-            snapshot_slots: Arc::new(Semaphore::new(DEFAULT_SNAPSHOT_SLOTS)),
-            slots_total: DEFAULT_SNAPSHOT_SLOTS,
+            snapshot_pool: SnapshotPool::new(DEFAULT_SNAPSHOT_SLOTS),
             store_request_deadline: etcdadm_shared::store::limits::REQUEST_DEADLINE,
         }
     }
 
-    /// How many snapshots may be taken at once.
-    pub fn snapshot_slots_total(&self) -> usize {
-        self.slots_total
-    }
-
-    /// The same with `slots` snapshots at once.
-    pub fn with_snapshot_slots(mut self, slots: usize) -> Self {
-        self.snapshot_slots = Arc::new(Semaphore::new(slots));
-        self.slots_total = slots;
+    /// The same, taking snapshots in the slots of `pool`.
+    pub fn with_snapshot_pool(mut self, pool: Arc<SnapshotPool>) -> Self {
+        self.snapshot_pool = pool;
         self
     }
 

@@ -16,10 +16,12 @@
 //! [`plan::MAX_ATTEMPTS`] times in all.
 
 mod apply;
+mod checksums;
 mod context;
 mod moving;
 mod observe;
 mod plan;
+mod pool;
 mod retention;
 mod status;
 mod take;
@@ -46,12 +48,14 @@ use etcdadm_shared::manager::invalid::report_invalid_object;
 use crate::metrics::SnapshotMetrics;
 
 pub use self::apply::new_snapshot;
+pub use self::checksums::{Checksum, Checksums};
 pub use self::context::{
     Context, DEFAULT_SNAPSHOT_SLOTS, FIELD_MANAGER, MISSING_CLUSTER_GRACE, STREAM_IDLE_TIMEOUT,
 };
 pub use self::observe::{snapshots_of, store_access};
 pub use self::plan::SCHEDULED_FOR_ANNOTATION;
 use self::plan::{Observed, Step};
+pub use self::pool::{Busy, Slot, SnapshotPool};
 use self::take::Outcome;
 use etcdadm_shared::error::Error;
 
@@ -123,17 +127,18 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
                 store,
             } => {
                 let snapshot = find(&snapshot)?;
-                // Snapshots share a few slots across clusters: memory stays bounded however
-                // many fall due at once, and a waiting cluster holds no reconcile slot.
-                let Ok(_slot) = ctx.snapshot_slots.clone().try_acquire_owned() else {
-                    let message = format!(
-                        "all {} snapshot slots of the controller are taken; it is taken when one frees",
-                        ctx.snapshot_slots_total()
-                    );
-                    if !plan::says(snapshot, plan::reason::WAITING_FOR_SLOT, &message) {
-                        apply::wait(&ctx, snapshot, plan::reason::WAITING_FOR_SLOT, &message).await?;
+                // Snapshots share a few slots across clusters, fairly between namespaces:
+                // memory stays bounded however many fall due at once, no tenant holds them all,
+                // and a waiting cluster holds no reconcile slot.
+                let _slot = match ctx.snapshot_pool.try_take(&namespace) {
+                    Ok(slot) => slot,
+                    Err(busy) => {
+                        let message = busy.to_string();
+                        if !plan::says(snapshot, plan::reason::WAITING_FOR_SLOT, &message) {
+                            apply::wait(&ctx, snapshot, plan::reason::WAITING_FOR_SLOT, &message).await?;
+                        }
+                        return Ok(Action::requeue(SLOT_RETRY));
                     }
-                    return Ok(Action::requeue(SLOT_RETRY));
                 };
                 let outcome = take::take_snapshot(&ctx, &cluster, snapshot, &target, &store).await?;
                 if outcome == Outcome::Stopped {
@@ -215,9 +220,9 @@ fn cluster_of(snapshot: &GuardedSnapshot) -> Option<ObjectRef<GuardedCluster>> {
     Some(ObjectRef::new(&cluster).within(&namespace))
 }
 
-/// Run both controllers until the manager's shutdown signal, taking at most `slots`
-/// snapshots at once.
-pub async fn run(manager: ManagerContext, slots: usize) {
+/// Run both controllers until the manager's shutdown signal, taking snapshots in the slots of
+/// `pool` (which restore checksums share).
+pub async fn run(manager: ManagerContext, pool: Arc<SnapshotPool>) {
     let ManagerContext {
         client,
         settings,
@@ -226,7 +231,7 @@ pub async fn run(manager: ManagerContext, slots: usize) {
         metrics,
         ..
     } = manager;
-    let mut context = Context::new(client.clone()).with_snapshot_slots(slots);
+    let mut context = Context::new(client.clone()).with_snapshot_pool(pool);
     context.shutdown = Some(shutdown.clone());
     context.metrics = Some(SnapshotMetrics::register(&metrics));
     let ctx = Arc::new(context);
@@ -238,9 +243,8 @@ pub async fn run(manager: ManagerContext, slots: usize) {
     let cluster_metrics = metrics.clone();
     let per_cluster = Controller::for_stream(cluster_changes, clusters)
         .with_config(settings.controller_config())
-        .watches(
-            settings.api::<GuardedSnapshot>(&client),
-            settings.watcher_config(),
+        .watches_stream(
+            settings.watch::<GuardedSnapshot>(&client, settings.watcher_config()),
             |snapshot| cluster_of(&snapshot),
         )
         .reconcile_all_on(settings.resync_ticks())

@@ -143,7 +143,7 @@ async fn attempt(
     );
     ctx.event(snapshot, false, status::RUNNING, note).await;
 
-    let streamed = stream_to_store(&member, &store_client, &key, &upload_id, ctx.stream_idle_timeout);
+    let streamed = stream_to_store(&member, &store_client, &key, &upload_id, ctx.stream_limits);
     let stopping = async {
         match &ctx.shutdown {
             Some(shutdown) => shutdown.clone().wait().await,

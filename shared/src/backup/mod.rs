@@ -73,18 +73,55 @@ impl SnapshotError {
     }
 }
 
+/// How long a snapshot may take, whatever the member does: each message within `idle`, and
+/// the whole stream into the store within `base` plus the size the member announced at
+/// `min_rate` bytes per second. The announced size counts up to the largest quota etcd is run
+/// with (32 GiB), so a member that announces more, or trickles a message every `idle`, holds a
+/// snapshot slot for at most `base` + 32 GiB at `min_rate`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamLimits {
+    pub idle: Duration,
+    pub base: Duration,
+    pub min_rate: u64,
+}
+
+/// The slowest snapshot accepted: 4 MiB/s, some 20 times below what etcd and a store on one
+/// machine manage (BENCHMARKS.md, "Snapshots"): an 8 GiB database gets 35 min, 32 GiB 2 h 17 min.
+pub const MIN_SNAPSHOT_RATE: u64 = 4 << 20;
+
+/// The time every snapshot gets besides its size's.
+pub const SNAPSHOT_BASE_TIME: Duration = Duration::from_secs(60);
+
+impl StreamLimits {
+    /// Messages within `idle`, the default base and rate.
+    pub fn with_idle(idle: Duration) -> Self {
+        StreamLimits {
+            idle,
+            base: SNAPSHOT_BASE_TIME,
+            min_rate: MIN_SNAPSHOT_RATE,
+        }
+    }
+
+    /// The whole stream's deadline for a database of `announced` bytes.
+    pub fn total(&self, announced: u64) -> Duration {
+        let size = announced.min(*crate::api::config::QUOTA_BACKEND_BYTES_RANGE.end());
+        self.base + Duration::from_secs(size / self.min_rate.max(1))
+    }
+}
+
 /// Stream `member`'s snapshot into the multipart upload `upload_id` of `key` (already created,
 /// so a caller can record it before any data moves) and complete it once etcd's checksum
-/// matched; on any failure the upload is aborted. Each etcd message must arrive within `idle`.
+/// matched; on any failure the upload is aborted. Each etcd message must arrive within
+/// `limits.idle`, and the whole stream within `limits.total` of the size the member announced.
 pub async fn stream_to_store(
     member: &MemberClient,
     store: &StoreClient,
     key: &str,
     upload_id: &str,
-    idle: Duration,
+    limits: StreamLimits,
 ) -> Result<StoredSnapshot, SnapshotError> {
     let mut writer = MultipartWriter::new(store, key, upload_id);
-    match fill(member, &mut writer, idle).await {
+    match fill(member, &mut writer, limits).await {
         Ok((verified, object_sha256, revision, revision_exact)) => {
             let size = match writer.complete().await {
                 Ok(size) => size,
@@ -143,20 +180,46 @@ type Filled = (Verified, [u8; 32], i64, bool);
 async fn fill(
     member: &MemberClient,
     writer: &mut MultipartWriter,
-    idle: Duration,
+    limits: StreamLimits,
 ) -> Result<Filled, SnapshotError> {
     let before = first_revision(member).await?;
-    let mut stream = member.snapshot(idle).await?;
+    let opened = tokio::time::Instant::now();
+    let mut stream = member.snapshot(limits.idle).await?;
     let mut trailer = ChecksumTrailer::default();
     let mut object = Sha256::new();
     let mut after = None;
-    while let Some(piece) = stream.next().await? {
+    // Until the first message says the size, the base time; then the size's.
+    let mut allowed = limits.base;
+    let mut received = 0u64;
+    let overdue = |allowed: Duration| EtcdError::Timeout {
+        endpoint: member.endpoint().to_string(),
+        operation: "Snapshot",
+        timeout: allowed,
+    };
+    loop {
+        let next = tokio::time::timeout_at(opened + allowed, stream.next())
+            .await
+            .map_err(|_| overdue(allowed))??;
+        let Some(piece) = next else { break };
         if after.is_none() {
             after = Some(member.local_revision().await?);
+            allowed = limits.total(stream.database_size().unwrap_or(0));
+        }
+        received += piece.len() as u64;
+        let announced = stream.database_size().unwrap_or(0);
+        if received > announced.saturating_add(CHECKSUM_LEN as u64) {
+            return Err(EtcdError::Protocol {
+                endpoint: member.endpoint().to_string(),
+                operation: "Snapshot",
+                message: format!("sent more than the {announced} bytes it announced"),
+            }
+            .into());
         }
         trailer.push(&piece);
         object.update(&piece);
-        writer.write(&piece).await?;
+        tokio::time::timeout_at(opened + allowed, writer.write(&piece))
+            .await
+            .map_err(|_| overdue(allowed))??;
     }
     let verified = trailer.finish(stream.database_size())?;
     let (revision, exact) = match (stream.header_revision(), after) {

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use etcd_client::{AlarmAction, AlarmOptions, AlarmType, CompactionOptions, GetOptions, MemberAddOptions};
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::sync::OnceCell;
@@ -219,11 +219,17 @@ impl MemberClient {
                 .map_err(|e| failed(&e))?;
             let response = channel.call(request).await.map_err(|e| failed(&e))?;
             let status = response.status().as_u16();
-            let body = response
-                .into_body()
+            // Only the first few KiB are read: the stream is reset on the rest of a longer answer.
+            let body = Limited::new(response.into_body(), MAX_HEALTH_ANSWER)
                 .collect()
                 .await
-                .map_err(|e| failed(&e))?
+                .map_err(|e| match e.downcast_ref::<LengthLimitError>() {
+                    Some(_) => self.protocol(
+                        OPERATION,
+                        &format!("answered with more than {MAX_HEALTH_ANSWER} bytes"),
+                    ),
+                    None => failed(&*e),
+                })?
                 .to_bytes();
             Ok(health_from_response(status, &body))
         };
@@ -434,17 +440,24 @@ impl MemberClient {
                     |e: &(dyn std::error::Error + 'static)| from_transport(&self.endpoint, operation, e);
                 // No timeouts of tonic's own: every call is bounded by `with_deadline`, so a
                 // member that never answers reads as a timeout, whichever step it hangs in.
-                let endpoint = Endpoint::from_shared(self.endpoint.clone()).map_err(|e| failed(&e))?;
+                let endpoint = Endpoint::from_shared(self.endpoint.clone())
+                    .map_err(|e| failed(&e))?
+                    .initial_stream_window_size(WINDOW)
+                    .initial_connection_window_size(WINDOW)
+                    .http2_max_header_list_size(MAX_HEADER_LIST);
                 let channel = endpoint.connect_with_connector_lazy(TlsDialer {
                     host: self.host.clone(),
                     port: self.port,
                     tls: self.tls.clone(),
                     server_certificate: self.server_certificate.clone(),
                 });
-                let grpc =
-                    etcd_client::Client::from_channel(etcd_client::Channel::Tonic(channel.clone()), None)
-                        .await
-                        .map_err(|e| from_client_error(&self.endpoint, operation, self.timeout, e))?;
+                let capped =
+                    etcd_client::Channel::Custom(tower::util::BoxCloneSyncService::new(CappedAnswers {
+                        inner: channel.clone(),
+                    }));
+                let grpc = etcd_client::Client::from_channel(capped, None)
+                    .await
+                    .map_err(|e| from_client_error(&self.endpoint, operation, self.timeout, e))?;
                 Ok(Connection { channel, grpc })
             })
             .await
@@ -481,10 +494,65 @@ impl MemberClient {
 /// alarm is read apart (`alarms`), so an alarm is never mistaken for a member down.
 const HEALTH_PATH: &str = "/health?exclude=NOSPACE&exclude=CORRUPT";
 
+/// The most of a `/health` answer that is read: etcd's is some 40 bytes
+/// (`{"health":"true","reason":""}`).
+pub const MAX_HEALTH_ANSWER: usize = 4 << 10;
+
+/// The most of any other answer that is read, but a snapshot's: a member list of a large
+/// cluster is a few KiB. A snapshot's messages are each at most tonic's 4 MiB.
+pub const MAX_ANSWER: usize = 64 << 10;
+
+/// HTTP/2 flow-control window, per stream and per connection: what a member can send before it
+/// is read, so what one connection can make the controller hold however the member behaves. At
+/// 1 MiB a snapshot runs at 1 MiB per round trip (100 MiB/s at 10 ms).
+const WINDOW: u32 = 1 << 20;
+
+/// The largest block of response headers accepted (hyper's default, said here).
+const MAX_HEADER_LIST: u32 = 16 << 10;
+
+/// The one call whose answer is a stream of any length (a message at a time).
+const SNAPSHOT_PATH: &str = "/etcdserverpb.Maintenance/Snapshot";
+
+/// The channel the etcd client speaks gRPC over, with every answer but a snapshot's cut at
+/// [`MAX_ANSWER`]: a member that answers more fails the call instead of growing the controller.
+#[derive(Clone)]
+struct CappedAnswers {
+    inner: Channel,
+}
+
+type GrpcRequest = http::Request<tonic::body::Body>;
+type GrpcResponse = http::Response<tonic::body::Body>;
+
+impl Service<GrpcRequest> for CappedAnswers {
+    type Response = GrpcResponse;
+    type Error = tower::BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<GrpcResponse, tower::BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Service::poll_ready(&mut self.inner, cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: GrpcRequest) -> Self::Future {
+        let capped = request.uri().path() != SNAPSHOT_PATH;
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let response = answer.await?;
+            Ok(if capped {
+                response.map(|body| tonic::body::Body::new(Limited::new(body, MAX_ANSWER)))
+            } else {
+                response
+            })
+        })
+    }
+}
+
 /// The deadline of a defragmentation of a `db_size`-byte database: etcd rewrites the whole
 /// file, so a minute, and a second more for every 16 MiB (measured: about 20 ms for 16 MiB).
+/// The size is the member's word, so it counts up to the largest quota etcd is run with
+/// (32 GiB): a defragmentation holds a reconcile for at most 35 min 8 s.
 pub fn defragment_timeout(db_size: u64) -> Duration {
-    Duration::from_secs(60 + db_size / (16 << 20))
+    let size = db_size.min(*crate::api::config::QUOTA_BACKEND_BYTES_RANGE.end());
+    Duration::from_secs(60 + size / (16 << 20))
 }
 
 /// Dials one member: TCP, then TLS with the shared client configuration, naming the host for
@@ -617,6 +685,20 @@ mod tests {
         let client = MemberClient::new("https://10.0.0.1:2379", &tls(), Duration::from_secs(1)).unwrap();
         assert_eq!(client.server_certificate_expiry(), None);
         assert_eq!(client.server_certificate(), None);
+    }
+
+    #[test]
+    fn a_defragmentations_deadline_grows_with_the_size_up_to_the_largest_quota() {
+        assert_eq!(defragment_timeout(0), Duration::from_secs(60));
+        assert_eq!(defragment_timeout(16 << 20), Duration::from_secs(61));
+        assert_eq!(defragment_timeout(32 << 30), Duration::from_secs(60 + 2048));
+        assert_eq!(defragment_timeout(u64::MAX), Duration::from_secs(60 + 2048));
+    }
+
+    #[test]
+    fn only_a_snapshots_answer_goes_uncapped() {
+        assert_eq!(SNAPSHOT_PATH, "/etcdserverpb.Maintenance/Snapshot");
+        const { assert!(MAX_HEALTH_ANSWER < MAX_ANSWER && MAX_ANSWER < WINDOW as usize) };
     }
 
     #[test]

@@ -224,6 +224,17 @@ fn from_status(
             message: message.to_string(),
         };
     }
+    if source.is_some_and(|s| {
+        causes(s)
+            .iter()
+            .any(|e| e.is::<http_body_util::LengthLimitError>())
+    }) {
+        return EtcdError::Protocol {
+            endpoint: endpoint.to_string(),
+            operation,
+            message: format!("answered with more than {} bytes", super::client::MAX_ANSWER),
+        };
+    }
     let detail = match source.map(chain_text) {
         Some(chain) if chain.contains(message) => chain,
         Some(chain) => format!("{message}: {chain}"),

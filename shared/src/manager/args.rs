@@ -37,9 +37,11 @@ pub struct ManagerArgs {
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub leader_election_namespace: String,
 
-    /// Watch only this namespace (default: all namespaces).
-    #[arg(long)]
-    pub namespace: Option<String>,
+    /// Watch only these namespaces, comma-separated (default: all namespaces). With RBAC
+    /// granted in these namespaces only (config/namespaced sets WATCH_NAMESPACE), nothing
+    /// elsewhere is read.
+    #[arg(long, env = "WATCH_NAMESPACE", value_delimiter = ',')]
+    pub namespace: Vec<String>,
 
     /// Reconcile only objects labelled `cluster.x-k8s.io/watch-filter=<value>`; others are ignored.
     #[arg(long)]
@@ -190,13 +192,20 @@ impl ManagerArgs {
                 format!("{:?} is not a namespace name", self.leader_election_namespace),
             ));
         }
-        if let Some(ns) = &self.namespace
-            && !is_dns_label(ns)
-        {
+        if let Some(ns) = self.namespace.iter().find(|ns| !is_dns_label(ns)) {
             return Err(ArgsError::new(
                 "namespace",
                 format!("{ns:?} is not a namespace name"),
             ));
+        }
+        if let Some(twice) = self
+            .namespace
+            .iter()
+            .enumerate()
+            .find(|(i, ns)| self.namespace[..*i].contains(ns))
+            .map(|(_, ns)| ns)
+        {
+            return Err(ArgsError::new("namespace", format!("{twice:?} is named twice")));
         }
         if let Some(filter) = &self.watch_filter
             && !is_label_value(filter)
@@ -379,6 +388,10 @@ mod tests {
         args.validate().unwrap();
         assert_eq!(args.leader_elect_retry_period, Duration::from_millis(500));
         assert_eq!(args.lease_name("default-id"), "my-lease");
+        assert_eq!(args.namespace, ["team-a"]);
+        let several = parse(&["--namespace=team-a,team-b", "--namespace=team-c"]).unwrap();
+        several.validate().unwrap();
+        assert_eq!(several.namespace, ["team-a", "team-b", "team-c"]);
         assert_eq!(
             args.watch_filter_selector().as_deref(),
             Some("cluster.x-k8s.io/watch-filter=blue")
@@ -406,6 +419,9 @@ mod tests {
             ),
             (vec!["--watch-filter=-x"], "watch-filter"),
             (vec!["--namespace=Team"], "namespace"),
+            (vec!["--namespace=a,Team"], "namespace"),
+            (vec!["--namespace=a,b,a"], "namespace"),
+            (vec!["--namespace=a,,b"], "namespace"),
             (vec!["--leader-election-id=a_b"], "leader-election-id"),
             (vec!["--kube-api-qps=0"], "kube-api-qps"),
             (vec!["--kube-api-burst=5"], "kube-api-burst"),

@@ -1,5 +1,6 @@
-//! The Kubernetes client of a manager: kubeconfig or in-cluster config, with an optional
-//! client-side rate limit for `--kube-api-qps`/`--kube-api-burst`.
+//! The Kubernetes clients of a manager (kubeconfig or in-cluster config): the reconcilers', with
+//! an optional client-side rate limit for `--kube-api-qps`/`--kube-api-burst`, and the metrics
+//! guard's own.
 
 use std::time::Duration;
 
@@ -17,10 +18,13 @@ pub fn rate_limit(qps: Option<f64>, burst: Option<u32>) -> Option<(u64, Duration
     Some((burst as u64, Duration::from_secs_f64(burst / qps)))
 }
 
-/// A client from the kubeconfig (`$KUBECONFIG`, `~/.kube/config`) or the in-cluster config.
-pub async fn build(qps: Option<f64>, burst: Option<u32>) -> Result<Client, kube::Error> {
-    let config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
-    from_config(config, qps, burst)
+/// The metrics guard's client for `config`: not rate limited (its callers are bounded by the
+/// guard), and quick to give up on an API server that does not answer.
+pub fn for_reviews(mut config: kube::Config) -> Result<Client, kube::Error> {
+    config.connect_timeout = Some(super::diagnostics::REVIEW_TIMEOUT);
+    config.read_timeout = Some(super::diagnostics::REVIEW_TIMEOUT);
+    config.write_timeout = Some(super::diagnostics::REVIEW_TIMEOUT);
+    Client::try_from(config)
 }
 
 /// A client for `config`, rate limited as [`rate_limit`] says.

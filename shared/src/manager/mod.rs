@@ -234,9 +234,18 @@ impl Manager {
                 shutdown
             }
         };
-        let client = match client {
-            Some(client) => client,
-            None => client::build(args.kube_api_qps, args.kube_api_burst).await?,
+        // The reconcilers' client, and the metrics guard's own: its reviews share none of the
+        // reconcilers' rate limit or connections.
+        let (client, review_client) = match client {
+            Some(client) => (client.clone(), client),
+            None => {
+                let config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
+                let reviews = client::for_reviews(config.clone())?;
+                (
+                    client::from_config(config, args.kube_api_qps, args.kube_api_burst)?,
+                    reviews,
+                )
+            }
         };
         if let Some((requests, per)) = client::rate_limit(args.kube_api_qps, args.kube_api_burst) {
             info!(requests, per = ?per, "Kubernetes API requests are rate limited");
@@ -270,7 +279,7 @@ impl Manager {
                 Some(spawn_http(&mut servers, "metrics", addr, metrics.router(), shutdown.signal()).await?)
             }
             Some(addr) => {
-                let router = diagnostics::guarded(metrics.router(), client.clone());
+                let router = diagnostics::guarded(metrics.router(), review_client.clone());
                 Some(spawn_guarded_metrics(
                     &mut servers,
                     addr,

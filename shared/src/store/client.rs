@@ -14,6 +14,7 @@ use tracing::debug;
 use super::answer::{Answer, read_capped};
 use super::error::{NO_CODE, StoreError, error_code_and_message, is_auth_code};
 use super::limits::{CONNECT_TIMEOUT, LIST_PAGE_KEYS, PART_DEADLINE, READ_TIMEOUT, REQUEST_DEADLINE};
+use super::policy::{PolicyResolver, Refusal, StorePolicy};
 use crate::api::snapshot::{ACCESS_KEY_ID_KEY, S3Store, SECRET_ACCESS_KEY_KEY, ServerSideEncryption};
 
 /// How long the signature of one request stays valid: longer than any request takes, short
@@ -103,9 +104,27 @@ impl StoreClient {
         credentials: StoreCredentials,
         ca_pem: Option<&str>,
     ) -> Result<Self, StoreError> {
+        Self::with_policy(store, credentials, ca_pem, StorePolicy::current())
+    }
+
+    /// The same under `policy` instead of the process's (tests of a policy).
+    pub fn with_policy(
+        store: &S3Store,
+        credentials: StoreCredentials,
+        ca_pem: Option<&str>,
+        policy: Arc<StorePolicy>,
+    ) -> Result<Self, StoreError> {
         let invalid = |why: String| StoreError::InvalidConfig(why);
         let endpoint = reqwest::Url::parse(store.endpoint.trim())
             .map_err(|e| invalid(format!("endpoint {:?} is not a URL: {e}", store.endpoint)))?;
+        // The endpoint as written, before anything is sent; the addresses its name resolves
+        // to, by the resolver at each connection.
+        policy
+            .check_endpoint(endpoint.scheme(), endpoint.host_str().unwrap_or_default())
+            .map_err(|refusal| StoreError::PolicyRefused {
+                endpoint: endpoint.as_str().trim_end_matches('/').to_string(),
+                why: refusal.0,
+            })?;
         let style = if store.force_path_style.unwrap_or(false) {
             UrlStyle::Path
         } else {
@@ -132,7 +151,8 @@ impl StoreClient {
         let mut http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .read_timeout(READ_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none());
+            .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(PolicyResolver { policy });
         if let Some(ca_pem) = ca_pem {
             http = http.use_preconfigured_tls(tls_trusting(ca_pem).map_err(invalid)?);
         }
@@ -442,15 +462,21 @@ impl StoreClient {
     ) -> StoreError {
         let mut causes = Vec::new();
         let mut tls = false;
+        let mut refused = None;
         let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
         while let Some(cause) = source {
             tls |= cause.downcast_ref::<rustls::Error>().is_some();
+            refused = refused.or_else(|| cause.downcast_ref::<Refusal>().cloned());
             causes.push(cause.to_string());
             source = cause.source();
         }
         debug!(endpoint = %self.endpoint, operation, timed_out = error.is_timeout(),
                cause = %clipped(&causes.join(": ")), "no answer from the object store");
         let endpoint = self.endpoint.clone();
+        // Our own words, not the store's: the policy's refusal is said as it is.
+        if let Some(Refusal(why)) = refused {
+            return StoreError::PolicyRefused { endpoint, why };
+        }
         if tls {
             StoreError::Tls { endpoint, operation }
         } else {

@@ -78,6 +78,8 @@ pub enum StoreError {
     },
     #[error("invalid object store settings: {0}")]
     InvalidConfig(String),
+    #[error("the object store at {endpoint} is not reached: {why}")]
+    PolicyRefused { endpoint: String, why: String },
     #[error("{0}")]
     Interrupted(String),
 }
@@ -94,6 +96,7 @@ impl StoreError {
             StoreError::NoSuchUpload { .. } => ErrorCategory::StoreNoSuchUpload,
             StoreError::Refused { .. } | StoreError::Interrupted(_) => ErrorCategory::StoreRefused,
             StoreError::InvalidConfig(_) => ErrorCategory::InvalidStore,
+            StoreError::PolicyRefused { .. } => ErrorCategory::StorePolicyRefused,
         }
     }
 }

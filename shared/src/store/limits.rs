@@ -29,9 +29,14 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// [`MAX_ANSWER_BYTES`].
 pub const LIST_PAGE_KEYS: usize = 32;
 
+/// The largest object whose size lengthens a deadline: a snapshot of the largest quota etcd is
+/// run with (32 GiB) and etcd's checksum. The size is the store's word (Content-Length), so a
+/// store that announces more gets no more time: 9 h 7 min at most.
+pub const MAX_OBJECT_SIZE: u64 = (32 << 30) + 32;
+
 /// The deadline of a request that reads or copies an object of `size` bytes whole.
 pub fn object_deadline(size: u64) -> Duration {
-    REQUEST_DEADLINE + Duration::from_secs(size / MIN_OBJECT_RATE)
+    REQUEST_DEADLINE + Duration::from_secs(size.min(MAX_OBJECT_SIZE) / MIN_OBJECT_RATE)
 }
 
 #[cfg(test)]
@@ -45,6 +50,12 @@ mod tests {
             object_deadline(8 << 30),
             REQUEST_DEADLINE + Duration::from_secs(8192)
         );
+        // A store's Content-Length counts up to the largest snapshot.
+        assert_eq!(
+            object_deadline(u64::MAX),
+            REQUEST_DEADLINE + Duration::from_secs(32 << 10)
+        );
+        assert_eq!(object_deadline(u64::MAX), object_deadline(MAX_OBJECT_SIZE));
         // A listing page of the longest keys fits the answer cap.
         const { assert!(LIST_PAGE_KEYS * 1800 < MAX_ANSWER_BYTES) };
     }

@@ -398,15 +398,30 @@ fn rbac_is_least_privilege() {
             !allows(role, "coordination.k8s.io", "leases", "get"),
             "leases only in the namespace"
         );
-        // `/metrics` is guarded by the API server's reviews, which each manager asks for.
-        assert!(allows(role, "authentication.k8s.io", "tokenreviews", "create"));
-        assert!(allows(
-            role,
-            "authorization.k8s.io",
-            "subjectaccessreviews",
-            "create"
-        ));
+        // The reviews that guard `/metrics` are a role of their own (both installs bind it
+        // cluster-wide; the namespaced one binds these roles in the watched namespace only).
+        assert!(!allows(role, "authentication.k8s.io", "tokenreviews", "create"));
     }
+    // `/metrics` is guarded by the API server's reviews, which each manager asks for.
+    let reviews = rules_of("ClusterRole", "etcdadm-metrics-auth-role");
+    assert_eq!(reviews.as_array().unwrap().len(), 2, "reviews only: {reviews}");
+    assert!(allows(reviews, "authentication.k8s.io", "tokenreviews", "create"));
+    assert!(allows(
+        reviews,
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        "create"
+    ));
+    let subjects: BTreeSet<&str> = find("ClusterRoleBinding", "etcdadm-metrics-auth-rolebinding")["subjects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(
+        subjects,
+        BTreeSet::from(["etcdadm-bootstrap-manager", "etcdadm-controller-manager"])
+    );
     // What a scraper's ServiceAccount is bound to: get /metrics, nothing else, bound to nobody
     // by the provider itself.
     let reader = find("ClusterRole", "etcdadm-metrics-reader");
@@ -596,6 +611,8 @@ fn release_script_writes_the_clusterctl_assets() {
     let target = out.path().join("assets");
     let status = Command::new("bash")
         .arg(repo_root().join("hack/release.sh"))
+        // The digest pinning: tests/namespaced.rs.
+        .arg("--unpinned")
         .arg(&target)
         .status()
         .expect("run hack/release.sh");

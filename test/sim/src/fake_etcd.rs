@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -15,6 +15,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode};
 use axum::routing::{get, post};
 use axum_server::tls_rustls::RustlsConfig;
+use futures::StreamExt;
 use http_body::Frame;
 use http_body_util::{BodyExt, Full, StreamBody};
 use prost::Message;
@@ -141,6 +142,24 @@ pub struct FakeSnapshot {
     pub checksum: [u8; 32],
     /// The revision the member reports.
     pub revision: i64,
+    /// A hostile member's pace: this long before each message (none: as fast as it can).
+    pub pace: Duration,
+    /// A hostile member's word: the database size its first message announces (none: the
+    /// size it sends).
+    pub announced: Option<u64>,
+}
+
+impl FakeSnapshot {
+    /// `database` and `checksum` sent as etcd sends them, at once.
+    pub fn honest(database: Vec<u8>, checksum: [u8; 32], revision: i64) -> Self {
+        FakeSnapshot {
+            database: Arc::new(database),
+            checksum,
+            revision,
+            pace: Duration::ZERO,
+            announced: None,
+        }
+    }
 }
 
 /// Serve `snapshot` on `<ip>:2379` over mutual TLS (server certificate from `ca`) until the
@@ -356,17 +375,18 @@ async fn alarms(State(member): State<Member>) -> Response<Body> {
 /// etcd's snapshot message size.
 const SNAPSHOT_CHUNK: usize = 32 * 1024;
 
-/// The database in etcd's chunks (no response header, as etcd sends none), then the checksum.
+/// The database in etcd's chunks (no response header, as etcd sends none), then the checksum;
+/// each message after the snapshot's pace, the first announcing the size the snapshot says.
 async fn snapshot_stream(State(snapshot): State<Arc<FakeSnapshot>>) -> Response<Body> {
-    let total = snapshot.database.len();
+    let total = snapshot.announced.unwrap_or(snapshot.database.len() as u64);
     let mut frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = snapshot
         .database
         .chunks(SNAPSHOT_CHUNK)
-        .scan(0usize, |sent, chunk| {
-            *sent += chunk.len();
+        .scan(0u64, |sent, chunk| {
+            *sent += chunk.len() as u64;
             Some(SnapshotResponse {
                 header: None,
-                remaining_bytes: (total - *sent) as u64,
+                remaining_bytes: total.saturating_sub(*sent),
                 blob: chunk.to_vec(),
             })
         })
@@ -378,7 +398,12 @@ async fn snapshot_stream(State(snapshot): State<Arc<FakeSnapshot>>) -> Response<
         .map(|message| Ok(Frame::data(Bytes::from(framed(&message)))))
         .collect();
     frames.push(Ok(Frame::trailers(ok_trailers())));
-    grpc_response(Body::new(StreamBody::new(futures::stream::iter(frames))))
+    let pace = snapshot.pace;
+    let paced = futures::stream::iter(frames).then(move |frame| async move {
+        tokio::time::sleep(pace).await;
+        frame
+    });
+    grpc_response(Body::new(StreamBody::new(paced)))
 }
 
 async fn range(State(snapshot): State<Arc<FakeSnapshot>>) -> Response<Body> {

@@ -1,8 +1,9 @@
 //! A real kube-apiserver set up the way the provider is installed: our CRDs, Cluster API's own
 //! Cluster, Machine and KubeadmControlPlane CRDs and the sim's infrastructure kinds, the RBAC of
-//! config/rbac, and each controller acting as its own ServiceAccount (by impersonation),
-//! so a verb missing from a ClusterRole shows. The demo runs on it, and so do the scenarios that
-//! must pass where the API server decides.
+//! config/rbac (cluster-wide) or of config/namespaced (granted in the watched namespaces only),
+//! and each controller acting as its own ServiceAccount (by impersonation), so a verb missing
+//! from a role shows. The demo runs on it, and so do the scenarios that must pass where the API
+//! server decides.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,7 +34,22 @@ const FIELD_MANAGER: &str = "etcdadm-sim";
 pub struct RealApiServer {
     pub server: KubeApiServer,
     controller_kubeconfigs: BTreeMap<&'static str, PathBuf>,
+    /// The managers' environment as their Deployments set it (the namespaced install's
+    /// WATCH_NAMESPACE).
+    controller_env: Vec<(String, String)>,
 }
+
+/// The variable config/namespaced leaves for clusterctl: the watched namespace.
+const WATCH_NAMESPACE_VARIABLE: &str = "${ETCDADM_WATCH_NAMESPACE}";
+
+/// The kinds of config/namespaced the sim installs: its RBAC (the managers run as processes).
+const RBAC_KINDS: [&str; 5] = [
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+];
 
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
@@ -47,15 +63,29 @@ impl RealApiServer {
     /// Start kube-apiserver in a scratch directory (removed with it), install the CRDs and
     /// config/rbac.
     pub async fn start() -> Result<RealApiServer, SimError> {
-        RealApiServer::prepare(KubeApiServer::start().await.map_err(setup)?).await
+        RealApiServer::prepare(KubeApiServer::start().await.map_err(setup)?, &[]).await
     }
 
     /// [`RealApiServer::start`] with `dir` for its data, logs and kubeconfigs (kept).
     pub async fn start_in(dir: &Path) -> Result<RealApiServer, SimError> {
-        RealApiServer::prepare(KubeApiServer::start_in(dir).await.map_err(setup)?).await
+        RealApiServer::prepare(KubeApiServer::start_in(dir).await.map_err(setup)?, &[]).await
     }
 
-    async fn prepare(server: KubeApiServer) -> Result<RealApiServer, SimError> {
+    /// [`RealApiServer::start`] with the namespaced install (`kubectl kustomize
+    /// config/namespaced`) watching `watched`: its RBAC, the RoleBindings in each watched
+    /// namespace (as an overlay for several namespaces has them), and the managers'
+    /// WATCH_NAMESPACE from their Deployments, naming them all.
+    pub async fn start_namespaced(watched: &[String]) -> Result<RealApiServer, SimError> {
+        if watched.is_empty() {
+            return Err(SimError::Setup(
+                "a namespaced install watches at least one namespace".into(),
+            ));
+        }
+        RealApiServer::prepare(KubeApiServer::start().await.map_err(setup)?, watched).await
+    }
+
+    /// `watched` empty: config/rbac as it is (cluster-wide); else the namespaced install.
+    async fn prepare(server: KubeApiServer, watched: &[String]) -> Result<RealApiServer, SimError> {
         let mut crds = read_crds(&crate::crd_dir()).map_err(setup)?;
         crds.extend(capi_crds()?);
         // The sim's own kinds: its infrastructure provider's (CAPI's come from CAPI itself).
@@ -70,7 +100,12 @@ impl RealApiServer {
             .map_err(|e| SimError::Setup(format!("the API server refused CRDs: {e}")))?;
         let client = server.client().await.map_err(setup)?;
         crate::plane::ensure_namespace(&client, PROVIDER_NAMESPACE).await?;
-        apply_kustomization(&client, &repo("config/rbac")).await?;
+        let controller_env = if watched.is_empty() {
+            apply_kustomization(&client, &repo("config/rbac")).await?;
+            vec![]
+        } else {
+            install_namespaced(&client, watched).await?
+        };
         let mut controller_kubeconfigs = BTreeMap::new();
         for (binary, account) in IDENTITIES {
             let user = service_account(account);
@@ -85,7 +120,22 @@ impl RealApiServer {
         Ok(RealApiServer {
             server,
             controller_kubeconfigs,
+            controller_env,
         })
+    }
+
+    /// A client acting as `binary`'s ServiceAccount, as the controller does: for what its RBAC
+    /// lets it do.
+    pub async fn controller_client(&self, binary: &str) -> Result<kube::Client, SimError> {
+        let path = self
+            .controller_kubeconfigs
+            .get(binary)
+            .ok_or_else(|| SimError::Setup(format!("no identity for {binary}")))?;
+        let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(setup)?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .map_err(setup)?;
+        kube::Client::try_from(config).map_err(setup)
     }
 
     /// `options` pointed at this server: the stand-ins and the scenario as admin (they play
@@ -99,6 +149,7 @@ impl RealApiServer {
                 "--leader-elect".into(),
                 format!("--leader-election-namespace={PROVIDER_NAMESPACE}"),
             ],
+            controller_env: [options.controller_env, self.controller_env.clone()].concat(),
             ..options
         }
     }
@@ -125,6 +176,61 @@ fn capi_crds() -> Result<
             serde_saphyr::from_str(&text).map_err(|e| SimError::Setup(format!("{}: {e}", path.display())))
         })
         .collect()
+}
+
+/// Install config/namespaced's RBAC watching `watched` (each created): its documents without the
+/// variable once, those with it (the RoleBindings) once per watched namespace. Returns the
+/// managers' environment from the Deployments: WATCH_NAMESPACE naming every watched namespace.
+async fn install_namespaced(
+    client: &kube::Client,
+    watched: &[String],
+) -> Result<Vec<(String, String)>, SimError> {
+    let built = crate::real_capi::repository::kustomize(&repo("config/namespaced"))?;
+    let documents: Vec<Value> = serde_saphyr::from_multiple(&built)
+        .map_err(|e| SimError::Setup(format!("config/namespaced: {e}")))?;
+    for namespace in watched {
+        crate::plane::ensure_namespace(client, namespace).await?;
+    }
+    let kind = |d: &Value| d["kind"].as_str().unwrap_or_default().to_string();
+    for document in documents
+        .iter()
+        .filter(|d| RBAC_KINDS.contains(&kind(d).as_str()))
+    {
+        let text = document.to_string();
+        if !text.contains(WATCH_NAMESPACE_VARIABLE) {
+            apply_document(client, document).await?;
+            continue;
+        }
+        for namespace in watched {
+            let substituted: Value = serde_json::from_str(&text.replace(WATCH_NAMESPACE_VARIABLE, namespace))
+                .map_err(|e| SimError::Setup(format!("config/namespaced: {e}")))?;
+            apply_document(client, &substituted).await?;
+        }
+    }
+    let mut env = BTreeMap::new();
+    for deployment in documents.iter().filter(|d| kind(d) == "Deployment") {
+        let name = deployment["metadata"]["name"].as_str().unwrap_or_default();
+        let value = deployment
+            .pointer("/spec/template/spec/containers/0/env")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|e| e["name"] == "WATCH_NAMESPACE")
+            .and_then(|e| e["value"].as_str())
+            .ok_or_else(|| {
+                SimError::Setup(format!(
+                    "config/namespaced: Deployment {name} sets no WATCH_NAMESPACE"
+                ))
+            })?;
+        env.insert(
+            "WATCH_NAMESPACE".to_string(),
+            value.replace(WATCH_NAMESPACE_VARIABLE, &watched.join(",")),
+        );
+    }
+    if env.is_empty() {
+        return Err(SimError::Setup("config/namespaced has no Deployments".into()));
+    }
+    Ok(env.into_iter().collect())
 }
 
 /// `system:serviceaccount:<provider namespace>:<account>`.

@@ -332,6 +332,7 @@ fn a_restore_asking_for_a_bump_runs_etcdadm_through_the_helper() {
         ca_pem: None,
         bump_revision: Some(1_000_000_000),
         insecure: false,
+        size: None,
     };
     let mut spec = EtcdadmConfigSpec::default();
     let line = etcdadm_runcmd(&spec, "etcd-0", &EtcdadmCommand::InitFromSnapshot(&download)).unwrap();
@@ -366,6 +367,7 @@ fn a_restoring_init_downloads_checks_restores_then_forgets_the_snapshot() {
         ca_pem: None,
         bump_revision: None,
         insecure: false,
+        size: Some(64 << 20),
     };
     let line = etcdadm_runcmd(
         &EtcdadmConfigSpec::default(),
@@ -376,7 +378,8 @@ fn a_restoring_init_downloads_checks_restores_then_forgets_the_snapshot() {
     assert_eq!(
         line,
         format!(
-            "curl -fsS --retry 5 --create-dirs --config /run/cluster-api/etcd-restore.curlrc \
+            "curl -fsS --retry 5 --retry-max-time 124 --max-time 124 --max-filesize 67108864 \
+             --create-dirs --config /run/cluster-api/etcd-restore.curlrc \
              && echo '{}  /var/lib/etcd-restore/snapshot.db' | sha256sum -c --quiet - \
              && etcdadm init --init-system systemd --name etcd-0 --snapshot /var/lib/etcd-restore/snapshot.db \
              && rm -f /run/cluster-api/etcd-restore.curlrc /run/cluster-api/etcd-restore-ca.crt /var/lib/etcd-restore/snapshot.db \

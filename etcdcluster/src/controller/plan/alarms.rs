@@ -128,6 +128,16 @@ impl ConcernStep for AlarmStep {
         })
     }
 
+    /// A compaction and a defragmentation wait as long as the database is large.
+    fn time_allowed(&self) -> std::time::Duration {
+        match self {
+            AlarmStep::Compact { db_size, .. } | AlarmStep::Defragment { db_size, .. } => {
+                defragment_timeout(*db_size)
+            }
+            AlarmStep::Disarm { .. } => std::time::Duration::ZERO,
+        }
+    }
+
     async fn apply(&self, out: &Outputs<'_>, o: &Observation) -> Result<Applied, Error> {
         let key = o.cache_key();
         match self {

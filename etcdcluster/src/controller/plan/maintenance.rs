@@ -96,6 +96,13 @@ impl ConcernStep for MaintenanceStep {
         }
     }
 
+    /// A defragmentation waits as long as the database is large.
+    fn time_allowed(&self) -> Duration {
+        match self {
+            MaintenanceStep::Defragment { target, .. } => defragment_timeout(target.db_size),
+        }
+    }
+
     async fn apply(&self, out: &Outputs<'_>, o: &Observation) -> Result<Applied, Error> {
         match self {
             MaintenanceStep::Defragment { target, .. } => defragment(out, o, target, Trigger::Policy).await,

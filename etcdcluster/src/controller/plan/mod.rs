@@ -174,6 +174,14 @@ macro_rules! concerns {
                 }
             }
 
+            /// How much longer than the reconcile's deadline this step's effect may take.
+            pub fn time_allowed(&self) -> std::time::Duration {
+                match self {
+                    Step::Hold(_) | Step::Steady => std::time::Duration::ZERO,
+                    $(Step::$variant(step) => step.time_allowed(),)*
+                }
+            }
+
             /// Perform a step that writes; the concern that owns it does.
             pub async fn apply(&self, out: &Outputs<'_>, o: &Observation) -> Result<Applied, Error> {
                 match self {

@@ -22,6 +22,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::json;
+use tracing::debug;
 
 use etcdadm_shared::api::EtcdadmClusterStatus;
 use etcdadm_shared::api::capi::KubeadmControlPlane;
@@ -46,6 +47,7 @@ use crate::controller::decision::{
 use crate::controller::observation::{
     Checksum, KcpView, Observation, RestoreDownload, RestoreView, is_ready,
 };
+use crate::snapshot::Checksum as ComputedChecksum;
 
 /// Condition reasons of a restore.
 pub mod reason {
@@ -124,8 +126,8 @@ impl ConcernStep for RestoreStep {
                 ..
             } => (
                 RESTORING,
-                "computing the snapshot's SHA-256 (no source records one), then writing its \
-                 download URL for the first member"
+                "computing the snapshot's SHA-256 in a snapshot slot (no source records one), \
+                 then writing its download URL for the first member"
                     .into(),
             ),
             RestoreStep::WriteRestoreSecret { .. } => (
@@ -478,10 +480,28 @@ async fn write_secret(
     let etcd = &o.etcd_cluster;
     let checksum = match checksum {
         ChecksumPlan::Known(known) => known.clone(),
-        ChecksumPlan::Compute { size } => Checksum {
-            sha256: download.store.sha256_of(&download.key, *size).await?,
-            source: ChecksumSource::Computed,
-        },
+        // Read in a snapshot slot on a task of its own, never in this reconcile's turn: asked
+        // again until it is there.
+        ChecksumPlan::Compute { size } => {
+            match out.checksums.ask(
+                &o.namespace,
+                &o.cache_key(),
+                &download.store,
+                &download.key,
+                *size,
+            ) {
+                ComputedChecksum::Ready(sha256) => Checksum {
+                    sha256,
+                    source: ChecksumSource::Computed,
+                },
+                ComputedChecksum::Computing => return Ok(Applied::NotYet),
+                ComputedChecksum::WaitingForSlot(why) => {
+                    debug!(%why, "the restore checksum waits for a snapshot slot");
+                    return Ok(Applied::NotYet);
+                }
+                ComputedChecksum::Failed(e) => return Err(e.into()),
+            }
+        }
     };
     let url = download.store.presigned_get(&download.key, RESTORE_URL_TTL);
     let mut data = BTreeMap::from([
@@ -497,6 +517,10 @@ async fn write_secret(
     }
     if download.insecure {
         data.insert(names::RESTORE_INSECURE_KEY.to_string(), bytes("true"));
+    }
+    // The node downloads no more than this, within a deadline from it.
+    if let Some(size) = download.size {
+        data.insert(names::RESTORE_SIZE_KEY.to_string(), bytes(&size.to_string()));
     }
     let name = names::restore_secret_name(&etcd.name_any());
     let mut metadata = json!({

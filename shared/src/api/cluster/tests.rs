@@ -265,6 +265,53 @@ fn health_check_durations_must_parse_and_fit_together() {
 }
 
 #[test]
+fn health_check_durations_are_bounded_above_and_the_controller_keeps_them_within() {
+    let ok = spec(json!({"healthCheck": {"interval": "10m", "timeout": "30s", "unhealthyAfter": "1h"}}));
+    assert!(validate_spec(&ok, None).is_empty());
+    let settings = ok.health_settings();
+    assert_eq!(
+        (settings.interval, settings.timeout),
+        (Duration::from_secs(600), Duration::from_secs(30))
+    );
+    for (health, path, words) in [
+        (
+            json!({"interval": "11m", "unhealthyAfter": "1h"}),
+            "spec.healthCheck.interval",
+            "must be 1s to 10m",
+        ),
+        (
+            json!({"interval": "2562047h"}),
+            "spec.healthCheck.interval",
+            "must be 1s to 10m",
+        ),
+        (
+            json!({"interval": "10m", "timeout": "31s"}),
+            "spec.healthCheck.timeout",
+            "must be at most 30s",
+        ),
+    ] {
+        let errors = validate_spec(&spec(json!({ "healthCheck": health })), None);
+        assert!(paths(&errors).contains(&path), "{health}: {errors:?}");
+        assert!(
+            errors.iter().any(|e| e.path == path && e.message.contains(words)),
+            "{health}: {errors:?}"
+        );
+    }
+    // What admission would refuse, kept within the bounds by the controller.
+    let out_of_bounds = spec(json!({"healthCheck": {"interval": "1000h", "timeout": "1000h"}}));
+    let settings = out_of_bounds.health_settings();
+    assert_eq!(
+        (settings.interval, settings.timeout),
+        (Duration::from_secs(600), Duration::from_secs(30))
+    );
+    let timeout_over_interval = spec(json!({"healthCheck": {"interval": "2s", "timeout": "20s"}}));
+    assert_eq!(
+        timeout_over_interval.health_settings().timeout,
+        Duration::from_secs(2)
+    );
+}
+
+#[test]
 fn an_automatic_recovery_waits_ten_minutes_at_least_and_needs_a_store() {
     let store = json!({"s3": {"endpoint": "https://s3.example", "bucket": "backups", "credentialsSecretRef": {"name": "s3"}}});
     let ok = validate_spec(

@@ -101,7 +101,7 @@ const PROVIDERS: [Provider; 5] = [
 ];
 
 /// `kubectl kustomize dir`.
-fn kustomize(dir: &Path) -> Result<String, SimError> {
+pub(crate) fn kustomize(dir: &Path) -> Result<String, SimError> {
     let output = Command::new("kubectl")
         .arg("kustomize")
         .arg(dir)
