@@ -119,7 +119,7 @@ impl Cluster {
     }
 
     async fn get(&self, key: &str) -> Option<Vec<u8>> {
-        let mut client = self.members[1].etcd_client().await.unwrap();
+        let mut client = self.members[1].workload_client().await.unwrap();
         let response = client.get(key, None).await.unwrap();
         response.kvs().first().map(|kv| kv.value().to_vec())
     }

@@ -188,7 +188,7 @@ async fn a_followers_snapshot_lands_in_s3_and_restores_every_key() {
     restored.start(&initial_cluster, ClusterState::New);
     let member = MemberClient::new(&restored.client_url, &tls, Duration::from_secs(5)).unwrap();
     wait_healthy(&member).await;
-    let mut kv = member.etcd_client().await.unwrap();
+    let mut kv = member.workload_client().await.unwrap();
     let all = kv
         .get("key/", Some(GetOptions::new().with_prefix()))
         .await

@@ -168,7 +168,7 @@ async fn a_full_database_is_repaired_without_deleting_anything() {
     assert_eq!(machine_names(&client, "a1").await, before, "no Machine replaced");
     let (history, machine_log) = watchers.finish();
     assert_safe(&history, &machine_log);
-    let mut reader = members[1].etcd_client().await.unwrap();
+    let mut reader = members[1].workload_client().await.unwrap();
     for (key, round) in &acked {
         let got = reader.get(key.as_str(), None).await.unwrap();
         let value = got.kvs().first().map(|kv| kv.value().to_vec());
