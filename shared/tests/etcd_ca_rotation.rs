@@ -66,7 +66,7 @@ fn spawn_writer(
                     .entry(url.clone())
                     .or_insert_with(|| MemberClient::with_config(url, tls.clone(), CALL_TIMEOUT).unwrap());
                 let put = async {
-                    let mut etcd = client.etcd_client().await.map_err(|e| e.to_string())?;
+                    let mut etcd = client.workload_client().await.map_err(|e| e.to_string())?;
                     etcd.put(format!("w/{n:08}"), n.to_string(), None)
                         .await
                         .map_err(|e| e.to_string())
@@ -287,7 +287,7 @@ async fn members_roll_through_the_trust_bundles_without_losing_a_write() {
     // No acknowledged write lost.
     let reader =
         MemberClient::with_config(&cluster.members[live[0]].client_url, tls.clone(), CALL_TIMEOUT).unwrap();
-    let mut etcd = reader.etcd_client().await.unwrap();
+    let mut etcd = reader.workload_client().await.unwrap();
     let stored = etcd
         .get("w/", Some(etcd_client::GetOptions::new().with_prefix()))
         .await
