@@ -245,8 +245,9 @@ impl MemberClient {
     }
 
     /// An etcd client on this member's connection whose answers are not capped at
-    /// [`MAX_ANSWER`]: for a workload reading back its own keys (the tests' and benchmarks'
-    /// clients), never for the controller, which reads nothing a member may make large.
+    /// [`MAX_ANSWER`]: for a workload writing and reading its own keys (every test's and
+    /// benchmark's client), never for the controller, which reads nothing a member may make
+    /// large.
     pub async fn workload_client(&self) -> Result<etcd_client::Client, EtcdError> {
         const OPERATION: &str = "connect";
         let connect = async {
