@@ -698,3 +698,117 @@ async fn a_registry_login_secret_without_a_password_is_named() {
     );
     assert!(env.secret("m1").await.is_none());
 }
+
+/// The `(path, content)` of every `write_files` entry of cloud-config user data.
+fn written_files(user_data: &str) -> Vec<(String, String)> {
+    let body = user_data
+        .lines()
+        .filter(|l| !l.starts_with("## template"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let parsed: Value = serde_saphyr::from_str(&body).unwrap();
+    parsed["write_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["content"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A member of a CA rotation (docs/security.md, "Rotating the etcd CA"): its config's
+/// `ca-bundle` annotation names the CAs its `ca.crt` holds, the signer first, and its `ca.key`
+/// is the signer's; a CA neither CA Secret holds is reported and nothing is rendered.
+#[tokio::test]
+async fn a_rotating_member_gets_the_bundle_its_config_names_and_the_signers_key() {
+    use etcdadm_shared::contract::ca::bundle_annotation;
+    use etcdadm_shared::pki::{certificates_der, der_fingerprint};
+    let env = Env::new();
+    env.cluster("c1", json!({})).await;
+    let old = CertificateAuthority::generate("etcd-ca").unwrap();
+    let new = CertificateAuthority::generate("etcd-ca-rotated").unwrap();
+    env.ca_secret(old.cert_pem(), old.key_pem()).await;
+    let data = json!({
+        names::TLS_CERT_KEY: ByteString(new.cert_pem().as_bytes().to_vec()),
+        names::TLS_KEY_KEY: ByteString(new.key_pem().as_bytes().to_vec()),
+    });
+    env.create::<Secret>(json!({
+        "metadata": {
+            "name": names::next_ca_secret_name("c1"),
+            "annotations": {names::CA_ROTATED_FOR_ANNOTATION: "r1"},
+        },
+        "data": data,
+    }))
+    .await;
+    let m1 = env.machine("m1", None).await;
+    env.config("m1", Some(&m1), json!({})).await;
+    env.reconcile("m1").await;
+    env.set_address("m1", "10.0.0.7").await;
+    env.reconcile("m1").await;
+    let annotate = |name: &str, value: String| {
+        let api = env.api::<EtcdadmConfig>();
+        let name = name.to_string();
+        async move {
+            let patch = json!({"metadata": {"annotations": {names::CA_BUNDLE_ANNOTATION: value}}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+    };
+    let fingerprints = |pem: &str| -> Vec<String> {
+        certificates_der(pem)
+            .unwrap()
+            .iter()
+            .map(|der| der_fingerprint(der))
+            .collect()
+    };
+    let ca_files = |user_data: &str| {
+        let files = written_files(user_data);
+        let file = |name: &str| {
+            files
+                .iter()
+                .find(|(path, _)| path == &format!("/etc/etcd/pki/{name}"))
+                .map(|(_, content)| content.clone())
+                .unwrap_or_else(|| panic!("no {name} in {files:?}"))
+        };
+        (file("ca.crt"), file("ca.key"))
+    };
+
+    // The first member, unannotated: the current CA alone.
+    let first = secret_value(&env.secret("m1").await.unwrap(), names::DATA_SECRET_VALUE_KEY);
+    let (crt, key) = ca_files(&first);
+    assert_eq!(fingerprints(&crt), [old.fingerprint().unwrap()]);
+    assert_eq!(key.trim(), old.key_pem().trim());
+
+    // Signed by the next CA, trusting both.
+    let m2 = env.machine("m2", None).await;
+    env.config("m2", Some(&m2), json!({})).await;
+    annotate("m2", bundle_annotation(&[&new, &old]).unwrap()).await;
+    assert!(ready(&env.reconcile("m2").await));
+    let joined = secret_value(&env.secret("m2").await.unwrap(), names::DATA_SECRET_VALUE_KEY);
+    assert!(joined.contains("etcdadm join https://10.0.0.7:2379"), "{joined}");
+    let (crt, key) = ca_files(&joined);
+    assert_eq!(
+        fingerprints(&crt),
+        [new.fingerprint().unwrap(), old.fingerprint().unwrap()]
+    );
+    assert_eq!(key.trim(), new.key_pem().trim());
+
+    // A CA neither Secret holds: reported, nothing rendered.
+    let stranger = CertificateAuthority::generate("stranger").unwrap();
+    let m3 = env.machine("m3", None).await;
+    env.config("m3", Some(&m3), json!({})).await;
+    annotate("m3", bundle_annotation(&[&old, &stranger]).unwrap()).await;
+    let refused = env.reconcile("m3").await;
+    let (status, reason, message) = condition(&refused, "Ready");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "EtcdCACorrupt"));
+    assert!(
+        message.contains(&stranger.fingerprint().unwrap()) && message.contains("c1-managed-etcd-next"),
+        "{message}"
+    );
+    assert!(env.secret("m3").await.is_none());
+}

@@ -68,6 +68,15 @@ pub const RESTORE_SIZE_KEY: &str = "size";
 /// On the restore Secret: where its SHA-256 came from (a `ChecksumSource`: EtcdadmSnapshot,
 /// Spec, ObjectMetadata or Computed); a computed one is kept when the URL is renewed.
 pub const RESTORE_SHA256_SOURCE_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/sha256-source";
+/// On an EtcdadmCluster: rotate the etcd CA; the value tells one request from the next
+/// (docs/security.md, "Rotating the etcd CA"; not acted on yet).
+pub const ROTATE_CA_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/rotate-ca";
+/// On `<cluster>-managed-etcd-next`, and on `<cluster>-managed-etcd` once a rotation is done: the
+/// `rotate-ca` request the CA in it was made for.
+pub const CA_ROTATED_FOR_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/ca-rotated-for";
+/// On an EtcdadmConfig: the CAs its member's `ca.crt` holds, by SHA-256 fingerprint, comma
+/// separated, the one whose key signs first. Absent: the CA of `<cluster>-managed-etcd` alone.
+pub const CA_BUNDLE_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/ca-bundle";
 /// On an EtcdadmCluster: recover from quorum loss from this source (`latest`,
 /// `member/<machine>`, `snapshot/<name>`), docs/day2.md, "Quorum loss".
 pub const RECOVER_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/recover";
@@ -127,6 +136,11 @@ pub const ETCD_PEER_PORT: u16 = 2380;
 /// Secret `<cluster>-managed-etcd`: the etcd CA (`tls.crt`, `tls.key`).
 pub fn ca_secret_name(cluster: &str) -> String {
     format!("{cluster}-managed-etcd")
+}
+
+/// Secret `<cluster>-managed-etcd-next`: the CA a rotation moves to, beside the current one.
+pub fn next_ca_secret_name(cluster: &str) -> String {
+    format!("{cluster}-managed-etcd-next")
 }
 
 /// Secret `<cluster>-etcd-init`: where joining members find the cluster.
@@ -190,6 +204,7 @@ mod tests {
     #[test]
     fn derived_names_follow_the_reference() {
         assert_eq!(ca_secret_name("c1"), "c1-managed-etcd");
+        assert_eq!(next_ca_secret_name("c1"), "c1-managed-etcd-next");
         assert_eq!(init_secret_name("c1"), "c1-etcd-init");
         assert_eq!(init_lock_name("c1"), "c1-etcd-lock");
         assert_eq!(kcp_etcd_ca_secret_name("c1"), "c1-etcd");

@@ -111,6 +111,37 @@ impl CertificateAuthority {
         })
     }
 
+    /// The same CA with `others` trusted beside it: its `cert_pem` is a bundle, this CA's own
+    /// certificate first (what signs, as etcdadm and openssl read the first certificate of
+    /// `ca.crt`), then each other CA's, as `--trusted-ca-file` reads them all.
+    pub fn trusting(&self, others: &[&CertificateAuthority]) -> Result<Self, PkiError> {
+        let mut bundle = der_to_pem(&first_cert_der(&self.cert_pem)?);
+        for other in others {
+            bundle.push_str(&der_to_pem(&first_cert_der(other.cert_pem())?));
+        }
+        CertificateAuthority::from_pem(&bundle, &self.key_pem)
+    }
+
+    /// SHA-256 of the CA's own certificate (DER), lowercase hex: how a CA is named across
+    /// Secrets and annotations.
+    pub fn fingerprint(&self) -> Result<String, PkiError> {
+        Ok(der_fingerprint(&first_cert_der(&self.cert_pem)?))
+    }
+
+    /// Whether this CA's key signed the certificate `leaf_der` (as a TLS peer presents it).
+    pub fn signed(&self, leaf_der: &[u8]) -> bool {
+        let Ok(ca_der) = first_cert_der(&self.cert_pem) else {
+            return false;
+        };
+        let (Ok((_, leaf)), Ok((_, ca))) = (
+            x509_parser::parse_x509_certificate(leaf_der),
+            x509_parser::parse_x509_certificate(&ca_der),
+        ) else {
+            return false;
+        };
+        leaf.issuer() == ca.subject() && leaf.verify_signature(Some(ca.public_key())).is_ok()
+    }
+
     /// The CA certificate, PEM.
     pub fn cert_pem(&self) -> &str {
         &self.cert_pem
@@ -172,7 +203,9 @@ impl CertificateAuthority {
         }
         params.use_authority_key_identifier_extension = true;
         set_validity(&mut params, request.validity);
-        let issuer = Issuer::from_ca_cert_pem(&self.cert_pem, &self.key).map_err(gen_err)?;
+        // The first certificate signs: `cert_pem` may be a bundle (a CA rotation's `ca.crt`).
+        let signer = rustls::pki_types::CertificateDer::from(first_cert_der(&self.cert_pem)?);
+        let issuer = Issuer::from_ca_cert_der(&signer, &self.key).map_err(gen_err)?;
         let cert = params.signed_by(&key, &issuer).map_err(gen_err)?;
         let cert_pem = cert.pem();
         let not_after = cert_not_after(&cert_pem)?;
@@ -369,6 +402,114 @@ pub fn client_tls_config(
         .map_err(|e| PkiError::BadKey(e.to_string()))
 }
 
+/// A rustls client configuration for mutual TLS with members that may trust any of several
+/// CAs (a CA rotation): every certificate of `roots_pem` is trusted, and of `identities` (each a
+/// certificate and key issued by one of those CAs) the one whose issuer the member names among
+/// the CAs it accepts (TLS `certificate_authorities`, which Go's servers send) is presented; the
+/// first when it names none of them.
+pub fn client_tls_config_each(
+    roots_pem: &str,
+    identities: &[(&str, &str)],
+) -> Result<rustls::ClientConfig, PkiError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(roots_pem.as_bytes()) {
+        let cert = cert.map_err(|e| PkiError::BadCertificate(e.to_string()))?;
+        roots
+            .add(cert)
+            .map_err(|e| PkiError::BadCertificate(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(PkiError::BadCertificate("no CA certificate to trust".into()));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut keys = Vec::new();
+    for (cert_pem, key_pem) in identities {
+        let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| PkiError::BadCertificate(e.to_string()))?;
+        let leaf = chain
+            .first()
+            .ok_or_else(|| PkiError::BadCertificate("no CERTIFICATE block".into()))?;
+        let (_, parsed) =
+            x509_parser::parse_x509_certificate(leaf).map_err(|e| PkiError::BadCertificate(e.to_string()))?;
+        let issuer = parsed.issuer().as_raw().to_vec();
+        let key =
+            PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| PkiError::BadKey(e.to_string()))?;
+        let signing = provider
+            .key_provider
+            .load_private_key(key)
+            .map_err(|e| PkiError::BadKey(e.to_string()))?;
+        keys.push((issuer, Arc::new(rustls::sign::CertifiedKey::new(chain, signing))));
+    }
+    if keys.is_empty() {
+        return Err(PkiError::BadKey("no client identity".into()));
+    }
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(gen_err)?
+        .with_root_certificates(roots)
+        .with_client_cert_resolver(Arc::new(ByAcceptedIssuer { keys })))
+}
+
+/// Presents the client identity whose issuer the server accepts.
+#[derive(Debug)]
+struct ByAcceptedIssuer {
+    /// Each identity with its issuer's distinguished name (DER), in order of preference.
+    keys: Vec<(Vec<u8>, Arc<rustls::sign::CertifiedKey>)>,
+}
+
+impl rustls::client::ResolvesClientCert for ByAcceptedIssuer {
+    fn resolve(
+        &self,
+        root_hint_subjects: &[&[u8]],
+        _: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.keys
+            .iter()
+            .find(|(issuer, _)| root_hint_subjects.contains(&issuer.as_slice()))
+            .or_else(|| self.keys.first())
+            .map(|(_, key)| key.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// SHA-256 of `der`, lowercase hex.
+pub fn der_fingerprint(der: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(der)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Every certificate of a PEM bundle, DER.
+pub fn certificates_der(pem: &str) -> Result<Vec<Vec<u8>>, PkiError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .map(|c| c.map(|c| c.to_vec()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| PkiError::BadCertificate(e.to_string()))
+}
+
+/// One DER certificate as PEM.
+fn der_to_pem(der: &[u8]) -> String {
+    use base64::Engine;
+    let text = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
+    for line in text.as_bytes().chunks(64) {
+        pem.push_str(&String::from_utf8_lossy(line));
+        pem.push('\n');
+    }
+    pem.push_str("-----END CERTIFICATE-----\n");
+    pem
+}
+
 fn rcgen_rsa_key(rsa_key: &RsaPrivateKey) -> Result<KeyPair, PkiError> {
     let pkcs8 = rsa_key.to_pkcs8_der().map_err(gen_err)?;
     let der = rustls::pki_types::PrivatePkcs8KeyDer::from(pkcs8.as_bytes());
@@ -414,6 +555,7 @@ fn to_system_time(unix: i64) -> SystemTime {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls::pki_types::pem::PemObject;
     use std::sync::OnceLock;
 
     /// RSA generation is the slow part; tests share one CA where the test does not care.
@@ -562,6 +704,101 @@ mod tests {
         assert!(left <= Duration::from_secs(3600) && left > Duration::from_secs(3500));
         assert!(cert_matches_key(&leaf.cert_pem, &leaf.key_pem).unwrap());
         assert!(client_tls_config(ca.cert_pem(), &leaf.cert_pem, &leaf.key_pem).is_ok());
+    }
+
+    #[test]
+    fn a_ca_trusting_another_signs_with_its_own_key_and_lists_itself_first() {
+        let (old, new) = (
+            shared_ca(),
+            CertificateAuthority::generate("etcd-ca-next").unwrap(),
+        );
+        let bundle = new.trusting(&[old]).unwrap();
+        let certs = certificates_der(bundle.cert_pem()).unwrap();
+        assert_eq!(certs.len(), 2);
+        assert_eq!(der_fingerprint(&certs[0]), new.fingerprint().unwrap());
+        assert_eq!(der_fingerprint(&certs[1]), old.fingerprint().unwrap());
+        assert_eq!(bundle.fingerprint().unwrap(), new.fingerprint().unwrap());
+        assert_ne!(old.fingerprint().unwrap(), new.fingerprint().unwrap());
+        assert_eq!(bundle.not_after(), new.not_after());
+        // What a member's etcdadm issues from this `ca.crt` and `ca.key`: signed by the new CA.
+        let leaf = bundle
+            .issue(&LeafRequest::member("etcd-a", vec![], vec![]))
+            .unwrap();
+        let der = parse(&leaf.cert_pem);
+        assert!(new.signed(&der) && bundle.signed(&der) && !old.signed(&der));
+        assert!(!new.signed(&[1, 2, 3]));
+        // The key must be the first certificate's: a bundle led by the other CA is refused.
+        let led_by_old = format!("{}{}", old.cert_pem(), new.cert_pem());
+        assert!(matches!(
+            CertificateAuthority::from_pem(&led_by_old, new.key_pem()),
+            Err(PkiError::KeyMismatch)
+        ));
+        // Trusting nothing else is the CA itself.
+        assert_eq!(
+            new.trusting(&[]).unwrap().cert_pem().trim(),
+            new.cert_pem().trim()
+        );
+    }
+
+    #[test]
+    fn a_client_of_several_cas_presents_the_identity_the_member_accepts() {
+        let (old, new) = (
+            shared_ca(),
+            CertificateAuthority::generate("etcd-ca-next").unwrap(),
+        );
+        let issue = |ca: &CertificateAuthority| {
+            ca.issue(&LeafRequest::in_memory_client(
+                "etcdadm-controller",
+                Duration::from_secs(60),
+            ))
+            .unwrap()
+        };
+        let (from_old, from_new) = (issue(old), issue(&new));
+        let roots = format!("{}{}", old.cert_pem(), new.cert_pem());
+        let identities = [
+            (from_old.cert_pem.as_str(), from_old.key_pem.as_str()),
+            (from_new.cert_pem.as_str(), from_new.key_pem.as_str()),
+        ];
+        assert!(client_tls_config_each(&roots, &identities).is_ok());
+        assert!(client_tls_config_each(&roots, &[]).is_err());
+        assert!(client_tls_config_each("junk", &identities).is_err());
+        let subject = |ca: &CertificateAuthority| {
+            let der = parse(ca.cert_pem());
+            let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+            cert.subject().as_raw().to_vec()
+        };
+        let issuer_of = |leaf: &IssuedCertificate| {
+            let der = parse(&leaf.cert_pem);
+            let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+            cert.issuer().as_raw().to_vec()
+        };
+        let provider = rustls::crypto::ring::default_provider();
+        let keys = [&from_old, &from_new]
+            .iter()
+            .map(|leaf| {
+                let chain = vec![rustls::pki_types::CertificateDer::from(parse(&leaf.cert_pem))];
+                let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
+                let signing = provider.key_provider.load_private_key(key).unwrap();
+                (
+                    issuer_of(leaf),
+                    Arc::new(rustls::sign::CertifiedKey::new(chain, signing)),
+                )
+            })
+            .collect();
+        let resolver = ByAcceptedIssuer { keys };
+        use rustls::client::ResolvesClientCert;
+        let presented = |hints: &[&[u8]]| {
+            let key = resolver.resolve(hints, &[]).unwrap();
+            key.cert[0].to_vec()
+        };
+        let (old_subject, new_subject) = (subject(old), subject(&new));
+        assert!(new.signed(&presented(&[&new_subject])));
+        assert!(old.signed(&presented(&[&old_subject])));
+        assert!(
+            old.signed(&presented(&[&new_subject, &old_subject])),
+            "the first accepted"
+        );
+        assert!(old.signed(&presented(&[])), "no hint: the first identity");
     }
 
     #[test]

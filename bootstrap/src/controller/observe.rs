@@ -7,7 +7,7 @@ use kube::{Client, Resource, ResourceExt};
 use etcdadm_shared::api::capi::{Cluster, Machine};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig};
 use etcdadm_shared::contract::ClusterRef;
-use etcdadm_shared::contract::ca::read_ca;
+use etcdadm_shared::contract::ca::{Ca, ca_from_secret, member_ca, read_ca};
 use etcdadm_shared::contract::init_lock;
 use etcdadm_shared::contract::init_secret::InitSecret;
 use etcdadm_shared::error::Error;
@@ -84,6 +84,11 @@ pub async fn observe(client: &Client, config: &EtcdadmConfig) -> Result<Observat
             };
         }
         ca = read_ca(&secrets, &namespace, cluster).await?;
+        if let (CaView::Valid(current), Some(named)) =
+            (&ca, config.annotations().get(names::CA_BUNDLE_ANNOTATION))
+        {
+            ca = rotating_member_ca(&secrets, &namespace, cluster, current, named).await?;
+        }
     }
 
     let (resolved, mut spec_problem) = if data_secret == DataSecretView::Missing {
@@ -324,6 +329,34 @@ async fn resolve_secret_refs(
         resolved.insert(&reference.target, value);
     }
     Ok((resolved, None))
+}
+
+/// The CA a member of a CA rotation gets (docs/security.md, "Rotating the etcd CA"): the bundle
+/// its config's `ca-bundle` annotation names, from the current CA and the next one
+/// (`<cluster>-managed-etcd-next`), its signer's key for etcdadm. A CA it names that neither
+/// Secret holds is reported and nothing is rendered: a guess would make a member its peers may
+/// not trust.
+async fn rotating_member_ca(
+    secrets: &Api<Secret>,
+    namespace: &str,
+    cluster: &str,
+    current: &Ca,
+    named: &str,
+) -> Result<CaView, Error> {
+    let next_name = names::next_ca_secret_name(cluster);
+    let next = secrets
+        .get_opt(&next_name)
+        .await?
+        .and_then(|secret| ca_from_secret(&secret, namespace, &next_name).ok());
+    let known: Vec<&etcdadm_shared::pki::CertificateAuthority> =
+        std::iter::once(&**current).chain(next.as_ref()).collect();
+    Ok(match member_ca(Some(named), &known) {
+        Ok(bundle) => CaView::Valid(Ca::new(bundle)),
+        Err(problem) => CaView::Corrupt(format!(
+            "{problem} ({} and {next_name})",
+            names::ca_secret_name(cluster)
+        )),
+    })
 }
 
 #[cfg(test)]

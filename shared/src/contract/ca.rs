@@ -96,6 +96,55 @@ pub fn ca_from_secret(secret: &Secret, namespace: &str, name: &str) -> Result<Ce
     CertificateAuthority::from_pem(&cert, &private_key).map_err(|e| format!("Secret {namespace}/{name}: {e}"))
 }
 
+/// The `ca-bundle` annotation naming `cas` (the signer first): their fingerprints, comma
+/// separated (docs/security.md, "Rotating the etcd CA").
+pub fn bundle_annotation(cas: &[&CertificateAuthority]) -> Result<String, crate::pki::PkiError> {
+    let fingerprints = cas
+        .iter()
+        .map(|ca| ca.fingerprint())
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(fingerprints.join(","))
+}
+
+/// The CA a member's `ca.crt` and `ca.key` hold, from its EtcdadmConfig's `ca-bundle`
+/// annotation: the first named CA (whose key signs) trusting the others, each found among
+/// `known` (the CAs of `<cluster>-managed-etcd` and `<cluster>-managed-etcd-next`). Absent: the
+/// first of `known` (the current CA) alone. A CA named but not known is an error: the user data
+/// waits rather than guess.
+pub fn member_ca(
+    annotation: Option<&str>,
+    known: &[&CertificateAuthority],
+) -> Result<CertificateAuthority, String> {
+    let find = |fingerprint: &str| {
+        known
+            .iter()
+            .find(|ca| ca.fingerprint().is_ok_and(|f| f == fingerprint))
+            .copied()
+            .ok_or_else(|| {
+                format!(
+                    "the CA {fingerprint} named by {} is in neither CA Secret",
+                    names::CA_BUNDLE_ANNOTATION
+                )
+            })
+    };
+    let named: Vec<&str> = match annotation {
+        None => {
+            let current = known.first().ok_or("no etcd CA")?;
+            return current.trusting(&[]).map_err(|e| e.to_string());
+        }
+        Some(value) => value.split(',').map(str::trim).collect(),
+    };
+    if named.iter().any(|f| f.is_empty()) {
+        return Err(format!(
+            "{} is not a comma-separated list of CA fingerprints: {annotation:?}",
+            names::CA_BUNDLE_ANNOTATION
+        ));
+    }
+    let cas = named.iter().map(|f| find(f)).collect::<Result<Vec<_>, _>>()?;
+    let (signer, others) = cas.split_first().ok_or("no etcd CA")?;
+    signer.trusting(others).map_err(|e| e.to_string())
+}
+
 /// Generate a CA and create `<cluster>-managed-etcd`, owned by the Cluster; an existing one is
 /// never replaced. Returns whether this call created it.
 pub async fn create_ca(
@@ -110,4 +159,55 @@ pub async fn create_ca(
     ]);
     let name = names::ca_secret_name(&cluster.name);
     create_cluster_secret(client, cluster, name, data, field_manager).await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::pki::certificates_der;
+
+    #[test]
+    fn a_members_ca_is_the_bundle_its_annotation_names() {
+        let old = CertificateAuthority::generate("etcd-ca").unwrap();
+        let new = CertificateAuthority::generate("etcd-ca-rotated").unwrap();
+        let known = [&old, &new];
+        let fingerprints = |ca: &CertificateAuthority| {
+            certificates_der(ca.cert_pem())
+                .unwrap()
+                .iter()
+                .map(|der| crate::pki::der_fingerprint(der))
+                .collect::<Vec<_>>()
+        };
+        let (o, n) = (old.fingerprint().unwrap(), new.fingerprint().unwrap());
+        // Absent: the current CA alone.
+        let alone = member_ca(None, &known).unwrap();
+        assert_eq!(fingerprints(&alone), std::slice::from_ref(&o));
+        assert_eq!(alone.key_pem(), old.key_pem());
+        for (cas, want_key) in [
+            (vec![&old, &new], old.key_pem()),
+            (vec![&new, &old], new.key_pem()),
+            (vec![&new], new.key_pem()),
+        ] {
+            let annotation = bundle_annotation(&cas).unwrap();
+            let member = member_ca(Some(&annotation), &known).unwrap();
+            let want: Vec<String> = cas.iter().map(|ca| ca.fingerprint().unwrap()).collect();
+            assert_eq!(fingerprints(&member), want, "{annotation}");
+            assert_eq!(member.key_pem(), want_key);
+        }
+        assert_eq!(bundle_annotation(&[&old, &new]).unwrap(), format!("{o},{n}"));
+        // Spaces are forgiven; an unknown or empty name is not.
+        let spaced = member_ca(Some(&format!(" {n} , {o}")), &known).unwrap();
+        assert_eq!(fingerprints(&spaced), [n.clone(), o.clone()]);
+        let unknown = member_ca(Some(&format!("{o},abc")), &known).unwrap_err();
+        assert!(
+            unknown.contains("abc") && unknown.contains("neither"),
+            "{unknown}"
+        );
+        assert!(member_ca(Some(""), &known).is_err());
+        assert!(member_ca(Some(&format!("{o},")), &known).is_err());
+        // The next CA's Secret gone (after the rotation): its CA is the current one.
+        assert_eq!(fingerprints(&member_ca(Some(&n), &[&new]).unwrap()), [n]);
+        assert!(member_ca(None, &[]).is_err());
+    }
 }

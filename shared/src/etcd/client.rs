@@ -48,6 +48,37 @@ impl EtcdTls {
     }
 }
 
+impl EtcdTls {
+    /// The TLS settings (as [`EtcdTls::client_config`] makes them) for talking to members that
+    /// may be signed by, and trust, any of `cas` (a CA rotation, docs/security.md): every CA is
+    /// trusted, and a short-lived identity issued by each is presented to the members that
+    /// accept its CA. One CA gives exactly what [`EtcdTls::issued_by`] does.
+    pub fn issued_by_each(
+        cas: &[&CertificateAuthority],
+        common_name: &str,
+        validity: Duration,
+    ) -> Result<Arc<rustls::ClientConfig>, PkiError> {
+        if let [ca] = cas {
+            return Self::issued_by(ca, common_name, validity)?.client_config();
+        }
+        let mut roots = String::new();
+        let mut leaves = Vec::new();
+        for ca in cas {
+            roots.push_str(ca.cert_pem());
+            roots.push('\n');
+            leaves.push(ca.issue(&LeafRequest::in_memory_client(common_name, validity))?);
+        }
+        let identities: Vec<(&str, &str)> = leaves
+            .iter()
+            .map(|l| (l.cert_pem.as_str(), l.key_pem.as_str()))
+            .collect();
+        let mut config = crate::pki::client_tls_config_each(&roots, &identities)?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        config.resumption = rustls::client::Resumption::in_memory_sessions(SESSION_CACHE_TICKETS);
+        Ok(Arc::new(config))
+    }
+}
+
 impl std::fmt::Debug for EtcdTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdTls").finish_non_exhaustive()
@@ -65,8 +96,8 @@ pub struct MemberClient {
     timeout: Duration,
     tls: Arc<rustls::ClientConfig>,
     connection: OnceCell<Connection>,
-    /// `notAfter` of the server certificate the member presented at the last handshake.
-    server_certificate_expiry: Arc<Mutex<Option<SystemTime>>>,
+    /// The server certificate (DER) the member presented at the last handshake.
+    server_certificate: Arc<Mutex<Option<Vec<u8>>>>,
 }
 
 /// The channel to one member and the etcd client speaking gRPC over it.
@@ -146,7 +177,7 @@ impl MemberClient {
             timeout,
             tls,
             connection: OnceCell::new(),
-            server_certificate_expiry: Arc::default(),
+            server_certificate: Arc::default(),
         })
     }
 
@@ -159,10 +190,17 @@ impl MemberClient {
     /// mutual-TLS handshake of this client's connection (a resumed session carries the
     /// certificate of the handshake it resumes). None before a handshake succeeded.
     pub fn server_certificate_expiry(&self) -> Option<SystemTime> {
-        self.server_certificate_expiry
+        presented_expiry(self.server_certificate().as_deref())
+    }
+
+    /// The server certificate (DER) the member presented in the mutual-TLS handshake of this
+    /// client's connection (as [`MemberClient::server_certificate_expiry`]): which CA signed it
+    /// tells a CA rotation where the member is. None before a handshake succeeded.
+    pub fn server_certificate(&self) -> Option<Vec<u8>> {
+        self.server_certificate
             .lock()
-            .map(|expiry| *expiry)
-            .unwrap_or_else(|poisoned| *poisoned.into_inner())
+            .map(|der| der.clone())
+            .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
     }
 
     /// `GET /health` over mutual TLS. A member that answers is judged by
@@ -426,7 +464,7 @@ impl MemberClient {
                     host: self.host.clone(),
                     port: self.port,
                     tls: self.tls.clone(),
-                    server_certificate_expiry: self.server_certificate_expiry.clone(),
+                    server_certificate: self.server_certificate.clone(),
                 });
                 let capped =
                     etcd_client::Channel::Custom(tower::util::BoxCloneSyncService::new(CappedAnswers {
@@ -533,14 +571,14 @@ pub fn defragment_timeout(db_size: u64) -> Duration {
 }
 
 /// Dials one member: TCP, then TLS with the shared client configuration, naming the host for
-/// certificate verification, and notes the expiry of the certificate the member presented.
+/// certificate verification, and notes the certificate the member presented.
 /// tonic speaks HTTP/2 over the result.
 #[derive(Clone)]
 struct TlsDialer {
     host: String,
     port: u16,
     tls: Arc<rustls::ClientConfig>,
-    server_certificate_expiry: Arc<Mutex<Option<SystemTime>>>,
+    server_certificate: Arc<Mutex<Option<Vec<u8>>>>,
 }
 
 impl Service<Uri> for TlsDialer {
@@ -560,19 +598,23 @@ impl Service<Uri> for TlsDialer {
             let tcp = TcpStream::connect((dialer.host.as_str(), dialer.port)).await?;
             tcp.set_nodelay(true)?;
             let tls = TlsConnector::from(dialer.tls).connect(name, tcp).await?;
-            let expiry = presented_expiry(tls.get_ref().1.peer_certificates());
-            if let Ok(mut slot) = dialer.server_certificate_expiry.lock() {
-                *slot = expiry;
+            let leaf = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|der| der.to_vec());
+            if let Ok(mut slot) = dialer.server_certificate.lock() {
+                *slot = leaf;
             }
             Ok(TokioIo::new(tls))
         })
     }
 }
 
-/// `notAfter` of the leaf of a chain a TLS peer presented.
-fn presented_expiry(chain: Option<&[rustls::pki_types::CertificateDer<'_>]>) -> Option<SystemTime> {
-    let leaf = chain?.first()?;
-    crate::pki::der_validity(leaf)
+/// `notAfter` of the leaf certificate a TLS peer presented.
+fn presented_expiry(leaf: Option<&[u8]>) -> Option<SystemTime> {
+    crate::pki::der_validity(leaf?)
         .ok()
         .map(|(_, not_after)| not_after)
 }
@@ -649,18 +691,15 @@ mod tests {
             .issue(&LeafRequest::in_memory_client("m", Duration::from_secs(86_400)))
             .unwrap();
         let der = |pem: &str| CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
-        let chain = [der(&leaf.cert_pem), der(ca.cert_pem())];
-        let expiry = presented_expiry(Some(&chain)).unwrap();
+        let expiry = presented_expiry(Some(&der(&leaf.cert_pem))).unwrap();
         let seconds = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
         assert_eq!(seconds(expiry), seconds(leaf.not_after));
         assert_eq!(presented_expiry(None), None);
         assert_eq!(presented_expiry(Some(&[])), None);
-        assert_eq!(
-            presented_expiry(Some(&[CertificateDer::from(vec![1, 2, 3])])),
-            None
-        );
+        assert_eq!(presented_expiry(Some(&[1, 2, 3])), None);
         let client = MemberClient::new("https://10.0.0.1:2379", &tls(), Duration::from_secs(1)).unwrap();
         assert_eq!(client.server_certificate_expiry(), None);
+        assert_eq!(client.server_certificate(), None);
     }
 
     #[test]

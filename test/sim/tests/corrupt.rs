@@ -43,7 +43,7 @@ async fn clients(client: &kube::Client, status: &EtcdadmClusterStatus) -> Vec<Me
 /// Raise CORRUPT on member `named` through etcd's Alarm API, as anyone with a client
 /// certificate of the cluster's CA can; then etcd refuses writes.
 async fn raise_corrupt(via: &MemberClient, named: u64) {
-    let mut raw = via.etcd_client().await.unwrap();
+    let mut raw = via.workload_client().await.unwrap();
     let mut options = AlarmOptions::new();
     options.with_member(named);
     raw.alarm(AlarmAction::Activate, AlarmType::Corrupt, Some(options))
@@ -59,7 +59,7 @@ async fn raise_corrupt(via: &MemberClient, named: u64) {
 
 /// Write every key; then every member holds it.
 async fn write_keys(member: &MemberClient) {
-    let mut writer = member.etcd_client().await.unwrap();
+    let mut writer = member.workload_client().await.unwrap();
     for i in 0..KEYS {
         writer
             .put(format!("/corrupt/k{i}"), value_of(i), None)
@@ -71,7 +71,7 @@ async fn write_keys(member: &MemberClient) {
 /// Until a write is accepted again: how long it took.
 async fn wait_writable(member: &MemberClient, work: &TempDir) -> Duration {
     let started = Instant::now();
-    let mut writer = member.etcd_client().await.unwrap();
+    let mut writer = member.workload_client().await.unwrap();
     loop {
         if writer.put("/corrupt/after", "x", None).await.is_ok() {
             return started.elapsed();
@@ -88,7 +88,7 @@ async fn wait_writable(member: &MemberClient, work: &TempDir) -> Duration {
 /// Every key, read through every member, holds the value written.
 async fn assert_every_key(members: &[MemberClient]) {
     for member in members {
-        let mut reader = member.etcd_client().await.unwrap();
+        let mut reader = member.workload_client().await.unwrap();
         for i in 0..KEYS {
             let got = reader.get(format!("/corrupt/k{i}"), None).await.unwrap();
             let value = got.kvs().first().map(|kv| kv.value().to_vec());
@@ -220,7 +220,7 @@ async fn a_member_whose_data_differs_is_replaced_alone() {
     let started = Instant::now();
     loop {
         let served = async {
-            let mut c = damaged_client.etcd_client().await.ok()?;
+            let mut c = damaged_client.workload_client().await.ok()?;
             let got = c
                 .get(
                     "/corrupt/k7",

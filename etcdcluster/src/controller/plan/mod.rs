@@ -12,6 +12,7 @@
 //! therefore resumes where it stopped and never repeats a membership change already done.
 
 pub mod alarms;
+pub mod ca_rotation;
 pub mod certificates;
 pub mod control_plane;
 pub mod lifecycle;
