@@ -69,14 +69,10 @@ pub struct MemberClient {
     server_certificate_expiry: Arc<Mutex<Option<SystemTime>>>,
 }
 
-/// The channel to one member and the etcd clients speaking gRPC over it.
+/// The channel to one member and the etcd client speaking gRPC over it.
 struct Connection {
     channel: Channel,
-    /// Every answer but a snapshot's cut at [`MAX_ANSWER`]: every call the controller makes.
     grpc: etcd_client::Client,
-    /// Answers of any size, for tools and stand-ins only ([`MemberClient::etcd_client`]),
-    /// which read and write values of any size; the controller never uses it.
-    tools: etcd_client::Client,
 }
 
 impl std::fmt::Debug for MemberClient {
@@ -203,22 +199,11 @@ impl MemberClient {
     }
 
     /// The etcd client on this member's connection, for the parts of the etcd API not wrapped
-    /// here, used by tools and stand-ins only: its answers are not capped (a value may be up
-    /// to etcd's request limit), so the controller never calls it. It keeps the connection
-    /// open while it lives.
+    /// here (tools and stand-ins); it keeps the connection open while it lives.
     pub async fn etcd_client(&self) -> Result<etcd_client::Client, EtcdError> {
         const OPERATION: &str = "connect";
-        let connect = async { Ok(self.connection(OPERATION).await?.tools.clone()) };
+        let connect = async { Ok(self.connection(OPERATION).await?.grpc.clone()) };
         self.with_deadline(OPERATION, connect).await
-    }
-
-    /// The etcd client the controller's calls use, every answer but a snapshot's capped.
-    pub(super) async fn capped_client(
-        &self,
-        operation: &'static str,
-    ) -> Result<etcd_client::Client, EtcdError> {
-        let connect = async { Ok(self.connection(operation).await?.grpc.clone()) };
-        self.with_deadline(operation, connect).await
     }
 
     /// The member's own status: its ID, the leader it follows, raft progress, DB size.
@@ -435,11 +420,7 @@ impl MemberClient {
                 let grpc = etcd_client::Client::from_channel(capped, None)
                     .await
                     .map_err(|e| from_client_error(&self.endpoint, operation, self.timeout, e))?;
-                let tools =
-                    etcd_client::Client::from_channel(etcd_client::Channel::Tonic(channel.clone()), None)
-                        .await
-                        .map_err(|e| from_client_error(&self.endpoint, operation, self.timeout, e))?;
-                Ok(Connection { channel, grpc, tools })
+                Ok(Connection { channel, grpc })
             })
             .await
     }

@@ -75,7 +75,7 @@ impl MemberClient {
     /// answers from its own backend, so a member without quorum can be snapshotted.
     pub async fn snapshot(&self, idle: Duration) -> Result<SnapshotStream, EtcdError> {
         const OPERATION: &str = "Snapshot";
-        let mut client = self.capped_client(OPERATION).await?;
+        let mut client = self.etcd_client().await?;
         let stream = tokio::time::timeout(idle, client.snapshot())
             .await
             .map_err(|_| EtcdError::Timeout {
