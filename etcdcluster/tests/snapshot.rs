@@ -252,7 +252,7 @@ async fn an_on_demand_snapshot_is_taken_from_a_follower_during_writes_never_duri
         .map(|m| m["name"].as_str().unwrap().to_string())
         .unwrap();
     let cluster = env.cluster(json!({}), members.clone()).await;
-    let mut kv = clients[0].etcd_client().await.unwrap();
+    let mut kv = clients[0].workload_client().await.unwrap();
     for i in 0..1000 {
         kv.put(format!("k{i}"), "v", None).await.unwrap();
     }

@@ -111,7 +111,7 @@ impl Cluster {
 
     /// A write through the first member; a refusal as etcd's words sort it, with them.
     async fn put(&self, key: &str, value: Vec<u8>) -> Result<(), (Refusal, String)> {
-        let mut client = self.members[0].etcd_client().await.unwrap();
+        let mut client = self.members[0].workload_client().await.unwrap();
         client.put(key, value, None).await.map(drop).map_err(|e| {
             let words = e.to_string();
             (Refusal::from_message(&words), words)
@@ -119,7 +119,7 @@ impl Cluster {
     }
 
     async fn get(&self, key: &str) -> Option<Vec<u8>> {
-        let mut client = self.members[1].etcd_client().await.unwrap();
+        let mut client = self.members[1].workload_client().await.unwrap();
         let response = client.get(key, None).await.unwrap();
         response.kvs().first().map(|kv| kv.value().to_vec())
     }
@@ -285,7 +285,7 @@ async fn corrupt(etcd: Etcd) {
     let named = cluster.members[2].status().await.unwrap().member_id;
 
     // etcd raises CORRUPT itself when a member's hash differs; the API raises it the same way.
-    let mut raw = cluster.members[0].etcd_client().await.unwrap();
+    let mut raw = cluster.members[0].workload_client().await.unwrap();
     let mut options = AlarmOptions::new();
     options.with_member(named);
     raw.alarm(AlarmAction::Activate, AlarmType::Corrupt, Some(options))

@@ -72,7 +72,7 @@ async fn a_snapshot_waits_out_a_member_restarting_as_it_begins() {
     let tls = EtcdTls::issued_by(&ca, "snapshot-test", Duration::from_secs(600)).unwrap();
     let member = MemberClient::new(&cluster.client_urls()[0], &tls, Duration::from_secs(5)).unwrap();
     wait_healthy(&member).await;
-    let mut kv = member.etcd_client().await.unwrap();
+    let mut kv = member.workload_client().await.unwrap();
     kv.put("key/a", "value", None).await.unwrap();
     let written = member.local_revision().await.unwrap();
     let s3 = SeaweedFs::start().await;
@@ -104,7 +104,7 @@ async fn a_followers_snapshot_lands_in_s3_and_restores_every_key() {
     for member in &members {
         wait_healthy(member).await;
     }
-    let mut kv = members[0].etcd_client().await.unwrap();
+    let mut kv = members[0].workload_client().await.unwrap();
     for i in 0..1000 {
         kv.put(format!("key/{i:04}"), format!("value-{i}"), None)
             .await
@@ -188,7 +188,7 @@ async fn a_followers_snapshot_lands_in_s3_and_restores_every_key() {
     restored.start(&initial_cluster, ClusterState::New);
     let member = MemberClient::new(&restored.client_url, &tls, Duration::from_secs(5)).unwrap();
     wait_healthy(&member).await;
-    let mut kv = member.etcd_client().await.unwrap();
+    let mut kv = member.workload_client().await.unwrap();
     let all = kv
         .get("key/", Some(GetOptions::new().with_prefix()))
         .await

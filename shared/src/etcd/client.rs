@@ -206,6 +206,21 @@ impl MemberClient {
         self.with_deadline(OPERATION, connect).await
     }
 
+    /// An etcd client on this member's connection whose answers are not capped at
+    /// [`MAX_ANSWER`]: for a workload writing and reading its own keys (every test's and
+    /// benchmark's client), never for the controller, which reads nothing a member may make
+    /// large.
+    pub async fn workload_client(&self) -> Result<etcd_client::Client, EtcdError> {
+        const OPERATION: &str = "connect";
+        let connect = async {
+            let channel = self.connection(OPERATION).await?.channel.clone();
+            etcd_client::Client::from_channel(etcd_client::Channel::Tonic(channel), None)
+                .await
+                .map_err(|e| from_client_error(&self.endpoint, OPERATION, self.timeout, e))
+        };
+        self.with_deadline(OPERATION, connect).await
+    }
+
     /// The member's own status: its ID, the leader it follows, raft progress, DB size.
     pub async fn status(&self) -> Result<MemberStatus, EtcdError> {
         const OPERATION: &str = "Status";

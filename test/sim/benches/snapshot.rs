@@ -101,7 +101,7 @@ async fn main() {
     // Fill the database with 1 MiB values of distinct bytes until it holds `target`.
     let tls = etcd_tls(&client, &namespace, "big").await.unwrap().unwrap();
     let member = MemberClient::new(&url, &tls, Duration::from_secs(30)).unwrap();
-    let mut kv = member.etcd_client().await.unwrap();
+    let mut kv = member.workload_client().await.unwrap();
     let filling = Instant::now();
     let mut i = 0u64;
     while member.status().await.unwrap().db_size < target {

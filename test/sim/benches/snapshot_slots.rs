@@ -114,7 +114,7 @@ async fn main() {
         };
         let tls = etcd_tls(&client, &namespace, name).await.unwrap().unwrap();
         let member = MemberClient::new(&url, &tls, Duration::from_secs(30)).unwrap();
-        let mut kv = member.etcd_client().await.unwrap();
+        let mut kv = member.workload_client().await.unwrap();
         let mut i = 0u64;
         while member.status().await.unwrap().db_size < size {
             for _ in 0..16 {

@@ -75,7 +75,7 @@ async fn write_until(
         i += 1;
         let put = async {
             etcdadm_sim_machines::network::guard(&url).ok()?;
-            let mut etcd = client?.etcd_client().await.ok()?;
+            let mut etcd = client?.workload_client().await.ok()?;
             etcd.put(format!("/bench/{i:08}"), format!("value-{i}"), None)
                 .await
                 .ok()

@@ -38,7 +38,7 @@ fn watch_reads(members: Vec<MemberClient>, stop: Arc<AtomicBool>) -> tokio::task
         let mut last = Instant::now();
         while !stop.load(Ordering::Relaxed) {
             for member in &members {
-                let Ok(mut client) = member.etcd_client().await else {
+                let Ok(mut client) = member.workload_client().await else {
                     continue;
                 };
                 let read = tokio::time::timeout(Duration::from_secs(1), client.get("/alarms/k0", None)).await;
@@ -96,7 +96,7 @@ async fn a_full_database_is_repaired_without_deleting_anything() {
     // Overwrite a few keys until etcd refuses: NOSPACE. (The write that crosses the quota is
     // applied all the same and answered NOSPACE: its key may hold it or the acknowledged one.)
     let mut acked: BTreeMap<String, u32> = BTreeMap::new();
-    let mut writer = members[0].etcd_client().await.unwrap();
+    let mut writer = members[0].workload_client().await.unwrap();
     let mut round = 0u32;
     let (refused, refused_write) = loop {
         round += 1;
@@ -168,7 +168,7 @@ async fn a_full_database_is_repaired_without_deleting_anything() {
     assert_eq!(machine_names(&client, "a1").await, before, "no Machine replaced");
     let (history, machine_log) = watchers.finish();
     assert_safe(&history, &machine_log);
-    let mut reader = members[1].etcd_client().await.unwrap();
+    let mut reader = members[1].workload_client().await.unwrap();
     for (key, round) in &acked {
         let got = reader.get(key.as_str(), None).await.unwrap();
         let value = got.kvs().first().map(|kv| kv.value().to_vec());

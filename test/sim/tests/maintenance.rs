@@ -51,7 +51,7 @@ async fn member_clients(client: &kube::Client, cluster: &str, etcd: &EtcdadmClus
 /// and compact the history at the last delete: every member's database keeps its size, nearly
 /// all (or half) of it free.
 async fn fragment(members: &[MemberClient], mib: usize, keep_half: bool) {
-    let mut writer = members[0].etcd_client().await.unwrap();
+    let mut writer = members[0].workload_client().await.unwrap();
     let count = mib * (1 << 20) / VALUE_BYTES;
     let started = Instant::now();
     for i in 0..count {

@@ -314,7 +314,7 @@ async fn a_cluster_restored_from_a_snapshot_in_seaweedfs_has_every_key_at_raised
         let url = m.client_url.as_deref().unwrap();
         guard(url).unwrap();
         let member = MemberClient::new(url, &tls, Duration::from_secs(5)).unwrap();
-        let mut kv = member.etcd_client().await.unwrap();
+        let mut kv = member.workload_client().await.unwrap();
         for i in 0..KEYS {
             let got = kv.get(format!("app/{i:04}"), None).await.unwrap();
             let values: Vec<&str> = got.kvs().iter().map(|pair| pair.value_str().unwrap()).collect();

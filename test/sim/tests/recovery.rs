@@ -225,7 +225,7 @@ async fn write_keys(
         Duration::from_secs(5),
     )
     .unwrap();
-    let mut kv = member.etcd_client().await.unwrap();
+    let mut kv = member.workload_client().await.unwrap();
     let mut written = Vec::new();
     for i in 0..count {
         let key = format!("{prefix}/{i:04}");
@@ -250,7 +250,7 @@ async fn present_everywhere(
     for m in &etcd.status.clone().unwrap().members {
         let member =
             MemberClient::new(m.client_url.as_deref().unwrap(), &tls, Duration::from_secs(5)).unwrap();
-        let mut kv = member.etcd_client().await.unwrap();
+        let mut kv = member.workload_client().await.unwrap();
         for (i, (key, _)) in keys.iter().enumerate() {
             let got = kv.get(key.clone(), None).await.unwrap();
             everywhere[i] &= got.kvs().len() == 1;

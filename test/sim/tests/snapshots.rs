@@ -104,7 +104,7 @@ async fn restore_scenario(real: Option<&real_apiserver::RealApiServer>, prefix: 
     let taken = taken.status.unwrap();
     assert_eq!(taken.revision, Some(written));
     // 50 further writes the snapshot does not hold: the old cluster's last revision.
-    let mut source_kv = source_member.etcd_client().await.unwrap();
+    let mut source_kv = source_member.workload_client().await.unwrap();
     for i in 0..50 {
         source_kv.put(format!("late/{i:02}"), "lost", None).await.unwrap();
     }
@@ -146,7 +146,7 @@ async fn restore_scenario(real: Option<&real_apiserver::RealApiServer>, prefix: 
     for m in &status.members {
         let url = m.client_url.as_deref().unwrap();
         let member = MemberClient::new(url, &tls, Duration::from_secs(5)).unwrap();
-        let mut kv = member.etcd_client().await.unwrap();
+        let mut kv = member.workload_client().await.unwrap();
         for i in 0..1000 {
             let got = kv.get(format!("app/{i:04}"), None).await.unwrap();
             let values: Vec<&str> = got.kvs().iter().map(|pair| pair.value_str().unwrap()).collect();
@@ -414,7 +414,7 @@ async fn a_version_rollout_with_a_store_takes_one_before_change_snapshot_and_pro
 
     // A 10 MiB database: 640 values of 16 KiB.
     let (member, _) = write_keys(&client, "b1", &etcd, 0).await;
-    let mut kv = member.etcd_client().await.unwrap();
+    let mut kv = member.workload_client().await.unwrap();
     let value = "v".repeat(16 * 1024);
     for i in 0..640 {
         kv.put(format!("big/{i:04}"), value.clone(), None).await.unwrap();

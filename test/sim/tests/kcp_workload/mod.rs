@@ -104,7 +104,7 @@ async fn etcd_value(client: &Client, etcd: &EtcdadmCluster, key: &str) -> Result
         .and_then(|m| m.client_url.clone())
         .ok_or("no member with a client URL")?;
     let member = MemberClient::new(&url, &tls, Duration::from_secs(5)).map_err(|e| e.to_string())?;
-    let mut kv = member.etcd_client().await.map_err(|e| e.to_string())?;
+    let mut kv = member.workload_client().await.map_err(|e| e.to_string())?;
     let answer = kv.get(key, None).await.map_err(|e| e.to_string())?;
     Ok(answer.kvs().first().map(|kv| kv.value().to_vec()))
 }

@@ -950,7 +950,7 @@ pub async fn write_keys(
         .unwrap();
     etcdadm_sim_machines::network::guard(&url).unwrap();
     let member = MemberClient::new(&url, &tls, Duration::from_secs(5)).unwrap();
-    let mut kv = member.etcd_client().await.unwrap();
+    let mut kv = member.workload_client().await.unwrap();
     for i in 0..count {
         kv.put(format!("app/{i:04}"), format!("value-{i}"), None)
             .await
@@ -964,7 +964,7 @@ pub async fn write_keys(
 /// compact revision of its first answer that names one or cancels the watch (0 if it was
 /// cancelled for another reason). Panics if the watch ends unanswered.
 pub async fn compact_revision_seen_from(member: &MemberClient, prefix: &str, revision: i64) -> i64 {
-    let mut kv = member.etcd_client().await.unwrap();
+    let mut kv = member.workload_client().await.unwrap();
     let options = etcd_client::WatchOptions::new()
         .with_prefix()
         .with_start_revision(revision);
