@@ -538,8 +538,9 @@ async fn a_version_rollout_with_a_store_takes_one_before_change_snapshot_and_pro
 /// A snapshot object replaced after its upload by another valid etcd snapshot (with its own
 /// correct etcd checksum, and the metadata keeping the original SHA-256, as an attacker with
 /// write access to the bucket could): clusters restored from the EtcdadmSnapshot, from the store
-/// and key alone, and from the store and key with the SHA-256 given, each download it, refuse it
-/// at the SHA-256 check, and never run etcdadm or start etcd. The same bytes as a foreign object
+/// and key alone, and from the store and key with the SHA-256 given, each refuse it (at the
+/// SHA-256 check, or, where the controller knows the snapshot's size and the replacement is
+/// larger, at the download, which takes no more than that) and never run etcdadm or start etcd. The same bytes as a foreign object
 /// nobody recorded a SHA-256 for restore with one the controller computed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_altered_after_its_upload_is_refused_before_etcd_starts() {
@@ -632,33 +633,34 @@ async fn a_snapshot_altered_after_its_upload_is_refused_before_etcd_starts() {
         let machine = wait_for_first_machine(&client, cluster).await;
         let root = work.path().join("machines").join(&machine);
         let output = wait_for_runcmd(&root, &work).await;
-        assert!(
-            output.contains("/var/lib/etcd-restore/snapshot.db: FAILED"),
-            "{cluster}: the check did not refuse the file:\n{output}"
-        );
         let file = root.join("var/lib/etcd-restore/snapshot.db");
-        let downloaded = std::fs::read(&file).unwrap();
-        // How long the URL had been presigned when the machine used it (BENCHMARKS.md).
-        let secret = Api::<Secret>::default_namespaced(client.clone())
+        // The size the controller gave the node (the EtcdadmSnapshot's, or the object's when it
+        // read it): the node downloads no more.
+        let restore_secret = Api::<Secret>::default_namespaced(client.clone())
             .get(&format!("{cluster}-etcd-restore"))
             .await
             .unwrap();
-        let written: k8s_openapi::jiff::Timestamp =
-            secret.metadata.annotations.unwrap()["etcdcluster.cluster.x-k8s.io/restore-url-written"]
-                .parse()
-                .unwrap();
-        let fetched =
-            k8s_openapi::jiff::Timestamp::try_from(std::fs::metadata(&file).unwrap().modified().unwrap())
-                .unwrap();
-        println!(
-            "{cluster}: the download URL was used {:.1} s after it was presigned",
-            fetched.duration_since(written).as_secs_f64()
-        );
-        assert_eq!(
-            format!("{:x}", Sha256::digest(&downloaded)),
-            tampered,
-            "{cluster}"
-        );
+        let limit = restore_secret
+            .data
+            .unwrap_or_default()
+            .get(etcdadm_shared::names::RESTORE_SIZE_KEY)
+            .map(|size| {
+                String::from_utf8(size.0.clone())
+                    .unwrap()
+                    .parse::<usize>()
+                    .unwrap()
+            });
+        if limit.is_some_and(|limit| replacement.len() > limit) {
+            assert!(
+                output.contains("Maximum file size exceeded"),
+                "{cluster}: the download of a larger file than {limit:?} bytes was not refused:\n{output}"
+            );
+            let partial = std::fs::read(&file).unwrap_or_default();
+            assert!(Some(partial.len()) <= limit, "{cluster}");
+            println!("{cluster}: the larger replacement refused at the download");
+        } else {
+            downloaded_and_refused_by_the_check(&client, cluster, &output, &file, &tampered).await;
+        }
         for never in ["etc/etcd/etcd.env", "run/cluster-api/bootstrap-success.complete"] {
             assert!(
                 !root.join(never).exists(),
@@ -685,6 +687,41 @@ async fn a_snapshot_altered_after_its_upload_is_refused_before_etcd_starts() {
         );
     }
     save_logs(&work, "tampered");
+}
+
+/// The tampered file downloaded whole and refused by the SHA-256 check.
+async fn downloaded_and_refused_by_the_check(
+    client: &Client,
+    cluster: &str,
+    output: &str,
+    file: &std::path::Path,
+    tampered: &str,
+) {
+    assert!(
+        output.contains("/var/lib/etcd-restore/snapshot.db: FAILED"),
+        "{cluster}: the check did not refuse the file:\n{output}"
+    );
+    let downloaded = std::fs::read(file).unwrap();
+    // How long the URL had been presigned when the machine used it (BENCHMARKS.md).
+    let secret = Api::<Secret>::default_namespaced(client.clone())
+        .get(&format!("{cluster}-etcd-restore"))
+        .await
+        .unwrap();
+    let written: k8s_openapi::jiff::Timestamp =
+        secret.metadata.annotations.unwrap()["etcdcluster.cluster.x-k8s.io/restore-url-written"]
+            .parse()
+            .unwrap();
+    let fetched =
+        k8s_openapi::jiff::Timestamp::try_from(std::fs::metadata(file).unwrap().modified().unwrap()).unwrap();
+    println!(
+        "{cluster}: the download URL was used {:.1} s after it was presigned",
+        fetched.duration_since(written).as_secs_f64()
+    );
+    assert_eq!(
+        format!("{:x}", Sha256::digest(&downloaded)),
+        tampered,
+        "{cluster}"
+    );
 }
 
 /// The name of the first Machine of `<cluster>-etcd`, once it exists.
