@@ -12,6 +12,8 @@ pub use etcd::{
     free_loopback_ip, mtls_http_client, tamper_value,
 };
 
+pub mod ports;
+
 mod seaweedfs;
 pub use seaweedfs::{CA_SECRET, CREDENTIALS_SECRET, SEAWEEDFS_INSTALL_HINT, SeaweedFs, weed_binary};
 

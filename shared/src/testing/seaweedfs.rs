@@ -3,7 +3,6 @@
 //! and credentials, stopped by PID when dropped; plain http (an `insecure: true` store), or https
 //! on 127.0.0.1 with a certificate of a CA made for it.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -82,14 +81,14 @@ impl Drop for SeaweedFs {
 }
 
 fn free_ports(n: usize) -> Vec<u16> {
-    // Held together while choosing, so the n ports differ.
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("choose a free loopback port"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("bound address").port())
-        .collect()
+    let mut ports: Vec<u16> = Vec::with_capacity(n);
+    while ports.len() < n {
+        let port = super::ports::free_port().expect("choose a free loopback port");
+        if !ports.contains(&port) {
+            ports.push(port);
+        }
+    }
+    ports
 }
 
 impl SeaweedFs {

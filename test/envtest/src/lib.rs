@@ -3,7 +3,6 @@
 //! on free loopback ports with a directory of its own, stopped by PID. Nothing here panics: the
 //! tests unwrap what it returns, the demo reports it.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -142,10 +141,7 @@ fn stop(child: &mut Child) {
 }
 
 fn free_port() -> Result<u16, Error> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| setup("choosing a free loopback port")(&e))
+    etcdadm_shared::testing::ports::free_port().map_err(|e| setup("choosing a free loopback port")(&e))
 }
 
 fn spawn_logged(program: &Path, args: &[String], log: &Path) -> Result<Child, Error> {

@@ -7,7 +7,7 @@
 use std::process::Command;
 
 /// Set in the re-run process: the test is inside its own network namespace.
-const INSIDE: &str = "ETCDADM_SIM_OWN_NETNS";
+const INSIDE: &str = etcdadm_shared::testing::ports::OWN_NETNS;
 
 /// Whether this process runs in the network namespace [`run_isolated`] made for it.
 pub fn inside() -> bool {
@@ -28,15 +28,14 @@ pub fn run_isolated(name: &str) -> Option<Result<(), String>> {
         Ok(exe) => exe,
         Err(e) => return Some(Err(format!("locating the test binary: {e}"))),
     };
-    // `ip link set lo up`: a new namespace's loopback starts down.
+    // `ip link set lo up`: a new namespace's loopback starts down. Its ephemeral range moves
+    // up, so the ports the test hands its servers are never a connection's (`ports`).
+    let script = format!(
+        "ip link set lo up && echo '{}' > /proc/sys/net/ipv4/ip_local_port_range && exec \"$0\" \"$@\"",
+        etcdadm_shared::testing::ports::EPHEMERAL_RANGE
+    );
     let status = Command::new("unshare")
-        .args([
-            "--net",
-            "--",
-            "sh",
-            "-c",
-            "ip link set lo up && exec \"$0\" \"$@\"",
-        ])
+        .args(["--net", "--", "sh", "-c", &script])
         .arg(&exe)
         .args([name, "--exact", "--nocapture", "--test-threads=1"])
         .env(INSIDE, "1")

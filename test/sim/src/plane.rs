@@ -451,8 +451,8 @@ impl ControllerPorts {
     /// Two free loopback ports.
     pub fn choose() -> Result<ControllerPorts, SimError> {
         let free = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
+            etcdadm_shared::testing::ports::free_port()
+                .map(|port| SocketAddr::from(([127, 0, 0, 1], port)))
                 .map_err(|e| SimError::Setup(format!("choosing a port: {e}")))
         };
         let health = free()?;

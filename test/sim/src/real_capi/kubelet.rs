@@ -97,10 +97,7 @@ impl Pod {
 }
 
 fn free_port() -> Result<u16, SimError> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| SimError::Setup(format!("choosing a port: {e}")))
+    etcdadm_shared::testing::ports::free_port().map_err(|e| SimError::Setup(format!("choosing a port: {e}")))
 }
 
 /// The Deployment's container arguments with the listen flags set here. Cluster API's
