@@ -73,6 +73,7 @@ type GuardedSnapshot = DeserializeGuard<EtcdadmSnapshot>;
 
 /// Everything snapshot-related for one EtcdadmCluster, a step at a time.
 pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // Observe, plan, then one arm per step of the snapshot plan: the loop read at once.
     let namespace = etcd.namespace().unwrap_or_default();
     let name = etcd.name_any();
     let clusters: Api<EtcdadmCluster> = Api::namespaced(ctx.client.clone(), &namespace);

@@ -467,6 +467,36 @@ pub fn record_rollout(status: &mut EtcdadmClusterStatus, after: &Timestamp) {
 
 // Effects.
 
+/// The SHA-256 the restore Secret carries: the one known, or the one computed in a snapshot
+/// slot on a task of its own, never in this reconcile's turn (`None` until it is there: asked
+/// again).
+fn checksum_to_write(
+    out: &Outputs<'_>,
+    o: &Observation,
+    download: &RestoreDownload,
+    checksum: &ChecksumPlan,
+) -> Result<Option<Checksum>, Error> {
+    let size = match checksum {
+        ChecksumPlan::Known(known) => return Ok(Some(known.clone())),
+        ChecksumPlan::Compute { size } => *size,
+    };
+    match out
+        .checksums
+        .ask(&o.namespace, &o.cache_key(), &download.store, &download.key, size)
+    {
+        ComputedChecksum::Ready(sha256) => Ok(Some(Checksum {
+            sha256,
+            source: ChecksumSource::Computed,
+        })),
+        ComputedChecksum::Computing => Ok(None),
+        ComputedChecksum::WaitingForSlot(why) => {
+            debug!(%why, "the restore checksum waits for a snapshot slot");
+            Ok(None)
+        }
+        ComputedChecksum::Failed(e) => Err(e.into()),
+    }
+}
+
 /// Compute the SHA-256 if asked, presign a GET of the snapshot and create
 /// `<etcdadmcluster>-restore` with both, or renew our own (only at the resourceVersion seen).
 /// The URL is never logged.
@@ -478,30 +508,8 @@ async fn write_secret(
     existing: Option<&str>,
 ) -> Result<Applied, Error> {
     let etcd = &o.etcd_cluster;
-    let checksum = match checksum {
-        ChecksumPlan::Known(known) => known.clone(),
-        // Read in a snapshot slot on a task of its own, never in this reconcile's turn: asked
-        // again until it is there.
-        ChecksumPlan::Compute { size } => {
-            match out.checksums.ask(
-                &o.namespace,
-                &o.cache_key(),
-                &download.store,
-                &download.key,
-                *size,
-            ) {
-                ComputedChecksum::Ready(sha256) => Checksum {
-                    sha256,
-                    source: ChecksumSource::Computed,
-                },
-                ComputedChecksum::Computing => return Ok(Applied::NotYet),
-                ComputedChecksum::WaitingForSlot(why) => {
-                    debug!(%why, "the restore checksum waits for a snapshot slot");
-                    return Ok(Applied::NotYet);
-                }
-                ComputedChecksum::Failed(e) => return Err(e.into()),
-            }
-        }
+    let Some(checksum) = checksum_to_write(out, o, download, checksum)? else {
+        return Ok(Applied::NotYet);
     };
     let url = download.store.presigned_get(&download.key, RESTORE_URL_TTL);
     let mut data = BTreeMap::from([
