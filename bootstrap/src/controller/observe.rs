@@ -201,42 +201,19 @@ fn snapshot_download(secret: &Secret) -> Result<SnapshotDownload, String> {
             names::RESTORE_URL_KEY
         )
     })?;
-    let bump_revision = match text(names::RESTORE_BUMP_REVISION_KEY)? {
-        None => None,
-        Some(value) => Some(
-            value
-                .trim()
-                .parse::<i64>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| {
-                    format!(
-                        "metadata.annotations[{}]: Secret {} has a key {} that is not a positive number",
-                        names::RESTORE_SECRET_ANNOTATION,
-                        secret.name_any(),
-                        names::RESTORE_BUMP_REVISION_KEY
-                    )
-                })?,
-        ),
+    let not_positive = |key: &str| {
+        format!(
+            "metadata.annotations[{}]: Secret {} has a key {key} that is not a positive number",
+            names::RESTORE_SECRET_ANNOTATION,
+            secret.name_any()
+        )
     };
-    let size = match text(names::RESTORE_SIZE_KEY)? {
-        None => None,
-        Some(value) => Some(
-            value
-                .trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| {
-                    format!(
-                        "metadata.annotations[{}]: Secret {} has a key {} that is not a positive number",
-                        names::RESTORE_SECRET_ANNOTATION,
-                        secret.name_any(),
-                        names::RESTORE_SIZE_KEY
-                    )
-                })?,
-        ),
-    };
+    let bump_revision = text(names::RESTORE_BUMP_REVISION_KEY)?
+        .map(|v| positive::<i64>(&v).ok_or_else(|| not_positive(names::RESTORE_BUMP_REVISION_KEY)))
+        .transpose()?;
+    let size = text(names::RESTORE_SIZE_KEY)?
+        .map(|v| positive::<u64>(&v).ok_or_else(|| not_positive(names::RESTORE_SIZE_KEY)))
+        .transpose()?;
     Ok(SnapshotDownload {
         size,
         url,
@@ -245,6 +222,11 @@ fn snapshot_download(secret: &Secret) -> Result<SnapshotDownload, String> {
         bump_revision,
         insecure: text(names::RESTORE_INSECURE_KEY)?.is_some_and(|v| v.trim() == "true"),
     })
+}
+
+/// A whole number above zero, written with or without surrounding space.
+fn positive<T: std::str::FromStr + PartialOrd + Default>(value: &str) -> Option<T> {
+    value.trim().parse::<T>().ok().filter(|n| *n > T::default())
 }
 
 /// Name of the owner of `kind` in `group` (any version), preferring the controller reference.
