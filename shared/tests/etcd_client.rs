@@ -38,25 +38,13 @@ fn clients(cluster: &TlsEtcdCluster, tls: &EtcdTls) -> Vec<MemberClient> {
         .collect()
 }
 
-/// Poll `probe` until it yields `Some`, or fail with what it last saw and the etcd logs.
-async fn eventually<T, F, Fut>(what: &str, cluster: &TlsEtcdCluster, mut probe: F) -> T
+/// [`TlsEtcdCluster::eventually`] within [`CONVERGE`].
+async fn eventually<T, F, Fut>(what: &str, cluster: &TlsEtcdCluster, probe: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
 {
-    let deadline = Instant::now() + CONVERGE;
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        match probe().await {
-            Ok(value) => return value,
-            Err(seen) => last = seen,
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!(
-        "{what}: not reached within {CONVERGE:?}; last seen: {last}\n{}",
-        cluster.logs()
-    );
+    cluster.eventually(what, CONVERGE, probe).await
 }
 
 async fn wait_healthy(what: &str, cluster: &TlsEtcdCluster, members: &[&MemberClient]) {

@@ -427,6 +427,28 @@ impl TlsEtcdCluster {
             .collect::<Vec<_>>()
             .join("\n")
     }
+
+    /// Poll `probe` every 100 ms until it yields a value, or panic after `within` with what it
+    /// last saw and every member's log.
+    pub async fn eventually<T, F, Fut>(&self, what: &str, within: Duration, mut probe: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, String>>,
+    {
+        let deadline = Instant::now() + within;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            match probe().await {
+                Ok(value) => return value,
+                Err(seen) => last = seen,
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "{what}: not reached within {within:?}; last seen: {last}\n{}",
+            self.logs()
+        );
+    }
 }
 
 /// Corrupt the data of a stopped (or paused) member as a failing disk would: every occurrence of
