@@ -65,6 +65,23 @@ impl CapiStandIn {
         }
     }
 
+    /// Take `finalizer` off `object`, if it carries it.
+    async fn remove_finalizer<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<(), kube::Error>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let finalizers: Vec<&String> = object.finalizers().iter().filter(|f| *f != finalizer).collect();
+        if finalizers.len() != object.finalizers().len() {
+            api.patch(
+                &object.name_any(),
+                &Self::params(),
+                &Patch::Merge(&json!({"metadata": {"finalizers": finalizers}})),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     /// The Cluster controller: own the SimCluster and the control plane object, copy the
     /// infrastructure's provisioning, endpoint and failure domains; delete in CAPI's order.
     async fn reconcile_cluster(&self, cluster: &Cluster) -> Result<(), kube::Error> {
@@ -187,20 +204,7 @@ impl CapiStandIn {
                 return Ok(());
             }
         }
-        let finalizers: Vec<&String> = cluster
-            .finalizers()
-            .iter()
-            .filter(|f| *f != CLUSTER_FINALIZER)
-            .collect();
-        if finalizers.len() != cluster.finalizers().len() {
-            clusters
-                .patch(
-                    &name,
-                    &Self::params(),
-                    &Patch::Merge(&json!({"metadata": {"finalizers": finalizers}})),
-                )
-                .await?;
-        }
+        Self::remove_finalizer(clusters, cluster, CLUSTER_FINALIZER).await?;
         Ok(())
     }
 
@@ -318,7 +322,6 @@ impl CapiStandIn {
         if hooks {
             return Ok(());
         }
-        let name = machine.name_any();
         let infra = &machine.spec.infrastructure_ref.name;
         if let Some(sim) = sims.get_opt(infra).await? {
             if sim.metadata.deletion_timestamp.is_none() {
@@ -332,20 +335,7 @@ impl CapiStandIn {
                 configs.delete(&config_ref.name, &Default::default()).await?;
             }
         }
-        let finalizers: Vec<&String> = machine
-            .finalizers()
-            .iter()
-            .filter(|f| *f != MACHINE_FINALIZER)
-            .collect();
-        if finalizers.len() != machine.finalizers().len() {
-            machines
-                .patch(
-                    &name,
-                    &Self::params(),
-                    &Patch::Merge(&json!({"metadata": {"finalizers": finalizers}})),
-                )
-                .await?;
-        }
+        Self::remove_finalizer(machines, machine, MACHINE_FINALIZER).await?;
         Ok(())
     }
 }
