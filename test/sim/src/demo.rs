@@ -146,6 +146,20 @@ pub async fn machine_urls(client: &Client, ns: &str, cluster: &str) -> Result<Ve
 
 /// TLS material for talking to `cluster`'s etcd: a short-lived client cert from its CA.
 pub async fn etcd_tls(client: &Client, ns: &str, cluster: &str) -> Result<Option<EtcdTls>, SimError> {
+    let Some(ca) = etcd_ca(client, ns, cluster).await? else {
+        return Ok(None);
+    };
+    EtcdTls::issued_by(&ca, "etcdadm-sim", Duration::from_secs(3600))
+        .map(Some)
+        .map_err(|e| SimError::Setup(format!("client certificate: {e}")))
+}
+
+/// The etcd CA of `cluster` in `ns`, key included; `None` before it exists.
+pub async fn etcd_ca(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+) -> Result<Option<CertificateAuthority>, SimError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let Some(secret) = secrets.get_opt(&names::ca_secret_name(cluster)).await? else {
         return Ok(None);
@@ -158,11 +172,9 @@ pub async fn etcd_tls(client: &Client, ns: &str, cluster: &str) -> Result<Option
             .and_then(|v| String::from_utf8(v.0.clone()).ok())
             .unwrap_or_default()
     };
-    let ca = CertificateAuthority::from_pem(&get(names::TLS_CERT_KEY), &get(names::TLS_KEY_KEY))
-        .map_err(|e| SimError::Setup(format!("etcd CA: {e}")))?;
-    EtcdTls::issued_by(&ca, "etcdadm-sim", Duration::from_secs(3600))
+    CertificateAuthority::from_pem(&get(names::TLS_CERT_KEY), &get(names::TLS_KEY_KEY))
         .map(Some)
-        .map_err(|e| SimError::Setup(format!("client certificate: {e}")))
+        .map_err(|e| SimError::Setup(format!("etcd CA: {e}")))
 }
 
 /// Members of the etcd cluster as seen through `url`, by name; `None` if unreachable.

@@ -97,16 +97,9 @@ pub async fn serve(
     clusters: &[FakeCluster],
     log: Arc<Mutex<ProbeLog>>,
 ) -> Result<(), SimError> {
-    let setup = |e: &dyn std::fmt::Display| SimError::Setup(format!("fake etcd: {e}"));
     for cluster in clusters {
         let cluster = Arc::new(cluster.clone());
-        let ips = cluster.members.iter().map(|(_, ip)| *ip).collect();
-        let mut request = LeafRequest::member("fake-etcd", vec![], ips);
-        request.key_type = KeyType::EcdsaP256;
-        let leaf = ca.issue(&request).map_err(|e| setup(&e))?;
-        let tls = RustlsConfig::from_config(Arc::new(
-            server_tls(ca.cert_pem(), &leaf.cert_pem, &leaf.key_pem).map_err(|e| setup(&e))?,
-        ));
+        let tls = member_tls(ca, cluster.members.iter().map(|(_, ip)| *ip).collect())?;
         for index in 0..cluster.members.len() {
             let member = Member {
                 cluster: cluster.clone(),
@@ -119,16 +112,11 @@ pub async fn serve(
                 .route("/etcdserverpb.Cluster/MemberList", post(member_list))
                 .route("/etcdserverpb.Maintenance/Alarm", post(alarms))
                 .with_state(member);
-            let addr = SocketAddr::new(cluster.members[index].1, names::ETCD_CLIENT_PORT);
-            let listener = std::net::TcpListener::bind(addr).map_err(|e| setup(&format!("{addr}: {e}")))?;
-            listener.set_nonblocking(true).map_err(|e| setup(&e))?;
-            let server =
-                axum_server::tls_rustls::from_tcp_rustls(listener, tls.clone()).map_err(|e| setup(&e))?;
-            tokio::spawn(async move {
-                if let Err(e) = server.serve(app.into_make_service()).await {
-                    tracing::warn!(%addr, error = %e, "fake etcd member stopped");
-                }
-            });
+            listen(
+                SocketAddr::new(cluster.members[index].1, names::ETCD_CLIENT_PORT),
+                tls.clone(),
+                app,
+            )?;
         }
     }
     Ok(())
@@ -169,24 +157,37 @@ pub async fn serve_snapshot(
     ip: IpAddr,
     snapshot: FakeSnapshot,
 ) -> Result<(), SimError> {
-    let setup = |e: &dyn std::fmt::Display| SimError::Setup(format!("fake etcd: {e}"));
-    let mut request = LeafRequest::member("fake-etcd", vec![], vec![ip]);
-    request.key_type = KeyType::EcdsaP256;
-    let leaf = ca.issue(&request).map_err(|e| setup(&e))?;
-    let tls = RustlsConfig::from_config(Arc::new(
-        server_tls(ca.cert_pem(), &leaf.cert_pem, &leaf.key_pem).map_err(|e| setup(&e))?,
-    ));
     let app = Router::new()
         .route("/etcdserverpb.Maintenance/Snapshot", post(snapshot_stream))
         .route("/etcdserverpb.KV/Range", post(range))
         .with_state(Arc::new(snapshot));
-    let addr = SocketAddr::new(ip, names::ETCD_CLIENT_PORT);
-    let listener = std::net::TcpListener::bind(addr).map_err(|e| setup(&format!("{addr}: {e}")))?;
+    listen(
+        SocketAddr::new(ip, names::ETCD_CLIENT_PORT),
+        member_tls(ca, vec![ip])?,
+        app,
+    )
+}
+
+/// A server certificate from `ca` for members at `ips`, and etcd's mutual TLS around it.
+pub(crate) fn member_tls(ca: &CertificateAuthority, ips: Vec<IpAddr>) -> Result<RustlsConfig, SimError> {
+    let setup = |e: &dyn std::fmt::Display| SimError::Setup(format!("fake etcd: {e}"));
+    let mut request = LeafRequest::member("fake-etcd", vec![], ips);
+    request.key_type = KeyType::EcdsaP256;
+    let leaf = ca.issue(&request).map_err(|e| setup(&e))?;
+    Ok(RustlsConfig::from_config(Arc::new(
+        server_tls(ca.cert_pem(), &leaf.cert_pem, &leaf.key_pem).map_err(|e| setup(&e))?,
+    )))
+}
+
+/// Serve `app` over `tls` on `addr` until the runtime ends.
+pub(crate) fn listen(addr: SocketAddr, tls: RustlsConfig, app: Router) -> Result<(), SimError> {
+    let setup = |e: &dyn std::fmt::Display| SimError::Setup(format!("fake etcd {addr}: {e}"));
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| setup(&e))?;
     listener.set_nonblocking(true).map_err(|e| setup(&e))?;
     let server = axum_server::tls_rustls::from_tcp_rustls(listener, tls).map_err(|e| setup(&e))?;
     tokio::spawn(async move {
         if let Err(e) = server.serve(app.into_make_service()).await {
-            tracing::warn!(%addr, error = %e, "fake etcd snapshot member stopped");
+            tracing::warn!(%addr, error = %e, "fake etcd member stopped");
         }
     });
     Ok(())
@@ -195,7 +196,11 @@ pub async fn serve_snapshot(
 /// Mutual TLS as etcd does it with `--client-cert-auth`: only clients with a certificate from
 /// the cluster's CA; HTTP/2 for gRPC and `/health` (the controller asks both on one connection),
 /// HTTP/1.1 for `/health` too.
-fn server_tls(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<rustls::ServerConfig, String> {
+pub(crate) fn server_tls(
+    ca_pem: &str,
+    cert_pem: &str,
+    key_pem: &str,
+) -> Result<rustls::ServerConfig, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -229,51 +234,51 @@ fn server_tls(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<rustls::Ser
 // The etcdserverpb messages the health check reads, with etcd's field numbers.
 
 #[derive(Clone, PartialEq, prost::Message)]
-struct ResponseHeader {
+pub(crate) struct ResponseHeader {
     #[prost(uint64, tag = "1")]
-    cluster_id: u64,
+    pub(crate) cluster_id: u64,
     #[prost(uint64, tag = "2")]
-    member_id: u64,
+    pub(crate) member_id: u64,
     #[prost(int64, tag = "3")]
-    revision: i64,
+    pub(crate) revision: i64,
     #[prost(uint64, tag = "4")]
-    raft_term: u64,
+    pub(crate) raft_term: u64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-struct StatusResponse {
+pub(crate) struct StatusResponse {
     #[prost(message, optional, tag = "1")]
-    header: Option<ResponseHeader>,
+    pub(crate) header: Option<ResponseHeader>,
     #[prost(string, tag = "2")]
-    version: String,
+    pub(crate) version: String,
     #[prost(int64, tag = "3")]
-    db_size: i64,
+    pub(crate) db_size: i64,
     #[prost(uint64, tag = "4")]
-    leader: u64,
+    pub(crate) leader: u64,
     #[prost(uint64, tag = "5")]
-    raft_index: u64,
+    pub(crate) raft_index: u64,
     #[prost(uint64, tag = "6")]
-    raft_term: u64,
+    pub(crate) raft_term: u64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-struct PbMember {
+pub(crate) struct PbMember {
     #[prost(uint64, tag = "1")]
-    id: u64,
+    pub(crate) id: u64,
     #[prost(string, tag = "2")]
-    name: String,
+    pub(crate) name: String,
     #[prost(string, repeated, tag = "3")]
-    peer_urls: Vec<String>,
+    pub(crate) peer_urls: Vec<String>,
     #[prost(string, repeated, tag = "4")]
-    client_urls: Vec<String>,
+    pub(crate) client_urls: Vec<String>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-struct MemberListResponse {
+pub(crate) struct MemberListResponse {
     #[prost(message, optional, tag = "1")]
-    header: Option<ResponseHeader>,
+    pub(crate) header: Option<ResponseHeader>,
     #[prost(message, repeated, tag = "2")]
-    members: Vec<PbMember>,
+    pub(crate) members: Vec<PbMember>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -295,9 +300,9 @@ struct RangeResponse {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-struct AlarmResponse {
+pub(crate) struct AlarmResponse {
     #[prost(message, optional, tag = "1")]
-    header: Option<ResponseHeader>,
+    pub(crate) header: Option<ResponseHeader>,
 }
 
 impl Member {
@@ -377,7 +382,7 @@ const SNAPSHOT_CHUNK: usize = 32 * 1024;
 
 /// The database in etcd's chunks (no response header, as etcd sends none), then the checksum;
 /// each message after the snapshot's pace, the first announcing the size the snapshot says.
-async fn snapshot_stream(State(snapshot): State<Arc<FakeSnapshot>>) -> Response<Body> {
+pub(crate) async fn snapshot_stream(State(snapshot): State<Arc<FakeSnapshot>>) -> Response<Body> {
     let total = snapshot.announced.unwrap_or(snapshot.database.len() as u64);
     let mut frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = snapshot
         .database
@@ -406,7 +411,7 @@ async fn snapshot_stream(State(snapshot): State<Arc<FakeSnapshot>>) -> Response<
     grpc_response(Body::new(StreamBody::new(paced)))
 }
 
-async fn range(State(snapshot): State<Arc<FakeSnapshot>>) -> Response<Body> {
+pub(crate) async fn range(State(snapshot): State<Arc<FakeSnapshot>>) -> Response<Body> {
     grpc(RangeResponse {
         header: Some(ResponseHeader {
             cluster_id: 1,
@@ -419,7 +424,7 @@ async fn range(State(snapshot): State<Arc<FakeSnapshot>>) -> Response<Body> {
 }
 
 /// One gRPC message: a compression flag, its length, its bytes.
-fn framed(message: &impl Message) -> Vec<u8> {
+pub(crate) fn framed(message: &impl Message) -> Vec<u8> {
     let encoded = message.encode_to_vec();
     let mut framed = Vec::with_capacity(encoded.len() + 5);
     framed.push(0);
@@ -428,20 +433,20 @@ fn framed(message: &impl Message) -> Vec<u8> {
     framed
 }
 
-fn ok_trailers() -> HeaderMap {
+pub(crate) fn ok_trailers() -> HeaderMap {
     let mut trailers = HeaderMap::new();
     trailers.insert("grpc-status", HeaderValue::from_static("0"));
     trailers
 }
 
 /// A unary gRPC answer: one length-prefixed message, then `grpc-status: 0` in the trailers.
-fn grpc(message: impl Message) -> Response<Body> {
+pub(crate) fn grpc(message: impl Message) -> Response<Body> {
     let trailers = ok_trailers();
     let body = Full::new(Bytes::from(framed(&message))).with_trailers(async move { Some(Ok(trailers)) });
     grpc_response(Body::new(body))
 }
 
-fn grpc_response(body: Body) -> Response<Body> {
+pub(crate) fn grpc_response(body: Body) -> Response<Body> {
     let mut response = Response::new(body);
     *response.status_mut() = StatusCode::OK;
     response

@@ -14,6 +14,7 @@ pub mod demo;
 pub mod error;
 pub mod fake_etcd;
 pub mod history;
+pub mod hostile_etcd;
 pub mod infra;
 pub mod infra_kinds;
 pub mod infra_report;

@@ -365,6 +365,11 @@ impl Plane {
         Ok(())
     }
 
+    /// The process ID of the controller `name` while it runs.
+    pub fn controller_pid(&self, name: &str) -> Option<u32> {
+        self.controllers.iter().find(|(n, _)| n == name)?.1.id()
+    }
+
     /// Whether the controller `name` is running.
     pub fn controller_running(&mut self, name: &str) -> bool {
         self.controllers

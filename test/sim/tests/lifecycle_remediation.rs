@@ -52,15 +52,7 @@ async fn remediation(real: Option<&real_apiserver::RealApiServer>, prefix: u8) {
     let watchers = Watchers::start(&client, "h1").await;
 
     // The leader's machine powers off for good.
-    let dead = etcd
-        .status
-        .unwrap()
-        .members
-        .iter()
-        .find(|m| m.is_leader)
-        .unwrap()
-        .name
-        .clone();
+    let dead = leader(&etcd);
     plane.runtime.fault(&dead, Fault::PowerOff).unwrap();
     let killed = Instant::now();
     let deadline = killed + UNHEALTHY_AFTER + MARGIN;

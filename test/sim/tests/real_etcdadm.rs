@@ -207,15 +207,7 @@ async fn a_dead_member_is_remediated() {
     create(&client, "e3", 3, true, config(json!({})), json!({})).await;
     let etcd = wait_settled(&client, "e3", 3, TIMEOUT, &work).await;
     let watchers = Watchers::start(&client, "e3").await;
-    let dead = etcd
-        .status
-        .unwrap()
-        .members
-        .iter()
-        .find(|m| m.is_leader)
-        .unwrap()
-        .name
-        .clone();
+    let dead = leader(&etcd);
     plane.runtime.fault(&dead, Fault::PowerOff).unwrap();
     let killed = Instant::now();
     let deadline = killed + TIMEOUT;

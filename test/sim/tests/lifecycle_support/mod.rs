@@ -284,6 +284,21 @@ async fn leftover_count(client: &Client, cluster: &str, machines: &[Machine]) ->
         .count()
 }
 
+/// The name of the member `etcd`'s status last saw leading.
+pub fn leader(etcd: &EtcdadmCluster) -> String {
+    let members = etcd
+        .status
+        .as_ref()
+        .map(|s| s.members.as_slice())
+        .unwrap_or_default();
+    members
+        .iter()
+        .find(|m| m.is_leader)
+        .unwrap_or_else(|| panic!("no leader in {members:?}"))
+        .name
+        .clone()
+}
+
 pub async fn kcp(client: &Client, cluster: &str) -> Option<KubeadmControlPlane> {
     Api::<KubeadmControlPlane>::default_namespaced(client.clone())
         .get_opt(&format!("{cluster}-control-plane"))
