@@ -3,6 +3,7 @@
 //! etcd's own tool into a new member that must hold every key: the object is a snapshot file
 //! etcd accepts, its size, SHA-256 and revision are what the store and etcd say they are.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -170,24 +171,7 @@ async fn a_followers_snapshot_lands_in_s3_and_restores_every_key() {
     );
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     assert_eq!(status["revision"].as_i64(), Some(stored.revision), "{status}");
-    let mut restored = EtcdMemberProcess::prepare(&ca);
-    let initial_cluster = restored.initial_cluster_entry();
-    run(
-        &tool,
-        etcdutl,
-        &[
-            "snapshot",
-            "restore",
-            file_arg,
-            &format!("--data-dir={}", restored.data_dir.display()),
-            &format!("--name={}", restored.name),
-            &format!("--initial-cluster={initial_cluster}"),
-            &format!("--initial-advertise-peer-urls={}", restored.peer_url),
-        ],
-    );
-    restored.start(&initial_cluster, ClusterState::New);
-    let member = MemberClient::new(&restored.client_url, &tls, Duration::from_secs(5)).unwrap();
-    wait_healthy(&member).await;
+    let (_restored, member) = restore_member(&ca, &tls, &file).await;
     let mut kv = member.workload_client().await.unwrap();
     let all = kv
         .get("key/", Some(GetOptions::new().with_prefix()))
@@ -199,4 +183,237 @@ async fn a_followers_snapshot_lands_in_s3_and_restores_every_key() {
         assert_eq!(kv.value_str().unwrap(), format!("value-{i}"));
     }
     assert_eq!(member.local_revision().await.unwrap(), stored.revision);
+}
+
+/// A member restored from `file` (a full snapshot) by etcd's own tool, started and healthy.
+async fn restore_member(
+    ca: &CertificateAuthority,
+    tls: &EtcdTls,
+    file: &Path,
+) -> (EtcdMemberProcess, MemberClient) {
+    let (tool, etcdutl) = snapshot_tool();
+    let mut restored = EtcdMemberProcess::prepare(ca);
+    let initial_cluster = restored.initial_cluster_entry();
+    run(
+        &tool,
+        etcdutl,
+        &[
+            "snapshot",
+            "restore",
+            file.to_str().unwrap(),
+            &format!("--data-dir={}", restored.data_dir.display()),
+            &format!("--name={}", restored.name),
+            &format!("--initial-cluster={initial_cluster}"),
+            &format!("--initial-advertise-peer-urls={}", restored.peer_url),
+        ],
+    );
+    restored.start(&initial_cluster, ClusterState::New);
+    let member = MemberClient::new(&restored.client_url, tls, Duration::from_secs(5)).unwrap();
+    wait_healthy(&member).await;
+    (restored, member)
+}
+
+/// Every key and value `kv` holds (at `revision`, when given), and each key's lease.
+async fn contents(kv: &mut etcd_client::Client, revision: Option<i64>) -> BTreeMap<Vec<u8>, (Vec<u8>, i64)> {
+    let mut options = GetOptions::new().with_all_keys();
+    if let Some(revision) = revision {
+        options = options.with_revision(revision);
+    }
+    let all = kv.get(vec![0u8], Some(options)).await.unwrap();
+    all.kvs()
+        .iter()
+        .map(|kv| (kv.key().to_vec(), (kv.value().to_vec(), kv.lease())))
+        .collect()
+}
+
+/// Continuous backup on real etcd and a real store: a full snapshot, then a recorder uploading
+/// deltas every 200 ms while a client puts, overwrites, deletes, writes two keys in one
+/// transaction and puts a key with a lease. A member restored from the snapshot plus every
+/// delta holds exactly what the source holds at the end, one restored to a revision in the
+/// middle of the deltas exactly what it held then; a damaged delta is refused by its checksum
+/// and a missing one as a gap, before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deltas_after_a_full_snapshot_restore_to_the_latest_write_or_to_a_revision() {
+    use etcdadm_shared::backup::delta::{self, apply, chain, record};
+
+    let ca = ca();
+    let source = TlsEtcdCluster::start(&ca, 1);
+    let tls = EtcdTls::issued_by(&ca, "delta-test", Duration::from_secs(600)).unwrap();
+    let member = MemberClient::new(&source.client_urls()[0], &tls, Duration::from_secs(5)).unwrap();
+    wait_healthy(&member).await;
+    let mut kv = member.workload_client().await.unwrap();
+    for i in 0..100 {
+        kv.put(format!("key/{i:04}"), format!("value-{i}"), None)
+            .await
+            .unwrap();
+    }
+    let s3 = SeaweedFs::start().await;
+    let store = s3.create_bucket("etcd-backups").await;
+    let key = "default/c1-etcd/full.db";
+    let upload = store.create_multipart_upload(key).await.unwrap();
+    let full = stream_to_store(&member, &store, key, &upload, StreamLimits::with_idle(IDLE))
+        .await
+        .unwrap();
+
+    let uploaded = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let recorder = {
+        let (store, uploaded) = (store.clone(), uploaded.clone());
+        let mut watching = member.workload_client().await.unwrap();
+        tokio::spawn(async move {
+            let recorder = record::Recorder {
+                store: &store,
+                snapshot_key: key,
+                base: full.revision,
+                limits: record::RecordLimits {
+                    interval: Duration::from_millis(200),
+                    max_bytes: record::MAX_DELTA_BYTES,
+                },
+            };
+            let mut tell = |name| uploaded.lock().unwrap().push(name);
+            recorder
+                .run(&mut watching, None, &mut tell, async {
+                    let _ = stopped.await;
+                })
+                .await
+        })
+    };
+    let lease = kv.lease_grant(600, None).await.unwrap().id();
+    let mut middle = 0;
+    for i in 0..200 {
+        match i % 5 {
+            0 => drop(
+                kv.put(format!("new/{i:04}"), format!("v{i}"), None)
+                    .await
+                    .unwrap(),
+            ),
+            1 => drop(
+                kv.put(format!("key/{:04}", i % 100), format!("again-{i}"), None)
+                    .await
+                    .unwrap(),
+            ),
+            2 => drop(
+                kv.delete(format!("key/{:04}", (i * 7) % 100), None)
+                    .await
+                    .unwrap(),
+            ),
+            3 => drop(
+                kv.txn(etcd_client::Txn::new().and_then(vec![
+                    etcd_client::TxnOp::put(format!("txn/{i:04}/a"), "a", None),
+                    etcd_client::TxnOp::put(format!("txn/{i:04}/b"), "b", None),
+                ]))
+                .await
+                .unwrap(),
+            ),
+            _ => drop(
+                kv.put(
+                    format!("leased/{i:04}"),
+                    "held",
+                    Some(etcd_client::PutOptions::new().with_lease(lease)),
+                )
+                .await
+                .unwrap(),
+            ),
+        }
+        if i == 99 {
+            middle = member.local_revision().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let last = member.local_revision().await.unwrap();
+    // Stopped once the last write is uploaded (the watch may trail the writes on a busy machine).
+    let uploaded_to = || {
+        uploaded
+            .lock()
+            .unwrap()
+            .last()
+            .map_or(0, |n: &chain::DeltaName| n.last)
+    };
+    for _ in 0..600 {
+        if uploaded_to() >= last {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.send(()).unwrap();
+    let ended = recorder.await.unwrap().unwrap();
+    assert_eq!(ended, record::Ended::Stopped { reached: last });
+    let names: Vec<chain::DeltaName> = uploaded.lock().unwrap().clone();
+    assert!(
+        names.len() >= 3,
+        "deltas every 200 ms over 2 s of writes: {names:?}"
+    );
+    let listed: Vec<chain::DeltaName> = store
+        .list(&delta::prefix(key))
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|o| chain::DeltaName::parse(key, &o.key))
+        .collect();
+    assert_eq!(listed, names, "what was told uploaded is what the store lists");
+
+    let body = reqwest::get(store.presigned_get(key, Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let dir = TempDir::new("etcdadm-test-delta-restore");
+    let file = dir.path().join("full.db");
+    std::fs::write(&file, &body).unwrap();
+    let mut source_kv = member.workload_client().await.unwrap();
+    for (target, at) in [
+        (chain::Target::Latest, last),
+        (chain::Target::Revision(middle), middle),
+    ] {
+        let chain = chain::plan(full.revision, &listed, Some(last), target).unwrap();
+        let (_process, restored) = restore_member(&ca, &tls, &file).await;
+        let mut restored_kv = restored.workload_client().await.unwrap();
+        let mut leases = apply::Leases::default();
+        for name in &chain.deltas {
+            let bytes = store.get_object(&name.key(key), 64 << 20).await.unwrap();
+            let decoded = delta::decode(&bytes).unwrap();
+            let events: Vec<delta::Event> = decoded
+                .events
+                .into_iter()
+                .filter(|e| chain.includes(e.revision, e.received_ms))
+                .collect();
+            apply::apply(&mut restored_kv, &events, &mut leases)
+                .await
+                .unwrap();
+        }
+        let expected = contents(&mut source_kv, Some(at)).await;
+        let got = contents(&mut restored_kv, None).await;
+        assert_eq!(
+            got.len(),
+            expected.len(),
+            "{target:?}: the key count at revision {at}"
+        );
+        assert_eq!(
+            got, expected,
+            "{target:?}: every key, value and lease at revision {at}"
+        );
+    }
+
+    // A damaged delta is refused by its checksum; a missing one is a gap the plan names.
+    let second = listed[1].key(key);
+    let mut damaged = store.get_object(&second, 64 << 20).await.unwrap();
+    let at = damaged.len() / 2;
+    damaged[at] ^= 1;
+    store.put_object(&second, damaged.clone()).await.unwrap();
+    assert_eq!(delta::decode(&damaged), Err(delta::DeltaError::Checksum));
+    store.delete_object(&second).await.unwrap();
+    let remaining: Vec<chain::DeltaName> = listed
+        .iter()
+        .copied()
+        .filter(|n| n.seq != listed[1].seq)
+        .collect();
+    assert_eq!(
+        chain::plan(full.revision, &remaining, Some(last), chain::Target::Latest),
+        Err(chain::ChainError::Gap {
+            seq: listed[2].seq,
+            first: listed[2].first,
+            expected: listed[0].last + 1,
+        })
+    );
 }

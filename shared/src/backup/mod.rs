@@ -16,6 +16,7 @@
 //! to it is in the snapshot) and marked inexact.
 
 pub mod checksum;
+pub mod delta;
 
 use std::time::{Duration, Instant};
 

@@ -6,8 +6,9 @@
 //! addresses it may have ([`policy`]; docs/security.md).
 //!
 //! Only what snapshots need: multipart uploads (create, upload part, complete, abort), the
-//! SHA-256 in an object's metadata, presigned GET URLs, delete, list by prefix, and bucket
-//! creation for tests and demos.
+//! SHA-256 in an object's metadata, presigned GET URLs, delete, list by prefix, small objects
+//! written and read whole (continuous backup's deltas), and bucket creation for tests and
+//! demos.
 
 mod answer;
 mod client;
@@ -16,6 +17,7 @@ pub mod limits;
 mod multipart;
 mod object;
 pub mod policy;
+mod whole_object;
 
 pub use self::client::{StoreClient, StoreCredentials, StoredObject};
 pub use self::error::StoreError;
