@@ -88,7 +88,8 @@ pub const BEFORE_ROLLOUT: &str = "before-rollout";
 /// [`SNAPSHOT_REASON_LABEL`] of the snapshot before a scale-down's first removal.
 pub const BEFORE_SCALE_DOWN: &str = "before-scale-down";
 /// On an EtcdadmCluster: let the change waiting for its before-change snapshot go ahead without
-/// it (one change; the controller removes the annotation when it uses it).
+/// it. Its value names that change (`<reason>@<decided>`); the controller removes it when it
+/// uses it, and removes one naming no change under way.
 pub const PROCEED_WITHOUT_SNAPSHOT_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/proceed-without-snapshot";
 /// On a Machine: prefer this one when choosing a scale-down victim.
 pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";

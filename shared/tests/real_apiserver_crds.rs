@@ -866,6 +866,250 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
     );
 }
 
+/// `(what, object)` rows the API server must accept, and `(what, object, words)` rows it must
+/// refuse with every one of `words` (the field path first) in its message; the failures.
+async fn judge(
+    client: &Client,
+    accepted: &[(&str, Value)],
+    refused: &[(&str, Value, &[&str])],
+) -> Vec<String> {
+    let mut failures = vec![];
+    for (what, object) in accepted {
+        if let Err(message) = admit(client, object).await {
+            failures.push(format!("{what}: refused, should be accepted: {message}"));
+        }
+    }
+    for (what, object, words) in refused {
+        match admit(client, object).await {
+            Ok(()) => failures.push(format!("{what}: accepted, should be refused with {words:?}")),
+            Err(message) => {
+                let missing: Vec<&&str> = words.iter().filter(|w| !message.contains(**w)).collect();
+                if !missing.is_empty() {
+                    failures.push(format!(
+                        "{what}: refused, but the message lacks {missing:?}: {message}"
+                    ));
+                }
+            }
+        }
+    }
+    failures
+}
+
+fn window(start: &str, duration: &str) -> Value {
+    json!({"maintenance": {"defragmentation": {"window": {"start": start, "duration": duration}}}})
+}
+
+fn defragmentation(policy: Value) -> Value {
+    json!({"maintenance": {"defragmentation": policy}})
+}
+
+/// What admission refuses and the schema can say is refused by the API server itself, so a
+/// cluster without the webhooks refuses it too (docs/operating.md, "Bad input"): sizes as
+/// quantities within bounds, durations with a minimum, the infrastructure template's kind,
+/// name and group, and the rules across fields. What only the webhook can judge (a cron
+/// expression's field ranges) is accepted here and left to it and to the controller.
+#[tokio::test]
+async fn the_schema_refuses_what_admission_refuses_where_cel_can_say_it() {
+    let server = server_with_crds().await;
+    let client = server.client().await.unwrap();
+    let bottlerocket = json!({"format": "bottlerocket", "bottlerocketConfig": bottlerocket_config()});
+    let accepted = [
+        (
+            "quota at its minimum, as a quantity",
+            config_with(json!({"quotaBackendBytes": "16Mi"})),
+        ),
+        (
+            "quota at its maximum, in bytes",
+            config_with(json!({"quotaBackendBytes": 34_359_738_368_u64})),
+        ),
+        (
+            "quota as a decimal quantity",
+            config_with(json!({"quotaBackendBytes": "1.5Gi"})),
+        ),
+        (
+            "quota on a cluster",
+            cluster(json!({"etcdadmConfigSpec": {"quotaBackendBytes": "8Gi"}})),
+        ),
+        (
+            "defragmentation sizes of zero",
+            cluster(defragmentation(
+                json!({"minimumSize": 0, "minimumReclaimable": "0"}),
+            )),
+        ),
+        (
+            "a defragmentation interval and window of 1m",
+            cluster(merged(
+                window("0 2 * * *", "1m"),
+                defragmentation(json!({"interval": "1m"})),
+            )),
+        ),
+        (
+            "an automatic recovery after 10m with a store",
+            cluster(json!({"backup": backup(), "recovery": {"automatic": true, "after": "10m"}})),
+        ),
+        (
+            "a template of another infrastructure version",
+            cluster(
+                json!({"infrastructureTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2"}}),
+            ),
+        ),
+        // Only the webhook and the controller read a cron expression's field ranges.
+        (
+            "a window whose cron only admission reads",
+            cluster(window("61 25 * * *", "2h")),
+        ),
+    ];
+    let quota = "must be a whole number of bytes from 16.0 MiB to 32.0 GiB";
+    let cluster_quota = "spec.etcdadmConfigSpec.quotaBackendBytes";
+    let refused: [(&str, Value, &[&str]); 24] = [
+        (
+            "the issue's 1Ki quota on a cluster",
+            cluster(json!({"etcdadmConfigSpec": {"quotaBackendBytes": "1Ki"}})),
+            &[cluster_quota, quota],
+        ),
+        (
+            "a 1Ki quota on a config",
+            config_with(json!({"quotaBackendBytes": "1Ki"})),
+            &["spec.quotaBackendBytes", quota],
+        ),
+        (
+            "a 1Ki quota on a template",
+            template(merged(full_config_spec(), json!({"quotaBackendBytes": "1Ki"}))),
+            &["spec.template.spec.quotaBackendBytes", quota],
+        ),
+        (
+            "a quota of 1024 bytes",
+            cluster(json!({"etcdadmConfigSpec": {"quotaBackendBytes": 1024}})),
+            &[cluster_quota, quota],
+        ),
+        (
+            "a quota above 32Gi",
+            cluster(json!({"etcdadmConfigSpec": {"quotaBackendBytes": "33Gi"}})),
+            &[cluster_quota, quota],
+        ),
+        (
+            "a quota of half a byte",
+            cluster(json!({"etcdadmConfigSpec": {"quotaBackendBytes": "16777216.5"}})),
+            &[cluster_quota, quota],
+        ),
+        (
+            "a quota with an exponent",
+            cluster(json!({"etcdadmConfigSpec": {"quotaBackendBytes": "1e9"}})),
+            &[cluster_quota, quota],
+        ),
+        (
+            "a quota that is no size",
+            cluster(json!({"etcdadmConfigSpec": {"quotaBackendBytes": "lots"}})),
+            &[cluster_quota, quota],
+        ),
+        (
+            "a negative minimumSize",
+            cluster(defragmentation(json!({"minimumSize": -1}))),
+            &[
+                "spec.maintenance.defragmentation.minimumSize",
+                "must be a whole number of bytes",
+            ],
+        ),
+        (
+            "a minimumReclaimable in millibytes",
+            cluster(defragmentation(json!({"minimumReclaimable": "1500m"}))),
+            &[
+                "spec.maintenance.defragmentation.minimumReclaimable",
+                "must be a whole number of bytes",
+            ],
+        ),
+        (
+            "a defragmentation interval of 30s",
+            cluster(defragmentation(json!({"interval": "30s"}))),
+            &[
+                "spec.maintenance.defragmentation.interval",
+                "interval must be a duration of at least 1m",
+            ],
+        ),
+        (
+            "a defragmentation interval in words",
+            cluster(defragmentation(json!({"interval": "ten minutes"}))),
+            &["spec.maintenance.defragmentation.interval", "should match"],
+        ),
+        (
+            "a window open for 59s",
+            cluster(window("0 2 * * *", "59s")),
+            &[
+                "spec.maintenance.defragmentation.window.duration",
+                "duration must be a duration of at least 1m",
+            ],
+        ),
+        (
+            "a window open for ever",
+            cluster(window("0 2 * * *", "forever")),
+            &["spec.maintenance.defragmentation.window.duration", "should match"],
+        ),
+        (
+            "an automatic recovery after 5m",
+            cluster(json!({"backup": backup(), "recovery": {"automatic": true, "after": "5m"}})),
+            &["spec.recovery.after", "after must be a duration of at least 10m"],
+        ),
+        (
+            "an automatic recovery without a store",
+            cluster(json!({"recovery": {"automatic": true}})),
+            &["spec.recovery.automatic", "needs spec.backup.store"],
+        ),
+        (
+            "a template without a kind",
+            cluster(json!({"infrastructureTemplate": {"kind": ""}})),
+            &["spec.infrastructureTemplate.kind", "kind is required"],
+        ),
+        (
+            "a template without a name",
+            cluster(json!({"infrastructureTemplate": {"name": null}})),
+            &["spec.infrastructureTemplate.name", "name is required"],
+        ),
+        (
+            "a template of another group",
+            cluster(json!({"infrastructureTemplate": {"apiVersion": "cluster.x-k8s.io/v1beta1"}})),
+            &[
+                "spec.infrastructureTemplate.apiVersion",
+                "infrastructure.cluster.x-k8s.io/<version>",
+            ],
+        ),
+        (
+            "bottlerocketConfig with cloud-config",
+            config(json!({"bottlerocketConfig": bottlerocket_config()})),
+            &["spec.bottlerocketConfig", "only used with format bottlerocket"],
+        ),
+        (
+            "bottlerocket without its config",
+            config(json!({"format": "bottlerocket"})),
+            &["spec.bottlerocketConfig", "required with format bottlerocket"],
+        ),
+        (
+            "bottlerocket with a quota",
+            config(merged(bottlerocket.clone(), json!({"quotaBackendBytes": "8Gi"}))),
+            &["spec.quotaBackendBytes", "cloud-config only"],
+        ),
+        (
+            "a cluster's bottlerocket with a quota",
+            cluster(
+                json!({"etcdadmConfigSpec": merged(bottlerocket.clone(), json!({"quotaBackendBytes": "8Gi"}))}),
+            ),
+            &[cluster_quota, "cloud-config only"],
+        ),
+        (
+            "a store prefix from the root",
+            cluster(json!({"backup": merged(backup(), json!({"store": {"s3": {"prefix": "/prod"}}}))})),
+            &["spec.backup.store.s3.prefix", "must not start with '/'"],
+        ),
+    ];
+    let failures = judge(&client, &accepted, &refused).await;
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases went wrong:\n{}",
+        failures.len(),
+        accepted.len() + refused.len(),
+        failures.join("\n")
+    );
+}
+
 /// The transition rules: `spec.restore` only at creation and never changed afterwards, and a
 /// snapshot's cluster fixed. Checked with real objects (a dry-run create has no old object).
 #[tokio::test]

@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod conditions;
 pub mod config;
 pub mod quantity;
+pub mod schema_rules;
 pub mod snapshot;
 
 pub use cluster::{EtcdadmCluster, EtcdadmClusterSpec, EtcdadmClusterStatus, MemberStatus};

@@ -185,6 +185,7 @@ pub struct S3Store {
     /// Key prefix of this cluster's snapshots (`backups/prod/`); at most 512 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 512))]
+    #[x_kube(validation = Rule::new("!self.startsWith('/')").message("prefix must not start with '/': keys are relative to the bucket"))]
     pub prefix: Option<String>,
     /// Region requests are signed for (default `us-east-1`); at most 64 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]

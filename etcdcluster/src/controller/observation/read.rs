@@ -397,7 +397,7 @@ async fn missing_template(
 
 /// The admission webhook's verdict on the spec, for an object that reached us without it (no
 /// webhook installed, or written before it was): every field error, joined.
-fn member_spec_problem(etcd: &EtcdadmCluster, namespace: &str) -> Option<String> {
+pub fn member_spec_problem(etcd: &EtcdadmCluster, namespace: &str) -> Option<String> {
     let errors = etcdadm_shared::api::cluster::validate_spec(&etcd.spec, Some(namespace));
     (!errors.is_empty()).then(|| {
         errors

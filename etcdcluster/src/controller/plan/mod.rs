@@ -299,6 +299,8 @@ pub fn plan(o: &Observation) -> Step {
         .or_else(|| step(lifecycle::ownership(o)))
         .or_else(|| step(lifecycle::spec(o)))
         .or_else(|| step(lifecycle::infrastructure(o)))
+        // A go-ahead annotation naming no change under way is removed before it can waive one.
+        .or_else(|| step(safe_changes::stale(o)))
         .or_else(|| step(control_plane::keep_paused(o)))
         .or_else(|| step(secrets::ca(o)))
         // Quorum-loss recovery: replaces the lost cluster (outside rule 3, only without quorum).

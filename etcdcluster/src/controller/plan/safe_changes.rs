@@ -5,8 +5,13 @@
 //! recorded in `status.beforeChange` when the change is first seen, so a restarted controller
 //! waits for the same snapshot; a Succeeded one younger than `beforeChange.maxAge` that holds
 //! the revision is reused. A failed one holds the change with its reason, until it is deleted
-//! (another is taken) or the `proceed-without-snapshot` annotation lets this one change go
-//! ahead without it (the annotation is then removed). A dead member's removal never waits.
+//! (another is taken) or the `proceed-without-snapshot` annotation, naming this change
+//! (`go_ahead`), lets it go ahead without it (the annotation is then removed). A dead member's
+//! removal never waits.
+
+mod go_ahead;
+
+pub use self::go_ahead::change_name;
 
 use std::time::Duration;
 
@@ -37,6 +42,8 @@ use crate::snapshot::{new_snapshot, snapshots_of};
 pub mod reason {
     pub const WAITING_FOR_SNAPSHOT: &str = "WaitingForBeforeChangeSnapshot";
     pub const SNAPSHOT_FAILED: &str = "BeforeChangeSnapshotFailed";
+    /// A `proceed-without-snapshot` annotation naming no change under way is removed.
+    pub const GO_AHEAD_IGNORED: &str = "ProceedWithoutSnapshotIgnored";
 }
 
 /// A step of this concern.
@@ -51,6 +58,8 @@ pub enum SafeChangeStep {
     /// An operator lets this change go ahead without a snapshot (`why` it had none): remove
     /// their annotation; status records that this change used it.
     ProceedWithout { reason: &'static str, why: String },
+    /// The annotation names no change under way (`value`, and `why` not): remove it.
+    DropStale { value: String, why: String },
 }
 
 impl ConcernStep for SafeChangeStep {
@@ -77,6 +86,13 @@ impl ConcernStep for SafeChangeStep {
                 format!(
                     "the {} goes ahead without a before-change snapshot, as {PROCEED_WITHOUT_SNAPSHOT_ANNOTATION} asks",
                     what(reason)
+                ),
+            ),
+            SafeChangeStep::DropStale { value, .. } => (
+                reason::GO_AHEAD_IGNORED,
+                format!(
+                    "removing {PROCEED_WITHOUT_SNAPSHOT_ANNOTATION}={}: it names no change under way",
+                    go_ahead::shown(value)
                 ),
             ),
         }
@@ -108,6 +124,13 @@ impl ConcernStep for SafeChangeStep {
                     what(reason)
                 ),
             ),
+            SafeChangeStep::DropStale { value, why } => EventNote::warning(
+                reason::GO_AHEAD_IGNORED,
+                format!(
+                    "{PROCEED_WITHOUT_SNAPSHOT_ANNOTATION}={} lets no change go ahead and is removed: {why}",
+                    go_ahead::shown(value)
+                ),
+            ),
         })
     }
 
@@ -134,7 +157,7 @@ impl ConcernStep for SafeChangeStep {
                     Err(e) => Err(e.into()),
                 }
             }
-            SafeChangeStep::ProceedWithout { .. } => {
+            SafeChangeStep::ProceedWithout { .. } | SafeChangeStep::DropStale { .. } => {
                 let patch =
                     json!({ "metadata": { "annotations": { PROCEED_WITHOUT_SNAPSHOT_ANNOTATION: null } } });
                 let params = PatchParams {
@@ -152,7 +175,9 @@ impl ConcernStep for SafeChangeStep {
     /// What comes after: the change waits for the snapshot, or goes ahead.
     fn after(&self, _: &Observation) -> After {
         match self {
-            SafeChangeStep::TakeSnapshot { .. } | SafeChangeStep::ProceedWithout { .. } => After::Again,
+            SafeChangeStep::TakeSnapshot { .. }
+            | SafeChangeStep::ProceedWithout { .. }
+            | SafeChangeStep::DropStale { .. } => After::Again,
         }
     }
 }
@@ -197,7 +222,7 @@ fn record(o: &Observation, view: &BeforeChangeView, reason: &str) -> BeforeChang
         Some(r) => BeforeChangeStatus {
             reason: r.reason.clone(),
             revision: r.revision,
-            decided: None,
+            decided: r.decided.map(Time),
             snapshot: r.snapshot.clone(),
             proceeded_without: r.proceeded_without,
         },
@@ -234,6 +259,8 @@ pub fn before_removal(o: &Observation) -> Option<Decision<SafeChangeStep>> {
     if record.proceeded_without || satisfying(view, &record).is_some() {
         return None;
     }
+    let granted = granted(o);
+    let go_ahead_hint = go_ahead::hint(current_change(o).as_deref());
     let own = record
         .snapshot
         .as_deref()
@@ -243,7 +270,7 @@ pub fn before_removal(o: &Observation) -> Option<Decision<SafeChangeStep>> {
             reason::SNAPSHOT_FAILED,
             format!(
                 "the {} waits for its before-change snapshot, and EtcdadmSnapshot {} failed: {}; delete it to take \
-                 another, or annotate {PROCEED_WITHOUT_SNAPSHOT_ANNOTATION} to go ahead without one",
+                 another, or {go_ahead_hint}",
                 what(reason),
                 s.name,
                 s.message.as_deref().unwrap_or("no reason given")
@@ -261,7 +288,7 @@ pub fn before_removal(o: &Observation) -> Option<Decision<SafeChangeStep>> {
         ),
         // None yet, deleted, or one that holds too little: take one.
         _ => {
-            if view.proceed_without {
+            if granted {
                 return Some(proceed_without(reason, "none was taken"));
             }
             return Some(Decision::Do(SafeChangeStep::TakeSnapshot {
@@ -271,10 +298,41 @@ pub fn before_removal(o: &Observation) -> Option<Decision<SafeChangeStep>> {
             }));
         }
     };
-    if view.proceed_without {
+    if granted {
         return Some(proceed_without(reason, &held.message));
     }
     Some(Decision::Hold(held))
+}
+
+/// The name of the change under way, once `status.beforeChange` records it.
+fn current_change(o: &Observation) -> Option<String> {
+    let changes = o.view::<SafeChangeView>();
+    let record = changes.before_change.as_ref().and_then(|v| v.record.as_ref());
+    go_ahead::current(change(o), record.map(|r| (r.reason.as_str(), r.decided)))
+}
+
+/// Whether the go-ahead annotation names the change under way: only then is it honoured.
+fn granted(o: &Observation) -> bool {
+    let asked = o.view::<SafeChangeView>().proceed_annotation.clone();
+    asked.is_some() && asked == current_change(o)
+}
+
+/// The go-ahead annotation, when it names no change under way: removed, with why.
+pub fn stale(o: &Observation) -> Option<Decision<SafeChangeStep>> {
+    let changes = o.view::<SafeChangeView>();
+    let value = changes.proceed_annotation.as_ref()?;
+    let current = current_change(o);
+    if current.as_ref() == Some(value) {
+        return None;
+    }
+    Some(Decision::Do(SafeChangeStep::DropStale {
+        value: value.clone(),
+        why: go_ahead::why_stale(
+            changes.before_change.is_some(),
+            change(o).map(what),
+            current.as_deref(),
+        ),
+    }))
 }
 
 fn proceed_without(reason: &'static str, why: &str) -> Decision<SafeChangeStep> {
@@ -305,11 +363,11 @@ pub fn record_status(
         .as_ref()
         .filter(|r| r.reason == reason)
         .and_then(|r| r.decided.clone());
-    record.decided = Some(kept.unwrap_or_else(|| now.clone()));
+    record.decided = Some(kept.or(record.decided).unwrap_or_else(|| now.clone()));
     match step {
         Some(SafeChangeStep::TakeSnapshot { name, .. }) => record.snapshot = Some(name.clone()),
         Some(SafeChangeStep::ProceedWithout { .. }) => record.proceeded_without = true,
-        None => {
+        Some(SafeChangeStep::DropStale { .. }) | None => {
             if record.snapshot.is_none()
                 && let Some(reused) = satisfying(view, &record)
             {
@@ -330,6 +388,8 @@ pub struct SafeChangeView {
     pub before_change: Option<BeforeChangeView>,
     /// An EtcdadmSnapshot of this cluster waiting or being taken, by name.
     pub snapshot_in_flight: Option<String>,
+    /// The `proceed-without-snapshot` annotation's value, when it is set.
+    pub proceed_annotation: Option<String>,
 }
 
 impl ConcernView for SafeChangeView {
@@ -358,6 +418,11 @@ impl ConcernView for SafeChangeView {
                     .find(|s| !s.phase.is_finished())
                     .map(|s| s.name.clone())
             }),
+            proceed_annotation: reads
+                .etcd_cluster
+                .annotations()
+                .get(PROCEED_WITHOUT_SNAPSHOT_ANNOTATION)
+                .cloned(),
         }
     }
 }
@@ -402,6 +467,7 @@ fn before_change_view(
         .map(|r| BeforeChangeRecord {
             reason: r.reason.clone(),
             revision: r.revision,
+            decided: r.decided.as_ref().map(|t| t.0),
             snapshot: r.snapshot.clone(),
             proceeded_without: r.proceeded_without,
         });
@@ -420,7 +486,6 @@ fn before_change_view(
         max_age: backup.before_change_max_age(),
         record,
         snapshots,
-        proceed_without: e.annotations().contains_key(PROCEED_WITHOUT_SNAPSHOT_ANNOTATION),
     })
 }
 
@@ -435,17 +500,17 @@ pub struct BeforeChangeView {
     pub record: Option<BeforeChangeRecord>,
     /// This cluster's EtcdadmSnapshots.
     pub snapshots: Vec<SnapshotSummary>,
-    /// The `proceed-without-snapshot` annotation is set.
-    pub proceed_without: bool,
 }
 
-/// `status.beforeChange` (its time aside).
+/// `status.beforeChange`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct BeforeChangeRecord {
     /// `before-rollout` or `before-scale-down`.
     pub reason: String,
     /// The cluster's revision when the change was decided.
     pub revision: Option<i64>,
+    /// When the change was decided: with the reason, its name.
+    pub decided: Option<Timestamp>,
     /// The snapshot the change waits for.
     pub snapshot: Option<String>,
     /// An operator let this change go ahead without one.

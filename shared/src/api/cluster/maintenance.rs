@@ -46,6 +46,7 @@ pub struct DefragmentationPolicy {
     pub fragmented_percent: Option<i32>,
     /// The smallest database defragmented for fragmentation alone (default 100Mi).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::api::schema_rules::bytes("minimumSize"))]
     pub minimum_size: Option<ByteQuantity>,
     /// Share of its quota, in percent, at which a member is defragmented whatever its
     /// fragmentation, if `minimumReclaimable` is free: 1 to 100, default 80.
@@ -54,11 +55,16 @@ pub struct DefragmentationPolicy {
     pub quota_percent: Option<i32>,
     /// Free space worth a defragmentation near the quota (default 100Mi).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::api::schema_rules::bytes("minimumReclaimable"))]
     pub minimum_reclaimable: Option<ByteQuantity>,
     /// Least time between two defragmentations of one member: a duration of at least 1m,
     /// default 10m. At most 64 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 64))]
+    #[schemars(
+        length(max = 64),
+        regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
+    )]
+    #[x_kube(validation = crate::api::schema_rules::duration_at_least("interval", "1m"))]
     pub interval: Option<String>,
     /// Only inside this window (default: at any time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,7 +87,11 @@ pub struct MaintenanceWindow {
     #[schemars(length(max = 128))]
     pub start: String,
     /// How long it stays open: a duration of at least 1m (`2h`). At most 64 characters.
-    #[schemars(length(max = 64))]
+    #[schemars(
+        length(max = 64),
+        regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
+    )]
+    #[x_kube(validation = crate::api::schema_rules::duration_at_least("duration", "1m"))]
     pub duration: String,
 }
 

@@ -95,6 +95,7 @@ pub use self::status::*;
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.restore) == has(oldSelf.restore)").message("restore can only be set when the EtcdadmCluster is created").field_path(".restore"))]
+#[x_kube(validation = Rule::new("!has(self.recovery) || !has(self.recovery.automatic) || !self.recovery.automatic || has(self.backup)").message("recovery.automatic needs spec.backup.store: an automatic recovery snapshots the surviving member into it").field_path(".recovery.automatic").reason(Reason::FieldValueInvalid))]
 pub struct EtcdadmClusterSpec {
     /// Number of members: odd and at least 1 (3 or 5 for HA). Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -103,6 +104,9 @@ pub struct EtcdadmClusterSpec {
 
     /// Infrastructure machine template cloned for each member: a kind of an infrastructure
     /// provider (apiVersion `infrastructure.cluster.x-k8s.io/<version>`), in our namespace.
+    #[x_kube(validation = Rule::new("has(self.kind) && self.kind != ''").message("kind is required").field_path(".kind").reason(Reason::FieldValueRequired))]
+    #[x_kube(validation = Rule::new("has(self.name) && self.name != ''").message("name is required").field_path(".name").reason(Reason::FieldValueRequired))]
+    #[x_kube(validation = Rule::new("!has(self.apiVersion) || self.apiVersion.matches('^infrastructure[.]cluster[.]x-k8s[.]io/.+$')").message("apiVersion must be infrastructure.cluster.x-k8s.io/<version> (the template of an infrastructure provider)").field_path(".apiVersion").reason(Reason::FieldValueInvalid))]
     pub infrastructure_template: ObjectReference,
 
     /// Copied into each member's EtcdadmConfig.

@@ -27,7 +27,11 @@ pub struct RecoverySpec {
     /// How long no member may have served clients, with quorum lost, before an automatic
     /// recovery: a duration of at least 10m (the default). At most 64 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 64))]
+    #[schemars(
+        length(max = 64),
+        regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
+    )]
+    #[x_kube(validation = crate::api::schema_rules::duration_at_least("after", "10m"))]
     pub after: Option<String>,
 }
 

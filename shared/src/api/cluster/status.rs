@@ -34,6 +34,9 @@ pub mod condition {
     /// Negative polarity, like `Paused`: True (severity Warning) while a certificate is inside
     /// its window.
     pub const CERTIFICATES_EXPIRING: &str = "CertificatesExpiring";
+    /// Whether the spec is one admission would accept: False (reason `InvalidSpec`, naming each
+    /// field and its problem) whatever the plan does, shown even when Ready.
+    pub const SPEC_VALID: &str = "SpecValid";
 }
 
 /// Observed state. The first five fields keep the reference's meaning so the EKS-A fork of CAPI

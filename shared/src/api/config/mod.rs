@@ -50,6 +50,9 @@ pub use self::files::*;
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.bottlerocketConfig) || (has(self.format) && self.format == 'bottlerocket')").message("bottlerocketConfig is only used with format bottlerocket").field_path(".bottlerocketConfig").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("!has(self.format) || self.format != 'bottlerocket' || has(self.bottlerocketConfig)").message("bottlerocketConfig is required with format bottlerocket").field_path(".bottlerocketConfig").reason(Reason::FieldValueRequired))]
+#[x_kube(validation = Rule::new("!has(self.format) || self.format != 'bottlerocket' || !has(self.quotaBackendBytes)").message("quotaBackendBytes is cloud-config only: the bottlerocket bootstrap image passes etcd no quota").field_path(".quotaBackendBytes").reason(Reason::FieldValueForbidden))]
 pub struct EtcdadmConfigSpec {
     /// Extra users to add (cloud-init `users:`), unique by name; at most 32.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -130,6 +133,7 @@ pub struct EtcdadmConfigSpec {
     /// the NOSPACE alarm and refuses writes. Bytes or a quantity (`8Gi`), 16Mi to 32Gi. Unset:
     /// etcd's default, 2Gi. Set through etcd's environment file, so cloud-config only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = super::schema_rules::bytes_within("quotaBackendBytes", 16 << 20, 32 << 30))]
     pub quota_backend_bytes: Option<ByteQuantity>,
 
     /// etcd's corruption checks: `Enabled` turns on what the etcd version has (the check at

@@ -7,6 +7,7 @@
 //! control plane. The Cluster owns the infrastructure template, as KubeadmControlPlane makes it
 //! own its own (`view`).
 
+mod spec_condition;
 mod view;
 
 pub use self::view::LifecycleView;
@@ -72,8 +73,15 @@ impl ConcernStep for LifecycleStep {
     type View = LifecycleView;
     type Metrics = ();
 
-    /// `Paused`: True while the plan pauses (the Cluster or this EtcdadmCluster is paused).
+    /// `Paused`: True while the plan pauses (the Cluster or this EtcdadmCluster is paused);
+    /// `SpecValid`: the spec's problems, with a Warning Event when they appear or change.
     fn status(part: &mut StatusPart<'_>, step: Option<&Self>) {
+        let problems = spec_condition::problems(part.o);
+        let (valid, event) = spec_condition::condition(problems.as_deref(), part.old);
+        part.set_condition(valid);
+        if let Some(event) = event {
+            part.event(event);
+        }
         part.set_condition(if matches!(step, Some(LifecycleStep::Paused)) {
             NewCondition::true_(PAUSED, reason::PAUSED)
                 .with_message("the Cluster or this EtcdadmCluster is paused: nothing is written but status")

@@ -16,7 +16,6 @@ fn backed_up(snapshots: Vec<SnapshotSummary>, record: Option<BeforeChangeRecord>
         max_age: Duration::from_secs(600),
         record,
         snapshots,
-        proceed_without: false,
     });
     o
 }
@@ -31,10 +30,16 @@ fn snap(name: &str, phase: SnapshotPhase, revision: Option<i64>, age_secs: Optio
     }
 }
 
+/// When the recorded changes were decided.
+fn decided() -> Timestamp {
+    "2026-11-28T10:00:00Z".parse().unwrap()
+}
+
 fn recorded(reason: &str, snapshot: Option<&str>) -> Option<BeforeChangeRecord> {
     Some(BeforeChangeRecord {
         reason: reason.into(),
         revision: Some(100),
+        decided: Some(decided()),
         snapshot: snapshot.map(String::from),
         proceeded_without: false,
     })
@@ -184,18 +189,28 @@ fn a_fresh_snapshot_holding_the_revision_is_reused() {
     }
 }
 
+/// The annotation set on `o` with `value`.
+fn annotate(o: &mut Observation, value: &str) {
+    o.view_mut::<SafeChangeView>().unwrap().proceed_annotation = Some(value.into());
+}
+
+/// `o`'s change held by its failed before-change snapshot, recorded under `label`.
+fn held_by_failure(mut o: Observation, label: &str) -> Observation {
+    let view = o
+        .view_mut::<SafeChangeView>()
+        .unwrap()
+        .before_change
+        .as_mut()
+        .unwrap();
+    view.record = recorded(label, Some("c1-etcd-x-before"));
+    view.snapshots = vec![snap("c1-etcd-x-before", SnapshotPhase::Failed, None, Some(5))];
+    o
+}
+
 #[test]
 fn a_failed_snapshot_holds_the_change_with_its_reason_until_deleted() {
     for (what, label, o) in disruptive(backed_up(vec![], None)) {
-        let mut failed = o.clone();
-        let view = failed
-            .view_mut::<SafeChangeView>()
-            .unwrap()
-            .before_change
-            .as_mut()
-            .unwrap();
-        view.record = recorded(label, Some("c1-etcd-x-before"));
-        view.snapshots = vec![snap("c1-etcd-x-before", SnapshotPhase::Failed, None, Some(5))];
+        let mut failed = held_by_failure(o, label);
         let step = plan(&failed);
         assert_eq!(wait_reason(&step), reason::SNAPSHOT_FAILED, "{what}");
         assert!(step.is_refusal() && !step.writes());
@@ -204,7 +219,13 @@ fn a_failed_snapshot_holds_the_change_with_its_reason_until_deleted() {
             message.contains("StoreUnreachable: connection refused"),
             "{message}"
         );
-        assert!(message.contains(PROCEED_WITHOUT_SNAPSHOT_ANNOTATION), "{message}");
+        // The refusal prints the exact value that lets this change, and only it, go ahead.
+        assert!(
+            message.contains(&format!(
+                "{PROCEED_WITHOUT_SNAPSHOT_ANNOTATION}={label}@2026-11-28T10:00:00Z"
+            )),
+            "{message}"
+        );
         // Deleted by the operator: another is taken.
         failed
             .view_mut::<SafeChangeView>()
@@ -224,16 +245,8 @@ fn a_failed_snapshot_holds_the_change_with_its_reason_until_deleted() {
 #[test]
 fn the_override_annotation_lets_one_change_go_ahead_and_is_removed() {
     for (what, label, o) in disruptive(backed_up(vec![], None)) {
-        let mut asked = o.clone();
-        let view = asked
-            .view_mut::<SafeChangeView>()
-            .unwrap()
-            .before_change
-            .as_mut()
-            .unwrap();
-        view.record = recorded(label, Some("c1-etcd-x-before"));
-        view.snapshots = vec![snap("c1-etcd-x-before", SnapshotPhase::Failed, None, Some(5))];
-        view.proceed_without = true;
+        let mut asked = held_by_failure(o, label);
+        annotate(&mut asked, &format!("{label}@2026-11-28T10:00:00Z"));
         let step = plan(&asked);
         let Step::SafeChanges(used @ SafeChangeStep::ProceedWithout { .. }) = &step else {
             panic!("{what}: {step:?}")
@@ -244,19 +257,137 @@ fn the_override_annotation_lets_one_change_go_ahead_and_is_removed() {
         record_status(&mut status, &asked, Some(used), &now);
         assert!(status.before_change.as_ref().unwrap().proceeded_without);
         // The annotation is gone: this change goes ahead, the snapshot still Failed.
+        asked.view_mut::<SafeChangeView>().unwrap().proceed_annotation = None;
         let view = asked
             .view_mut::<SafeChangeView>()
             .unwrap()
             .before_change
             .as_mut()
             .unwrap();
-        view.proceed_without = false;
         view.record.as_mut().unwrap().proceeded_without = true;
         assert!(is_removal(&plan(&asked)), "{what}: {:?}", plan(&asked));
         // The next change needs its snapshot again.
         record_status(&mut status, &running(3), None, &now);
         assert_eq!(status.before_change, None);
     }
+}
+
+#[test]
+fn the_go_ahead_annotation_is_honoured_only_for_the_change_it_names() {
+    for (what, label, o) in disruptive(backed_up(vec![], None)) {
+        let held = held_by_failure(o, label);
+        let this_change = format!("{label}@2026-11-28T10:00:00Z");
+        let other_label = if label == BEFORE_ROLLOUT {
+            BEFORE_SCALE_DOWN
+        } else {
+            BEFORE_ROLLOUT
+        };
+        // (value, whether it lets this change go ahead)
+        for (value, honoured) in [
+            (this_change.clone(), true),
+            // An earlier change of the same kind, or one of the other kind.
+            (format!("{label}@2026-11-28T09:00:00Z"), false),
+            (format!("{other_label}@2026-11-28T10:00:00Z"), false),
+            // Without a change's name (what the annotation used to be): never.
+            (String::new(), false),
+            ("true".to_string(), false),
+        ] {
+            let mut asked = held.clone();
+            annotate(&mut asked, &value);
+            let step = plan(&asked);
+            if honoured {
+                assert!(
+                    matches!(step, Step::SafeChanges(SafeChangeStep::ProceedWithout { .. })),
+                    "{what} {value:?}: {step:?}"
+                );
+                continue;
+            }
+            // Not honoured: removed, with a Warning Event printing the value that would be.
+            let Step::SafeChanges(SafeChangeStep::DropStale { why, .. }) = &step else {
+                panic!("{what} {value:?}: {step:?}")
+            };
+            assert!(why.contains(&this_change), "{what} {value:?}: {why}");
+            let event = step.event(&asked).unwrap();
+            assert!(
+                event.warning && event.note.contains(&format!("{value:?}")),
+                "{}",
+                event.note
+            );
+            // Once removed, the change is held as before.
+            asked.view_mut::<SafeChangeView>().unwrap().proceed_annotation = None;
+            assert_eq!(wait_reason(&plan(&asked)), reason::SNAPSHOT_FAILED, "{what}");
+        }
+    }
+}
+
+#[test]
+fn a_go_ahead_annotation_naming_no_change_under_way_is_removed_with_a_word() {
+    let name = format!("{BEFORE_ROLLOUT}@2026-11-28T10:00:00Z");
+    // Set early, before any change: a later rollout is not waived by it.
+    let mut early = backed_up(vec![], None);
+    annotate(&mut early, &name);
+    // The change it named has ended (the snapshot was retaken and it went ahead): cleared.
+    let mut ended = backed_up(vec![], recorded(BEFORE_ROLLOUT, Some("c1-etcd-x-before")));
+    annotate(&mut ended, &name);
+    // Without spec.backup nothing waits for a snapshot.
+    let mut no_store = running(3);
+    annotate(&mut no_store, &name);
+    // A change under way not recorded yet has no name: none can match it.
+    let (_, _, mut unrecorded) = disruptive(backed_up(vec![], None)).remove(0);
+    annotate(&mut unrecorded, &name);
+    for (what, o, why) in [
+        (
+            "set early",
+            early,
+            "no rolling replacement or scale-down is under way",
+        ),
+        (
+            "its change ended",
+            ended,
+            "no rolling replacement or scale-down is under way",
+        ),
+        ("no store", no_store, "spec.backup is not set"),
+        (
+            "change not recorded yet",
+            unrecorded,
+            "not recorded in status.beforeChange yet",
+        ),
+    ] {
+        let step = plan(&o);
+        let Step::SafeChanges(SafeChangeStep::DropStale { why: said, .. }) = &step else {
+            panic!("{what}: {step:?}")
+        };
+        assert!(said.contains(why), "{what}: {said}");
+        assert_eq!(step.reason().0, reason::GO_AHEAD_IGNORED, "{what}");
+        assert!(step.writes());
+    }
+    // Naming the change under way, before its removal is reached (a rollout's surge): kept.
+    let mut surging = backed_up(vec![], recorded(BEFORE_ROLLOUT, None));
+    outdate_all(&mut surging);
+    annotate(&mut surging, &name);
+    assert!(
+        matches!(plan(&surging), Step::Machines(MachineStep::CreateMachine { .. })),
+        "{:?}",
+        plan(&surging)
+    );
+}
+
+#[test]
+fn a_change_keeps_the_time_it_was_decided_so_its_name_holds() {
+    let (_, label, o) = disruptive(backed_up(vec![], recorded(BEFORE_ROLLOUT, None))).remove(0);
+    assert_eq!(label, BEFORE_ROLLOUT);
+    let mut status = EtcdadmClusterStatus::default();
+    let later = Time("2026-11-28T11:00:00Z".parse().unwrap());
+    record_status(&mut status, &o, None, &later);
+    assert_eq!(
+        status.before_change.unwrap().decided,
+        Some(Time(decided())),
+        "a restarted controller names the change as before"
+    );
+    assert_eq!(
+        change_name(label, decided()),
+        "before-rollout@2026-11-28T10:00:00Z"
+    );
 }
 
 #[test]
