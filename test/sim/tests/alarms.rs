@@ -199,14 +199,13 @@ async fn fill_and_repair(
         reasons.iter().any(|r| r == "DatabaseQuotaExceeded"),
         "the condition named the full database: {reasons:?}"
     );
-    // A member's quota is read from its /metrics once its own Status lists NOSPACE, which may
-    // trail the alarm the controller first sees by a round: the repair's later words name it.
+    // A member's quota is read from its /metrics as soon as the cluster's alarm list shows
+    // NOSPACE: the repair's first words already name the quota etcd runs with.
     let reported = format!(" of {}", etcdadm_shared::api::quantity::human(quota));
+    let first = messages.first().expect("a DatabaseQuotaExceeded message");
     assert!(
-        messages
-            .iter()
-            .any(|m| m.contains(&reported) && !m.contains("believed")),
-        "no message named the quota etcd runs with: {messages:#?}"
+        first.contains(&reported) && !first.contains("believed"),
+        "the first message of the repair did not name the quota etcd runs with: {messages:#?}"
     );
 
     // Ready again, the alarm gone from status, nothing deleted, every acknowledged key there.

@@ -23,6 +23,8 @@ use super::read::Reads;
 use super::views::{Alarm, AlarmKind, Checked, EtcdView, MachineView, MemberView};
 use crate::metrics::EtcdClusterMetrics;
 
+mod full;
+
 /// The metric etcd publishes the backend quota it runs with as (from 3.4).
 pub const QUOTA_METRIC: &str = "etcd_server_quota_backend_bytes";
 /// Members probed at the same time, per cluster.
@@ -136,11 +138,11 @@ pub struct Probe {
     pub status: Result<MemberStatus, String>,
     /// `notAfter` of the server certificate the member presented in the handshake.
     pub certificate_expiry: Option<SystemTime>,
-    /// Whether its history before its revision is compacted, asked only while it reports
-    /// NOSPACE (the repair compacts first).
+    /// Whether its history before its revision is compacted, asked only while NOSPACE is raised
+    /// (the repair compacts first; [`full`]).
     pub history_compacted: Option<bool>,
-    /// The backend quota it runs with as it publishes it on `/metrics`, read only while it
-    /// reports NOSPACE and its Status does not say (etcd before 3.6).
+    /// The backend quota it runs with as it publishes it on `/metrics`, read only while NOSPACE
+    /// is raised and its Status does not say (etcd before 3.6; [`full`]).
     pub quota_published: Option<u64>,
     /// etcd's hash of its store at the cluster's common revision, asked only while CORRUPT is
     /// raised (`hash_all`).
@@ -184,44 +186,16 @@ async fn probe(url: String, client: Result<Arc<MemberClient>, EtcdError>) -> Pro
         },
         Ok(client) => {
             let (health, status) = tokio::join!(client.health(), client.status());
-            let full = status
-                .as_ref()
-                .ok()
-                .filter(|s| s.errors.iter().any(|e| e.contains(AlarmKind::NoSpace.as_str())));
-            let (history_compacted, quota_published) = match full {
-                Some(s) => (
-                    client.is_compacted_before(s.revision).await.ok(),
-                    published_quota(&client, s).await,
-                ),
-                None => (None, None),
-            };
             Probe {
                 client_url: url,
                 health: health.map_err(|e| e.to_string()),
                 status: status.map_err(|e| e.to_string()),
                 certificate_expiry: client.server_certificate_expiry(),
                 client: Some(client),
-                history_compacted,
-                quota_published,
+                history_compacted: None,
+                quota_published: None,
                 hash: None,
             }
-        }
-    }
-}
-
-/// The quota a member runs with, from its `/metrics` (`etcd_server_quota_backend_bytes`), when
-/// its Status does not report it: etcd 3.4 and 3.5 publish it there only.
-async fn published_quota(client: &MemberClient, status: &MemberStatus) -> Option<u64> {
-    if status.db_size_quota.is_some() {
-        return None;
-    }
-    match client.metric(QUOTA_METRIC).await {
-        // A float in the exposition; a quota is a whole, positive number of bytes.
-        Ok(Some(value)) if (1.0..1e19).contains(&value) => Some(value as u64),
-        Ok(_) => None,
-        Err(e) => {
-            debug!(url = %client.endpoint(), error = %e, "reading the quota from /metrics failed");
-            None
         }
     }
 }
@@ -363,6 +337,7 @@ pub async fn check(clients: &EtcdClients, input: &CheckInput<'_>) -> Result<Chec
     };
 
     probe_strangers(clients, input, &urls, &members, &mut probes).await?;
+    full::read_all(&mut probes, &alarms).await;
     if alarms.iter().any(|a| a.kind == AlarmKind::Corrupt) {
         hash_all(&mut probes).await;
     }
