@@ -762,6 +762,22 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             ],
         ),
         (
+            "a continuous backup every second",
+            cluster(json!({"backup": merged(backup(), json!({"continuous": {"interval": "1s"}}))})),
+            &[
+                "spec.backup.continuous.interval",
+                "must be a duration from 5s to 10m",
+            ],
+        ),
+        (
+            "a continuous backup every hour",
+            cluster(json!({"backup": merged(backup(), json!({"continuous": {"interval": "1h"}}))})),
+            &[
+                "spec.backup.continuous.interval",
+                "must be a duration from 5s to 10m",
+            ],
+        ),
+        (
             "a restore naming nothing",
             cluster(json!({"restore": {"snapshot": {}}})),
             &["spec.restore.snapshot", "set either name, or store and key"],

@@ -56,3 +56,12 @@ pub fn duration_at_least(field: &str, min: &str) -> Rule {
         .message(format!("{field} must be a duration of at least {min}").as_str())
         .reason(Reason::FieldValueInvalid)
 }
+
+/// A Go duration string from `min` to `max` (`5s`, `10m`).
+pub fn duration_within(field: &str, min: &str, max: &str) -> Rule {
+    Rule::new(format!(
+        "duration(self) >= duration('{min}') && duration(self) <= duration('{max}')"
+    ))
+    .message(format!("{field} must be a duration from {min} to {max}").as_str())
+    .reason(Reason::FieldValueInvalid)
+}

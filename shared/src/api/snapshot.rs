@@ -135,9 +135,31 @@ pub struct EtcdadmSnapshotStatus {
     /// Attempts started (a controller restart during an attempt starts another).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempts: Option<i32>,
+    /// Continuous backup after this snapshot: the delta objects uploaded beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deltas: Option<DeltasStatus>,
     /// `Ready`: True once Succeeded; otherwise why not (what it waits for, or why it failed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// The delta objects uploaded after a snapshot (`<key>.deltas/`), as last recorded: a restore
+/// to the latest write refuses a chain that ends before `lastRevision`.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeltasStatus {
+    /// Delta objects uploaded.
+    pub count: i64,
+    /// The last revision they hold.
+    pub last_revision: i64,
+    /// When the watch delivered that revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_time: Option<Time>,
+    /// Set once no more deltas follow this snapshot, and why: `Superseded` (a newer snapshot
+    /// took over), `Compacted` (etcd compacted revisions before they were read: a new snapshot
+    /// is taken), `Stopped` (continuous backup turned off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
 }
 
 impl EtcdadmSnapshot {
@@ -286,6 +308,46 @@ pub struct Backup {
     /// while a store is set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before_change: Option<BeforeChange>,
+    /// Continuous backup: after the newest Succeeded snapshot, every write since is uploaded
+    /// beside it in delta objects, so a restore can lose at most `interval` of writes
+    /// (docs/day2.md, "Continuous backup").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuous: Option<Continuous>,
+}
+
+/// How often continuous backup uploads the writes since its last upload.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Continuous {
+    /// A duration from 5s to 10m (default 20s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::api::schema_rules::duration_within("interval", "5s", "10m"))]
+    #[schemars(
+        length(max = 64),
+        regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
+    )]
+    pub interval: Option<String>,
+}
+
+/// Default `continuous.interval`.
+pub const DEFAULT_CONTINUOUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(20);
+/// The bounds of `continuous.interval`: more often is a write per cluster every few seconds to
+/// the store, less often is not continuous.
+pub const CONTINUOUS_INTERVAL_RANGE: std::ops::RangeInclusive<std::time::Duration> =
+    std::time::Duration::from_secs(5)..=std::time::Duration::from_secs(600);
+
+impl Continuous {
+    /// The interval, defaulted (an unreadable one is refused by admission and reported).
+    pub fn interval(&self) -> std::time::Duration {
+        self.interval
+            .as_deref()
+            .and_then(|text| crate::duration::parse(text).ok())
+            .map_or(DEFAULT_CONTINUOUS_INTERVAL, |d| {
+                d.clamp(
+                    *CONTINUOUS_INTERVAL_RANGE.start(),
+                    *CONTINUOUS_INTERVAL_RANGE.end(),
+                )
+            })
+    }
 }
 
 /// Which scheduled and on-demand snapshots are kept: the newest `keep`, and the newest of each

@@ -2,7 +2,9 @@
 //! the snapshot controller fails a snapshot with the same words when an object bypassed it.
 
 use super::field::{FieldError, quoted};
-use crate::api::snapshot::{Backup, Restore, Retention, S3Store, ServerSideEncryption};
+use crate::api::snapshot::{
+    Backup, CONTINUOUS_INTERVAL_RANGE, Restore, Retention, S3Store, ServerSideEncryption,
+};
 use crate::cron::Schedule;
 
 /// Every problem with `backup` (whose path is `base`, e.g. `spec.backup`).
@@ -15,6 +17,16 @@ pub fn validate_backup(backup: &Backup, base: &str) -> Vec<FieldError> {
     }
     if let Some(retention) = &backup.retention {
         errors.extend(retention_problems(retention, &format!("{base}.retention")));
+    }
+    if let Some(text) = backup.continuous.as_ref().and_then(|c| c.interval.as_deref()) {
+        let path = format!("{base}.continuous.interval");
+        match crate::duration::parse(text) {
+            Err(e) => errors.push(FieldError::new(path, e.to_string())),
+            Ok(d) if !CONTINUOUS_INTERVAL_RANGE.contains(&d) => {
+                errors.push(FieldError::new(path, format!("{text}: must be 5s to 10m")))
+            }
+            Ok(_) => {}
+        }
     }
     if let Some(before) = &backup.before_change {
         let path = format!("{base}.beforeChange");
@@ -404,6 +416,21 @@ mod tests {
             "spec.backup",
         );
         assert_eq!(paths(&errors), ["spec.backup.store.s3.prefix"]);
+        for refused in ["1s", "11m", "soon"] {
+            let errors = validate_backup(
+                &backup(json!({"continuous": {"interval": refused}})),
+                "spec.backup",
+            );
+            assert_eq!(paths(&errors), ["spec.backup.continuous.interval"], "{refused}");
+        }
+        for accepted in ["5s", "20s", "10m"] {
+            let continuous = backup(json!({"continuous": {"interval": accepted}}));
+            assert!(
+                validate_backup(&continuous, "spec.backup").is_empty(),
+                "{accepted}"
+            );
+        }
+        assert!(validate_backup(&backup(json!({"continuous": {}})), "spec.backup").is_empty());
     }
 
     #[test]
