@@ -12,6 +12,7 @@ use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, EtcdadmSnapshotSpec, S3Store};
 
 use super::context::{Context, FIELD_MANAGER, patch_params};
+use super::continuous::FOR_CONTINUOUS_ANNOTATION;
 use super::moving::{MOVE_LABEL, MoveStep, RECORD_ANNOTATION};
 use super::observe::store_client;
 use super::plan::{MAX_ATTEMPTS, SCHEDULED_FOR_ANNOTATION, reason};
@@ -117,27 +118,19 @@ pub async fn schedule(
     name: &str,
     tick: Timestamp,
 ) -> Result<(), Error> {
-    let namespace = cluster.namespace().unwrap_or_default();
-    let api: Api<EtcdadmSnapshot> = Api::namespaced(ctx.client.clone(), &namespace);
-    let mut snapshot = new_snapshot(cluster, name, None);
-    snapshot.metadata.annotations = Some([(SCHEDULED_FOR_ANNOTATION.to_string(), tick.to_string())].into());
-    let params = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    match api.create(&params, &snapshot).await {
-        Ok(_) => {
-            info!(etcdcluster = %cluster.name_any(), snapshot = name, %tick, "scheduled snapshot created");
-            let note = format!("created EtcdadmSnapshot {name} for the schedule time {tick}");
-            ctx.event(cluster, false, "SnapshotScheduled", note).await;
-            Ok(())
-        }
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    let note = format!("created EtcdadmSnapshot {name} for the schedule time {tick}");
+    create(
+        ctx,
+        cluster,
+        name,
+        (SCHEDULED_FOR_ANNOTATION, tick.to_string()),
+        "SnapshotScheduled",
+        note,
+    )
+    .await
 }
 
-/// Delete a snapshot retention keeps no longer: its object first, so a crash in between leaves the
+/// Delete a snapshot retention keeps no longer: its deltas and object first, so a crash in between leaves the
 /// snapshot to be retired again rather than an object nobody knows of.
 pub async fn retire(
     ctx: &Context,
@@ -150,6 +143,14 @@ pub async fn retire(
         let client = store_client(&ctx.client, &namespace, store, ctx.store_request_deadline)
             .await?
             .map_err(Error::Store)?;
+        // Its deltas first: a controller stopped half-way leaves the snapshot to retire again.
+        let deltas = client
+            .list(&etcdadm_shared::backup::delta::prefix(key))
+            .await
+            .map_err(Error::Store)?;
+        for delta in &deltas {
+            client.delete_object(&delta.key).await.map_err(Error::Store)?;
+        }
         client.delete_object(key).await.map_err(Error::Store)?;
     }
     let api: Api<EtcdadmSnapshot> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -160,13 +161,57 @@ pub async fn retire(
     }
     let note = match object {
         Some((store, key)) => format!(
-            "deleted EtcdadmSnapshot {snapshot} and its object {}/{key} (retention keeps it no longer)",
+            "deleted EtcdadmSnapshot {snapshot}, its object {}/{key} and its deltas (retention keeps it no longer)",
             store.bucket
         ),
         None => format!("deleted EtcdadmSnapshot {snapshot} (retention keeps it no longer)"),
     };
     ctx.event(cluster, false, "SnapshotRetired", note).await;
     Ok(())
+}
+
+/// Create the full snapshot continuous backup needs (an existing one of that name is it).
+pub async fn continuous_snapshot(ctx: &Context, cluster: &EtcdadmCluster, name: &str) -> Result<(), Error> {
+    let note = format!("created EtcdadmSnapshot {name}: continuous backup follows a full snapshot");
+    let annotation = (FOR_CONTINUOUS_ANNOTATION, Timestamp::now().to_string());
+    create(
+        ctx,
+        cluster,
+        name,
+        annotation,
+        "SnapshotForContinuousBackup",
+        note,
+    )
+    .await
+}
+
+/// Create snapshot `name` of `cluster` with `annotation`, saying `note` (an existing one of that
+/// name is it: creating twice is harmless).
+async fn create(
+    ctx: &Context,
+    cluster: &EtcdadmCluster,
+    name: &str,
+    annotation: (&str, String),
+    reason: &'static str,
+    note: String,
+) -> Result<(), Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let api: Api<EtcdadmSnapshot> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut snapshot = new_snapshot(cluster, name, None);
+    snapshot.metadata.annotations = Some([(annotation.0.to_string(), annotation.1)].into());
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&params, &snapshot).await {
+        Ok(_) => {
+            info!(etcdcluster = %cluster.name_any(), snapshot = name, reason, "snapshot created");
+            ctx.event(cluster, false, reason, note).await;
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `spec.backup.schedule` does not parse: say so on the cluster.

@@ -13,6 +13,7 @@ use etcdadm_shared::manager::events::{EventNote, Recorder};
 
 use etcdadm_shared::backup::StreamLimits;
 
+use super::continuous::recorders::Recorders;
 use super::pool::SnapshotPool;
 use crate::metrics::SnapshotMetrics;
 
@@ -45,10 +46,16 @@ pub struct Context {
     /// The deadline of each store request but part uploads (a tenant's store must not hold a
     /// reconcile for as long as it likes).
     pub store_request_deadline: Duration,
+    /// Continuous backup's recorders, one per cluster that has one.
+    pub recorders: Arc<Recorders>,
 }
 
 impl Context {
     pub fn new(client: Client) -> Self {
+        let recorders = Arc::new(Recorders::new(
+            client.clone(),
+            etcdadm_shared::store::limits::REQUEST_DEADLINE,
+        ));
         Context {
             recorder: Recorder::for_controller(client.clone(), "etcdadm-controller"),
             client,
@@ -58,6 +65,7 @@ impl Context {
             metrics: None,
             snapshot_pool: SnapshotPool::new(DEFAULT_SNAPSHOT_SLOTS),
             store_request_deadline: etcdadm_shared::store::limits::REQUEST_DEADLINE,
+            recorders,
         }
     }
 

@@ -18,6 +18,7 @@
 mod apply;
 mod checksums;
 mod context;
+mod continuous;
 mod moving;
 mod observe;
 mod plan;
@@ -65,6 +66,8 @@ pub const CONTROLLER_NAME: &str = "etcdadmsnapshot";
 const MAX_STEPS: usize = 16;
 /// Retry after an error.
 const ERROR_REQUEUE: Duration = Duration::from_secs(10);
+/// A cluster with continuous backup is looked at again at least this often.
+const CONTINUOUS_CHECK: Duration = Duration::from_secs(60);
 /// A snapshot that found every slot taken looks again after this.
 const SLOT_RETRY: Duration = Duration::from_secs(5);
 
@@ -79,6 +82,7 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
     let clusters: Api<EtcdadmCluster> = Api::namespaced(ctx.client.clone(), &namespace);
     for _ in 0..MAX_STEPS {
         let Some(cluster) = clusters.get_opt(&name).await? else {
+            ctx.recorders.forget(&namespace, &name);
             return Ok(Action::await_change());
         };
         let snapshots = observe::snapshots_of(&ctx.client, &namespace, &name).await?;
@@ -94,11 +98,13 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
             Some(_) => observe::referenced_snapshots(&ctx.client, &namespace).await?,
             None => Vec::new(),
         };
+        let now = Timestamp::now();
         let step = plan::plan(&Observed {
             cluster: &cluster,
             snapshots: &snapshots,
-            now: Timestamp::now(),
+            now,
             referenced: &referenced,
+            continuous_snapshot: continuous::full_snapshot_wanted(&cluster, &snapshots, now),
         });
         let find = |wanted: &str| {
             snapshots.iter().find(|s| s.name_any() == wanted).ok_or_else(|| {
@@ -107,8 +113,17 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
         };
         match step {
             Step::Idle { requeue } => {
+                // Continuous backup's recorder follows what is settled; looked at again at
+                // least every minute, so one that stopped starts again.
+                let recording = continuous::recording(&cluster, &snapshots);
+                let requeue = match recording.is_some() {
+                    true => Some(requeue.map_or(CONTINUOUS_CHECK, |r| r.min(CONTINUOUS_CHECK))),
+                    false => requeue,
+                };
+                ctx.recorders.ensure(&cluster, recording);
                 return Ok(requeue.map_or_else(Action::await_change, Action::requeue));
             }
+            Step::ContinuousSnapshot { name } => apply::continuous_snapshot(&ctx, &cluster, &name).await?,
             Step::Interrupted { snapshot, retry } => {
                 apply::interrupted(&ctx, find(&snapshot)?, retry).await?;
             }
@@ -147,6 +162,7 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
                 }
             }
             Step::Retire { snapshot, object } => {
+                ctx.recorders.release(&cluster, &snapshot).await;
                 apply::retire(&ctx, &cluster, &snapshot, object.as_ref()).await?;
             }
             Step::Schedule { name, tick } => apply::schedule(&ctx, &cluster, &name, tick).await?,

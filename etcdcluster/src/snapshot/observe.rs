@@ -17,6 +17,9 @@ use etcdadm_shared::store::{StoreClient, StoreCredentials, StoreError};
 
 use etcdadm_shared::error::Error;
 
+/// Common name of the client certificate the controller reads snapshots and watches with.
+pub const CLIENT_COMMON_NAME: &str = "etcdadm-controller";
+
 /// The snapshots of the EtcdadmCluster `cluster` in `namespace`, as the API has them now.
 pub async fn snapshots_of(
     client: &Client,

@@ -49,6 +49,8 @@ pub struct Observed<'a> {
     pub snapshots: &'a [EtcdadmSnapshot],
     pub now: Timestamp,
     pub referenced: &'a [String],
+    /// The full snapshot continuous backup needs (`continuous::full_snapshot_wanted`).
+    pub continuous_snapshot: Option<String>,
 }
 
 /// The member a snapshot is read from.
@@ -93,6 +95,8 @@ pub enum Step {
     },
     /// Create the snapshot the schedule asks for at `tick`.
     Schedule { name: String, tick: Timestamp },
+    /// Create the full snapshot continuous backup needs (none to follow, or deltas compacted).
+    ContinuousSnapshot { name: String },
     /// `spec.backup.schedule` does not parse (admission refuses it; this object bypassed it).
     InvalidSchedule { message: String },
 }
@@ -151,6 +155,9 @@ pub fn plan(o: &Observed) -> Step {
         };
     }
 
+    if let Some(name) = o.continuous_snapshot.clone() {
+        return Step::ContinuousSnapshot { name };
+    }
     let mut requeue = waiting.then_some(WAIT_REQUEUE);
     if let Some(expression) = cluster.spec.backup.as_ref().and_then(|b| b.schedule.as_deref()) {
         let schedule = match Schedule::parse(expression) {

@@ -17,13 +17,11 @@ use etcdadm_shared::backup::{StoredSnapshot, stream_to_store};
 use etcdadm_shared::etcd::{EtcdTls, MemberClient};
 
 use super::context::{Context, patch_params};
-use super::observe::{cluster_ca, store_client};
+use super::observe::{CLIENT_COMMON_NAME, cluster_ca, store_client};
 use super::plan::Target;
 use super::status;
 use etcdadm_shared::error::Error;
 
-/// Common name of the client certificate the controller reads snapshots with.
-pub const CLIENT_COMMON_NAME: &str = "etcdadm-controller";
 /// Lifetime of that certificate: one snapshot's worth.
 const CLIENT_CERT_VALIDITY: Duration = Duration::from_secs(3600);
 /// Deadline of the member's short calls (its revision, opening the stream).

@@ -149,8 +149,10 @@ pub struct EtcdadmSnapshotStatus {
 #[serde(rename_all = "camelCase")]
 pub struct DeltasStatus {
     /// Delta objects uploaded.
+    #[serde(default)]
     pub count: i64,
-    /// The last revision they hold.
+    /// The last revision they hold (the snapshot's own while there are none).
+    #[serde(default)]
     pub last_revision: i64,
     /// When the watch delivered that revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -513,8 +513,8 @@ const HEALTH_PATH: &str = "/health?exclude=NOSPACE&exclude=CORRUPT";
 /// (`{"health":"true","reason":""}`).
 pub const MAX_HEALTH_ANSWER: usize = 4 << 10;
 
-/// The most of any other answer that is read, but a snapshot's: a member list of a large
-/// cluster is a few KiB. A snapshot's messages are each at most tonic's 4 MiB.
+/// The most of any other answer that is read, but a snapshot's or a watch's: a member list of a
+/// large cluster is a few KiB. Their messages are each at most tonic's 4 MiB.
 pub const MAX_ANSWER: usize = 64 << 10;
 
 /// HTTP/2 flow-control window, per stream and per connection: what a member can send before it
@@ -525,10 +525,11 @@ const WINDOW: u32 = 1 << 20;
 /// The largest block of response headers accepted (hyper's default, said here).
 const MAX_HEADER_LIST: u32 = 16 << 10;
 
-/// The one call whose answer is a stream of any length (a message at a time).
-const SNAPSHOT_PATH: &str = "/etcdserverpb.Maintenance/Snapshot";
+/// The calls whose answer is a stream of any length, read a message at a time (each at most
+/// tonic's 4 MiB): a snapshot, and continuous backup's watch.
+const STREAMED_PATHS: [&str; 2] = ["/etcdserverpb.Maintenance/Snapshot", "/etcdserverpb.Watch/Watch"];
 
-/// The channel the etcd client speaks gRPC over, with every answer but a snapshot's cut at
+/// The channel the etcd client speaks gRPC over, with every answer but a stream's cut at
 /// [`MAX_ANSWER`]: a member that answers more fails the call instead of growing the controller.
 #[derive(Clone)]
 struct CappedAnswers {
@@ -548,7 +549,7 @@ impl Service<GrpcRequest> for CappedAnswers {
     }
 
     fn call(&mut self, request: GrpcRequest) -> Self::Future {
-        let capped = request.uri().path() != SNAPSHOT_PATH;
+        let capped = !STREAMED_PATHS.contains(&request.uri().path());
         let answer = self.inner.call(request);
         Box::pin(async move {
             let response = answer.await?;
@@ -711,8 +712,11 @@ mod tests {
     }
 
     #[test]
-    fn only_a_snapshots_answer_goes_uncapped() {
-        assert_eq!(SNAPSHOT_PATH, "/etcdserverpb.Maintenance/Snapshot");
+    fn only_a_snapshots_and_a_watchs_answers_go_uncapped() {
+        assert_eq!(
+            STREAMED_PATHS,
+            ["/etcdserverpb.Maintenance/Snapshot", "/etcdserverpb.Watch/Watch"]
+        );
         const { assert!(MAX_HEALTH_ANSWER < MAX_ANSWER && MAX_ANSWER < WINDOW as usize) };
     }
 

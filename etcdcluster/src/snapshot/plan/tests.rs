@@ -58,6 +58,7 @@ fn step(cluster: &EtcdadmCluster, snapshots: &[EtcdadmSnapshot]) -> Step {
         snapshots,
         now: now(),
         referenced: &[],
+        continuous_snapshot: None,
     })
 }
 
@@ -349,6 +350,7 @@ fn the_schedule_creates_one_snapshot_for_the_latest_time_missed() {
         ],
         now: "2026-11-24T10:11:00Z".parse().unwrap(),
         referenced: &[],
+        continuous_snapshot: None,
     });
     assert!(
         matches!(later, Step::Wait { .. } | Step::Take { .. }),
@@ -373,4 +375,30 @@ fn scheduled_names_fit_an_object_name() {
     assert_eq!(scheduled_name("c1-etcd", tick), "c1-etcd-202601020304");
     let long = "x".repeat(300);
     assert_eq!(scheduled_name(&long, tick).len(), 253);
+}
+
+#[test]
+fn the_full_snapshot_continuous_backup_needs_comes_after_a_pending_one() {
+    let c = cluster(json!({}));
+    let observed = |snapshots: &[EtcdadmSnapshot]| {
+        plan(&Observed {
+            cluster: &c,
+            snapshots,
+            now: now(),
+            referenced: &[],
+            continuous_snapshot: Some("c1-etcd-continuous-20261124100700".into()),
+        })
+    };
+    assert_eq!(
+        observed(&[]),
+        Step::ContinuousSnapshot {
+            name: "c1-etcd-continuous-20261124100700".into()
+        }
+    );
+    let pending = [snapshot("s1", "2026-11-24T10:00:00Z", json!({}))];
+    assert!(
+        matches!(observed(&pending), Step::Take { .. }),
+        "{:?}",
+        observed(&pending)
+    );
 }
