@@ -311,8 +311,9 @@ pub struct Backup {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before_change: Option<BeforeChange>,
     /// Continuous backup: after the newest Succeeded snapshot, every write since is uploaded
-    /// beside it in delta objects, so a restore can lose at most `interval` of writes
-    /// (docs/day2.md, "Continuous backup").
+    /// beside it in delta objects, at most `interval` behind (docs/day2.md, "Continuous
+    /// backup"). Restores do not apply the deltas yet: `spec.restore` and a recovery restore the
+    /// full snapshot alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continuous: Option<Continuous>,
 }
