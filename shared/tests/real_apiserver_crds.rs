@@ -953,6 +953,18 @@ async fn the_schema_refuses_what_admission_refuses_where_cel_can_say_it() {
                 json!({"infrastructureTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2"}}),
             ),
         ),
+        (
+            "a user name with a trailing $ and a mirror with a port and path",
+            config_with(
+                json!({"users": [{"name": "_svc-1$"}], "registryMirror": {"endpoint": "[::1]:5000/v2/mirror"}}),
+            ),
+        ),
+        (
+            "a store on a plain host and port with a path",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"endpoint": "https://10.0.0.5:9000/s3", "bucket": "a.b-c"}}}))}),
+            ),
+        ),
         // Only the webhook and the controller read a cron expression's field ranges.
         (
             "a window whose cron only admission reads",
@@ -961,7 +973,7 @@ async fn the_schema_refuses_what_admission_refuses_where_cel_can_say_it() {
     ];
     let quota = "must be a whole number of bytes from 16.0 MiB to 32.0 GiB";
     let cluster_quota = "spec.etcdadmConfigSpec.quotaBackendBytes";
-    let refused: [(&str, Value, &[&str]); 24] = [
+    let refused: [(&str, Value, &[&str]); 35] = [
         (
             "the issue's 1Ki quota on a cluster",
             cluster(json!({"etcdadmConfigSpec": {"quotaBackendBytes": "1Ki"}})),
@@ -1098,6 +1110,77 @@ async fn the_schema_refuses_what_admission_refuses_where_cel_can_say_it() {
             "a store prefix from the root",
             cluster(json!({"backup": merged(backup(), json!({"store": {"s3": {"prefix": "/prod"}}}))})),
             &["spec.backup.store.s3.prefix", "must not start with '/'"],
+        ),
+        (
+            "a store bucket in capitals",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"bucket": "Etcd-Backups"}}}))}),
+            ),
+            &["spec.backup.store.s3.bucket", "should match"],
+        ),
+        (
+            "a store bucket ending in a dot",
+            cluster(json!({"backup": merged(backup(), json!({"store": {"s3": {"bucket": "etcd."}}}))})),
+            &["spec.backup.store.s3.bucket", "should match"],
+        ),
+        (
+            "a store endpoint with credentials",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"endpoint": "https://key:secret@s3.example.com"}}}))}),
+            ),
+            &[
+                "spec.backup.store.s3.endpoint",
+                "without credentials, query or fragment",
+            ],
+        ),
+        (
+            "a store endpoint with a query",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"endpoint": "https://s3.example.com/?x=1"}}}))}),
+            ),
+            &[
+                "spec.backup.store.s3.endpoint",
+                "without credentials, query or fragment",
+            ],
+        ),
+        (
+            "a restore into Bottlerocket members",
+            cluster(
+                json!({"restore": {"snapshot": {"name": "s"}}, "etcdadmConfigSpec": {"format": "bottlerocket", "bottlerocketConfig": bottlerocket_config()}}),
+            ),
+            &["spec.restore", "needs etcdadmConfigSpec.format cloud-config"],
+        ),
+        (
+            "a user name in capitals",
+            config_with(json!({"users": [{"name": "Admin"}]})),
+            &["spec.users[0].name", "should match"],
+        ),
+        (
+            "a user name of 33 characters",
+            config_with(json!({"users": [{"name": "u".repeat(33)}]})),
+            &["spec.users[0].name", "Too long"],
+        ),
+        (
+            "a registry mirror without an endpoint",
+            config(json!({"registryMirror": {"caCert": "pem"}})),
+            &["spec.registryMirror.endpoint", "endpoint is required"],
+        ),
+        (
+            "a registry mirror with a scheme",
+            config_with(json!({"registryMirror": {"endpoint": "https://mirror.example"}})),
+            &["spec.registryMirror.endpoint", "no scheme"],
+        ),
+        (
+            "a registry mirror trusting a CA and skipping the check",
+            config_with(
+                json!({"registryMirror": {"endpoint": "mirror.example", "caCert": "pem", "insecureSkipVerify": true}}),
+            ),
+            &["spec.registryMirror.insecureSkipVerify", "remove one of them"],
+        ),
+        (
+            "an etcd setting outside the list",
+            config_with(json!({"etcdSettings": {"data-dir": "/tmp"}})),
+            &["spec.etcdSettings", "allowed are auto-compaction-mode"],
         ),
     ];
     let failures = judge(&client, &accepted, &refused).await;
