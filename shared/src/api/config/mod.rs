@@ -111,6 +111,7 @@ pub struct EtcdadmConfigSpec {
     /// 2048 characters (every suite Go knows fits in under 1000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 2048))]
+    #[x_kube(validation = crate::validation::cipher_suites_rule())]
     pub cipher_suites: Option<String>,
 
     /// NTP configuration (cloud-init `ntp:`).
