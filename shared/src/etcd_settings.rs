@@ -57,6 +57,22 @@ const ALLOWED: &[(&str, Shape)] = &[
     (COMPACT_HASH_CHECK_TIME, Shape::Duration(Duration::from_secs(60))),
 ];
 
+/// The CEL rule `etcdSettings`' schema carries: every name from the list (each value's shape
+/// stays admission's and the controller's).
+pub fn names_rule() -> kube::core::Rule {
+    let names: Vec<String> = ALLOWED.iter().map(|(n, _)| format!("'{n}'")).collect();
+    let listed: Vec<&str> = ALLOWED.iter().map(|(n, _)| *n).collect();
+    kube::core::Rule::new(format!("self.all(name, name in [{}])", names.join(", ")))
+        .message(
+            format!(
+                "etcdSettings names a setting outside the list: allowed are {}",
+                listed.join(", ")
+            )
+            .as_str(),
+        )
+        .reason(kube::core::Reason::FieldValueInvalid)
+}
+
 const COMPACT_HASH_CHECK_TIME: &str = "experimental-compact-hash-check-time";
 const DEFAULT_HEARTBEAT_MS: u64 = 100;
 const DEFAULT_ELECTION_MS: u64 = 1_000;

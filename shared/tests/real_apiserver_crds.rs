@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use etcdadm_envtest::{KubeApiServer, read_crds};
+use etcdadm_shared::validation::GO_TLS12_CIPHER_SUITES;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
@@ -142,6 +143,22 @@ fn config_with(patch: Value) -> Value {
     config(spec)
 }
 
+/// A cipher suite list of exactly 2048 characters, every entry a name Go knows (the last one
+/// padded with spaces, which admission trims).
+fn longest_cipher_suites() -> String {
+    let mut list = String::new();
+    for name in GO_TLS12_CIPHER_SUITES.iter().cycle() {
+        if list.len() + name.len() + 1 > 2048 {
+            break;
+        }
+        if !list.is_empty() {
+            list.push(',');
+        }
+        list.push_str(name);
+    }
+    format!("{list:<2048}")
+}
+
 fn strings(n: usize, prefix: &str) -> Value {
     (0..n).map(|i| format!("{prefix}{i}")).collect::<Vec<_>>().into()
 }
@@ -270,7 +287,7 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
                 "preEtcdadmCommands": strings(64, "c"),
                 "files": objects(128, |i| json!({"path": format!("/f/{i}{}", "x".repeat(if i == 0 { 4096 - 4 } else { 0 }))})),
                 "certBundles": objects(64, |i| json!({"name": format!("b{i}{}", "n".repeat(if i == 0 { 253 - 2 } else { 0 })), "data": "d"})),
-                "cipherSuites": "x".repeat(2048),
+                "cipherSuites": longest_cipher_suites(),
                 "ntp": {"servers": strings(32, "s")},
                 "proxy": {"noProxy": strings(256, "h")},
             })),
@@ -969,6 +986,25 @@ async fn the_schema_refuses_what_admission_refuses_where_cel_can_say_it() {
                 json!({"infrastructureTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2"}}),
             ),
         ),
+        (
+            "a user name with a trailing $ and a mirror with a port and path",
+            config_with(
+                json!({"users": [{"name": "_svc-1$"}], "registryMirror": {"endpoint": "[::1]:5000/v2/mirror"}}),
+            ),
+        ),
+        (
+            "cipher suites spaced and blank",
+            config(
+                json!({"cipherSuites": " TLS_RSA_WITH_AES_128_CBC_SHA , TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 "}),
+            ),
+        ),
+        ("no cipher suites", config(json!({"cipherSuites": "  "}))),
+        (
+            "a store on a plain host and port with a path",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"endpoint": "https://10.0.0.5:9000/s3", "bucket": "a.b-c"}}}))}),
+            ),
+        ),
         // Only the webhook and the controller read a cron expression's field ranges.
         (
             "a window whose cron only admission reads",
@@ -977,7 +1013,7 @@ async fn the_schema_refuses_what_admission_refuses_where_cel_can_say_it() {
     ];
     let quota = "must be a whole number of bytes from 16.0 MiB to 32.0 GiB";
     let cluster_quota = "spec.etcdadmConfigSpec.quotaBackendBytes";
-    let refused: [(&str, Value, &[&str]); 24] = [
+    let refused: [(&str, Value, &[&str]); 38] = [
         (
             "the issue's 1Ki quota on a cluster",
             cluster(json!({"etcdadmConfigSpec": {"quotaBackendBytes": "1Ki"}})),
@@ -1114,6 +1150,103 @@ async fn the_schema_refuses_what_admission_refuses_where_cel_can_say_it() {
             "a store prefix from the root",
             cluster(json!({"backup": merged(backup(), json!({"store": {"s3": {"prefix": "/prod"}}}))})),
             &["spec.backup.store.s3.prefix", "must not start with '/'"],
+        ),
+        (
+            "a store bucket in capitals",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"bucket": "Etcd-Backups"}}}))}),
+            ),
+            &["spec.backup.store.s3.bucket", "should match"],
+        ),
+        (
+            "a store bucket ending in a dot",
+            cluster(json!({"backup": merged(backup(), json!({"store": {"s3": {"bucket": "etcd."}}}))})),
+            &["spec.backup.store.s3.bucket", "should match"],
+        ),
+        (
+            "a store endpoint with credentials",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"endpoint": "https://key:secret@s3.example.com"}}}))}),
+            ),
+            &[
+                "spec.backup.store.s3.endpoint",
+                "without credentials, query or fragment",
+            ],
+        ),
+        (
+            "a store endpoint with a query",
+            cluster(
+                json!({"backup": merged(backup(), json!({"store": {"s3": {"endpoint": "https://s3.example.com/?x=1"}}}))}),
+            ),
+            &[
+                "spec.backup.store.s3.endpoint",
+                "without credentials, query or fragment",
+            ],
+        ),
+        (
+            "a restore into Bottlerocket members",
+            cluster(
+                json!({"restore": {"snapshot": {"name": "s"}}, "etcdadmConfigSpec": {"format": "bottlerocket", "bottlerocketConfig": bottlerocket_config()}}),
+            ),
+            &["spec.restore", "needs etcdadmConfigSpec.format cloud-config"],
+        ),
+        (
+            "a user name in capitals",
+            config_with(json!({"users": [{"name": "Admin"}]})),
+            &["spec.users[0].name", "should match"],
+        ),
+        (
+            "a user name of 33 characters",
+            config_with(json!({"users": [{"name": "u".repeat(33)}]})),
+            &["spec.users[0].name", "Too long"],
+        ),
+        (
+            "a registry mirror without an endpoint",
+            config(json!({"registryMirror": {"caCert": "pem"}})),
+            &["spec.registryMirror.endpoint", "endpoint is required"],
+        ),
+        (
+            "a registry mirror with a scheme",
+            config_with(json!({"registryMirror": {"endpoint": "https://mirror.example"}})),
+            &["spec.registryMirror.endpoint", "no scheme"],
+        ),
+        (
+            "a registry mirror trusting a CA and skipping the check",
+            config_with(
+                json!({"registryMirror": {"endpoint": "mirror.example", "caCert": "pem", "insecureSkipVerify": true}}),
+            ),
+            &["spec.registryMirror.insecureSkipVerify", "remove one of them"],
+        ),
+        (
+            "a TLS 1.3 cipher suite",
+            config_with(json!({"cipherSuites": "TLS_AES_128_GCM_SHA256"})),
+            &["spec.cipherSuites", "Go's TLS 1.2 cipher suite names"],
+        ),
+        (
+            "an empty cipher suite entry",
+            cluster(
+                json!({"etcdadmConfigSpec": {"cipherSuites": "TLS_RSA_WITH_AES_128_CBC_SHA,,TLS_RSA_WITH_AES_256_CBC_SHA"}}),
+            ),
+            &[
+                "spec.etcdadmConfigSpec.cipherSuites",
+                "Go's TLS 1.2 cipher suite names",
+            ],
+        ),
+        (
+            "a cipher suite Go does not know",
+            template(merged(
+                full_config_spec(),
+                json!({"cipherSuites": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, NOT_A_SUITE"}),
+            )),
+            &[
+                "spec.template.spec.cipherSuites",
+                "Go's TLS 1.2 cipher suite names",
+            ],
+        ),
+        (
+            "an etcd setting outside the list",
+            config_with(json!({"etcdSettings": {"data-dir": "/tmp"}})),
+            &["spec.etcdSettings", "allowed are auto-compaction-mode"],
         ),
     ];
     let failures = judge(&client, &accepted, &refused).await;

@@ -7,8 +7,8 @@ use kube::core::{Reason, Rule};
 use crate::api::quantity::human;
 
 /// What `parse_bytes` reads, as a regular expression: digits with an optional fraction and one
-/// of its suffixes (no exponent, no milli, no E or P).
-const BYTES_PATTERN: &str = r"^([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(k|M|G|T|Ki|Mi|Gi|Ti)?$";
+/// of its suffixes (no exponent, no milli, no E or P). No backslash: clusterctl rewrites them.
+const BYTES_PATTERN: &str = "^([0-9]+([.][0-9]*)?|[.][0-9]+)(k|M|G|T|Ki|Mi|Gi|Ti)?$";
 
 /// An int-or-string size field (`ByteQuantity`): a whole number of bytes, not negative.
 pub fn bytes(field: &str) -> Rule {

@@ -187,7 +187,7 @@ pub struct S3Store {
     /// Base URL of the S3 API, `https://s3.eu-west-1.amazonaws.com`; `http://` only with
     /// `insecure: true`. At most 2048 characters.
     #[schemars(length(min = 1, max = 2048))]
-    #[x_kube(validation = Rule::new("self.startsWith('https://') || self.startsWith('http://')").message("endpoint must be an http:// or https:// URL"))]
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^/@?#[:space:]]+(/[^?#[:space:]]*)?$')").message("endpoint must be an http:// or https:// URL with a host and without credentials, query or fragment"))]
     pub endpoint: String,
     /// Allow a plain `http://` endpoint: snapshots (every Secret of the workload cluster) and
     /// the restore download then travel unencrypted. For a store on a trusted local network or
@@ -204,7 +204,7 @@ pub struct S3Store {
     #[schemars(length(min = 1, max = 2048))]
     pub sse_kms_key_id: Option<String>,
     /// Bucket name (3 to 63 characters); it must exist.
-    #[schemars(length(min = 3, max = 63))]
+    #[schemars(length(min = 3, max = 63), regex(pattern = "^[a-z0-9][a-z0-9.-]*[a-z0-9]$"))]
     pub bucket: String,
     /// Key prefix of this cluster's snapshots (`backups/prod/`); at most 512 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -53,6 +53,21 @@ pub const GO_TLS13_CIPHER_SUITES: &[&str] = &[
     "TLS_CHACHA20_POLY1305_SHA256",
 ];
 
+/// The CEL rule `cipherSuites`' schema carries: blank, or a comma list of names from
+/// [`GO_TLS12_CIPHER_SUITES`] (entries trimmed as admission trims them).
+pub fn cipher_suites_rule() -> kube::core::Rule {
+    let names: Vec<String> = GO_TLS12_CIPHER_SUITES.iter().map(|n| format!("'{n}'")).collect();
+    kube::core::Rule::new(format!(
+        "self.trim() == '' || self.split(',').all(name, name.trim() in [{}])",
+        names.join(", ")
+    ))
+    .message(
+        "cipherSuites must be a comma list of Go's TLS 1.2 cipher suite names, such as \
+         TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 (TLS 1.3 suites cannot be configured)",
+    )
+    .reason(kube::core::Reason::FieldValueInvalid)
+}
+
 /// Longest user name useradd accepts.
 const MAX_USER_NAME_LEN: usize = 32;
 

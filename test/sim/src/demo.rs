@@ -19,6 +19,7 @@ use etcdadm_shared::pki::CertificateAuthority;
 
 use crate::boot_delay::BootDelay;
 use crate::capi::sim_machine_resource;
+use crate::demo_webhooks::{self, DemoWebhooks};
 use crate::error::SimError;
 use crate::manifests::{ManagedCluster, create_managed_cluster};
 use crate::plane::{DEFAULT_KCP_ROLLOUT_STEP, Machines, NAMESPACE, Plane, PlaneOptions};
@@ -257,6 +258,8 @@ pub struct Demo {
     // Field order is drop order: the plane goes before the API server it talks to.
     pub plane: Plane,
     real: Option<RealApiServer>,
+    /// The admission webhooks, served and registered on a real kube-apiserver.
+    webhooks: Option<DemoWebhooks>,
     /// Which API server, in words.
     pub api_server: String,
     started: Instant,
@@ -329,6 +332,11 @@ impl Demo {
             Some(_) => (None, None),
             None => choose_real(options.api_server, work_dir).await?,
         };
+        // A real kube-apiserver calls admission webhooks: the managers serve them, as installed.
+        let webhooks = real
+            .as_ref()
+            .map(|_| DemoWebhooks::prepare(work_dir))
+            .transpose()?;
         let plane_options = match &real {
             Some(real) => {
                 // The admin kubeconfig where the in-memory server's would be, for kubectl.
@@ -337,12 +345,29 @@ impl Demo {
                     .map_err(|e| SimError::Setup(format!("{}: {e}", kubeconfig.display())))?;
                 PlaneOptions {
                     kubeconfig: Some(kubeconfig),
+                    controller_own_args: webhooks
+                        .as_ref()
+                        .map(DemoWebhooks::controller_args)
+                        .unwrap_or_default(),
                     ..real.plane_options(plane_options)
                 }
             }
             None => plane_options,
         };
         let plane = Plane::start(plane_options).await?;
+        if let Some(webhooks) = &webhooks {
+            webhooks.register(&plane.client).await?;
+            let ports: Vec<String> = webhooks
+                .ports
+                .iter()
+                .map(|(binary, port)| format!("{binary} on https://127.0.0.1:{port}"))
+                .collect();
+            println!(
+                "admission webhooks: config/webhook registered, served by {} (serving certificate in {})",
+                ports.join(", "),
+                webhooks.cert_dir.display()
+            );
+        }
         let api_server = match (&real, &options.kubeconfig) {
             (Some(real), _) => {
                 let version = plane
@@ -412,6 +437,7 @@ impl Demo {
         Ok(Demo {
             plane,
             real,
+            webhooks,
             api_server,
             started,
             applied,
@@ -427,6 +453,20 @@ impl Demo {
     /// Whether the demo runs on a real kube-apiserver it started.
     pub fn on_real_api_server(&self) -> bool {
         self.real.is_some()
+    }
+
+    /// Whether the demo's API server calls the admission webhooks.
+    pub fn webhooks_registered(&self) -> bool {
+        self.webhooks.is_some()
+    }
+
+    /// Remove the webhook configurations: the API server then admits as a cluster without the
+    /// webhooks does (the managers keep serving them, unasked).
+    pub async fn unregister_webhooks(&mut self) -> Result<(), SimError> {
+        if self.webhooks.take().is_some() {
+            demo_webhooks::unregister(&self.plane.client).await?;
+        }
+        Ok(())
     }
 
     /// Wait until etcd is Ready and the KubeadmControlPlane was given its endpoints and
@@ -471,6 +511,27 @@ impl Demo {
         }
         Ok(ready)
     }
+}
+
+/// What a failed demo test shows: each controller's and the API server's refusals (RBAC) and
+/// the last 30 lines of its log, newest first, from the demo's work directory.
+pub fn failure_logs(work: &Path) -> String {
+    [
+        "etcdadm-controller.log",
+        "etcdadm-bootstrap.log",
+        "kube-apiserver/kube-apiserver.log",
+    ]
+    .iter()
+    .map(|f| {
+        let text = std::fs::read_to_string(work.join(f)).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(30).collect();
+        format!(
+            "--- {f}: refused\n{}\n--- {f} (last 30 lines, newest first)\n{}\n",
+            crate::real_apiserver::forbidden_lines(&text),
+            tail.join("\n")
+        )
+    })
+    .collect()
 }
 
 /// Run the demo: [`Demo::start`], [`Demo::wait_ready`], then (without `exit_when_ready`) until

@@ -11,6 +11,7 @@ pub mod capi;
 pub mod control_plane_host;
 pub mod dashboard_svg;
 pub mod demo;
+pub mod demo_webhooks;
 pub mod error;
 pub mod fake_etcd;
 pub mod history;

@@ -62,6 +62,9 @@ pub struct PlaneOptions {
     pub controller_kubeconfigs: std::collections::BTreeMap<&'static str, PathBuf>,
     /// Extra flags for every controller's `run`.
     pub controller_args: Vec<String>,
+    /// Extra flags for one controller's `run` (by binary name), e.g. its webhook server's port
+    /// and certificate (a `--webhook-port` here replaces the default `--webhook-port=0`).
+    pub controller_own_args: std::collections::BTreeMap<&'static str, Vec<String>>,
     /// Extra environment of every controller process (e.g. a crash test's exit point).
     pub controller_env: Vec<(String, String)>,
     /// Programs the image of [`Machines::RealEtcdadm`] machines carries besides etcdadm (e.g.
@@ -98,6 +101,7 @@ impl Default for PlaneOptions {
             namespace: NAMESPACE.into(),
             controller_kubeconfigs: Default::default(),
             controller_args: vec![],
+            controller_own_args: Default::default(),
             controller_env: vec![],
             image_tools: vec![],
             boot_delay: BootDelay::None,
@@ -129,6 +133,7 @@ pub struct Plane {
     settings: BootSettings,
     controller_kubeconfigs: std::collections::BTreeMap<&'static str, PathBuf>,
     controller_args: Vec<String>,
+    controller_own_args: std::collections::BTreeMap<&'static str, Vec<String>>,
     controller_env: Vec<(String, String)>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Running controller processes by binary name.
@@ -210,14 +215,9 @@ impl Plane {
             let chosen = ControllerPorts::choose()?;
             let log = work_dir.join(format!("{name}.log"));
             let own = options.controller_kubeconfigs.get(name).unwrap_or(&kubeconfig);
-            let child = spawn_controller_with_ports(
-                name,
-                own,
-                &log,
-                Some(chosen),
-                &options.controller_args,
-                &options.controller_env,
-            )?;
+            let args = args_of(&options.controller_args, &options.controller_own_args, name);
+            let child =
+                spawn_controller_with_ports(name, own, &log, Some(chosen), &args, &options.controller_env)?;
             ports.insert(name.to_string(), chosen);
             controllers.push((name.to_string(), child));
         }
@@ -286,6 +286,7 @@ impl Plane {
             settings,
             controller_kubeconfigs: options.controller_kubeconfigs.clone(),
             controller_args: options.controller_args.clone(),
+            controller_own_args: options.controller_own_args.clone(),
             controller_env: options.controller_env.clone(),
             tasks,
             controllers,
@@ -356,8 +357,8 @@ impl Plane {
             .find(|(n, _)| **n == name)
             .map_or(&self.kubeconfig, |(_, path)| path);
         let log = self.work_dir.join(format!("{name}.log"));
-        let child =
-            spawn_controller_with_ports(name, own, &log, None, &self.controller_args, &self.controller_env)?;
+        let args = args_of(&self.controller_args, &self.controller_own_args, name);
+        let child = spawn_controller_with_ports(name, own, &log, None, &args, &self.controller_env)?;
         match self.controllers.iter_mut().find(|(n, _)| n == name) {
             Some((_, slot)) => *slot = child,
             None => self.controllers.push((name.to_string(), child)),
@@ -377,6 +378,16 @@ impl Plane {
             .find(|(n, _)| n == name)
             .is_some_and(|(_, child)| matches!(child.try_wait(), Ok(None)))
     }
+}
+
+/// The flags of controller `name`: every controller's, then its own.
+fn args_of(
+    every: &[String],
+    own: &std::collections::BTreeMap<&'static str, Vec<String>>,
+    name: &str,
+) -> Vec<String> {
+    let mine = own.iter().find(|(n, _)| **n == name).map(|(_, a)| a.as_slice());
+    [every, mine.unwrap_or_default()].concat()
 }
 
 /// Create namespace `name` unless it exists (a real API server has only the usual ones).
@@ -489,17 +500,19 @@ pub fn spawn_controller_with_ports(
         .open(log)
         .map_err(|e| SimError::Setup(format!("opening {}: {e}", log.display())))?;
     let stderr = log.try_clone().map_err(|e| SimError::Setup(e.to_string()))?;
+    // Several managers share the loopback: no fixed ports, and no webhooks unless `extra` gives
+    // a port (the sim API server calls none; the demo registers them on a real one).
+    let webhooks = extra.iter().any(|a| a.starts_with("--webhook-port"));
     Command::new(&binary)
         .arg("run")
-        // Several managers share the loopback: no fixed ports, and no webhooks (the sim API
-        // server does not call admission webhooks). Metrics are scraped over loopback by the
-        // sim itself, whose API server reviews no tokens: plain HTTP.
+        // Metrics are scraped over loopback by the sim itself, whose API server reviews no
+        // tokens: plain HTTP.
         .args([
             format!("--health-addr={health}"),
             format!("--diagnostics-address={diagnostics}"),
             "--insecure-diagnostics".to_string(),
-            "--webhook-port=0".to_string(),
         ])
+        .args((!webhooks).then(|| "--webhook-port=0".to_string()))
         .args(extra)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("KUBECONFIG", kubeconfig)

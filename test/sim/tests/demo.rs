@@ -4,13 +4,12 @@
 //! (`get events`, `describe`), and explains its fields from the CRD's schema (`explain`).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use etcdadm_shared::testing::TempDir;
-use etcdadm_sim::demo::{ApiServerChoice, Demo, DemoOptions};
-use etcdadm_sim::real_apiserver::forbidden_lines;
+use etcdadm_sim::demo::{ApiServerChoice, Demo, DemoOptions, failure_logs};
 use serde_json::Value;
 
 const KUBECTL_HINT: &str = "install kubectl (https://kubernetes.io/docs/tasks/tools/, or \
@@ -100,25 +99,6 @@ fn replicas_description() -> String {
         .to_string()
 }
 
-fn logs(work: &Path) -> String {
-    [
-        "etcdadm-controller.log",
-        "etcdadm-bootstrap.log",
-        "kube-apiserver/kube-apiserver.log",
-    ]
-    .iter()
-    .map(|f| {
-        let text = std::fs::read_to_string(work.join(f)).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(30).collect();
-        format!(
-            "--- {f}: refused\n{}\n--- {f} (last 30 lines, newest first)\n{}\n",
-            forbidden_lines(&text),
-            tail.join("\n")
-        )
-    })
-    .collect()
-}
-
 /// One demo at a time in this binary: both share the machine's two cores with real etcd.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -145,11 +125,11 @@ async fn kubectl_session(api_server: ApiServerChoice, prefix: u8) {
     };
     let demo = Demo::start(&options)
         .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", logs(work.path())));
+        .unwrap_or_else(|e| panic!("{e}\n{}", failure_logs(work.path())));
     assert_eq!(demo.on_real_api_server(), api_server == ApiServerChoice::Real);
     demo.wait_ready()
         .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", logs(work.path())));
+        .unwrap_or_else(|e| panic!("{e}\n{}", failure_logs(work.path())));
     let kubectl = Kubectl {
         binary: kubectl_binary(),
         kubeconfig: demo.kubeconfig().to_path_buf(),

@@ -95,6 +95,7 @@ pub use self::status::*;
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.restore) == has(oldSelf.restore)").message("restore can only be set when the EtcdadmCluster is created").field_path(".restore"))]
+#[x_kube(validation = Rule::new("!has(self.restore) || !has(self.etcdadmConfigSpec) || !has(self.etcdadmConfigSpec.format) || self.etcdadmConfigSpec.format != 'bottlerocket'").message("restore needs etcdadmConfigSpec.format cloud-config: the Bottlerocket bootstrap image cannot restore a snapshot").field_path(".restore").reason(Reason::FieldValueInvalid))]
 #[x_kube(validation = Rule::new("!has(self.recovery) || !has(self.recovery.automatic) || !self.recovery.automatic || has(self.backup)").message("recovery.automatic needs spec.backup.store: an automatic recovery snapshots the surviving member into it").field_path(".recovery.automatic").reason(Reason::FieldValueInvalid))]
 pub struct EtcdadmClusterSpec {
     /// Number of members: odd and at least 1 (3 or 5 for HA). Default 1.

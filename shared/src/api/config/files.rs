@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct User {
-    /// User name.
+    /// User name: lower-case letters, digits, `_` and `-`, starting with a letter or `_`
+    /// (a trailing `$` allowed), at most 32 characters.
+    #[schemars(length(max = 32), regex(pattern = r"^[a-z_][a-z0-9_-]*[$]?$"))]
     pub name: String,
     /// GECOS field.
     #[serde(default, skip_serializing_if = "Option::is_none")]

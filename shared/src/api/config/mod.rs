@@ -111,6 +111,7 @@ pub struct EtcdadmConfigSpec {
     /// 2048 characters (every suite Go knows fits in under 1000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 2048))]
+    #[x_kube(validation = crate::validation::cipher_suites_rule())]
     pub cipher_suites: Option<String>,
 
     /// NTP configuration (cloud-init `ntp:`).
@@ -154,6 +155,7 @@ pub struct EtcdadmConfigSpec {
     /// only; a change replaces the members one at a time. At most 16.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 16))]
+    #[x_kube(validation = crate::etcd_settings::names_rule())]
     pub etcd_settings: BTreeMap<String, SettingValue>,
 }
 
@@ -372,9 +374,13 @@ pub struct ProxyConfiguration {
 /// exists, logs in to the mirror.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.endpoint) && self.endpoint != ''").message("endpoint is required when registryMirror is set (host[:port][/path], no scheme)").field_path(".endpoint").reason(Reason::FieldValueRequired))]
+#[x_kube(validation = Rule::new("!(has(self.insecureSkipVerify) && self.insecureSkipVerify && has(self.caCert) && self.caCert != '')").message("insecureSkipVerify skips the certificate check that caCert is for: remove one of them").field_path(".insecureSkipVerify").reason(Reason::FieldValueForbidden))]
 pub struct RegistryMirrorConfiguration {
     /// Mirror endpoint (host[:port][/path]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    #[x_kube(validation = Rule::new("!self.contains('://') && self.matches('^[]A-Za-z0-9._:/[-]*$')").message("endpoint must be host[:port][/path]: no scheme (https is implied), only letters, digits and . - _ : / [ ]").reason(Reason::FieldValueInvalid))]
     pub endpoint: Option<String>,
     /// PEM CA certificate of the mirror. Without it (and without `insecureSkipVerify`),
     /// containerd checks the mirror's certificate against the machine's trusted CAs.

@@ -135,7 +135,12 @@ pub async fn issue_all(client: &Client) -> Result<BTreeMap<String, Issued>, SimE
     Ok(issued)
 }
 
-fn issue(namespace: &str, name: &str, secret_name: &str, dns_names: Vec<String>) -> Result<Issued, SimError> {
+pub fn issue(
+    namespace: &str,
+    name: &str,
+    secret_name: &str,
+    dns_names: Vec<String>,
+) -> Result<Issued, SimError> {
     let failed = |e: &dyn std::fmt::Display| SimError::Setup(format!("issuing {namespace}/{name}: {e}"));
     let ca = CertificateAuthority::generate(&format!("{name}-ca")).map_err(|e| failed(&e))?;
     let leaf = ca
@@ -170,7 +175,7 @@ fn params() -> PatchParams {
 
 /// `clientConfig` with the injected CA and, for a Service, its URL here: the port serving
 /// `<namespace>/<service>` in `ports`.
-fn client_config(config: &Value, ca_pem: &str, ports: &BTreeMap<String, u16>) -> Result<Value, SimError> {
+pub fn client_config(config: &Value, ca_pem: &str, ports: &BTreeMap<String, u16>) -> Result<Value, SimError> {
     use base64::Engine;
     let mut config = config.clone();
     if let Some(service) = config.get("service").cloned() {
