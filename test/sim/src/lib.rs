@@ -27,6 +27,7 @@ pub mod real_apiserver;
 pub mod real_capi;
 pub mod saved_logs;
 pub mod spdy;
+pub mod wake;
 
 use std::path::PathBuf;
 
