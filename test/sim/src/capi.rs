@@ -40,7 +40,6 @@ impl CapiStandIn {
     /// bootstrap configs or infrastructure objects changes (as CAPI's watches react), else every
     /// tick.
     pub async fn run(self) {
-        let wake = Wake::default();
         let resources = vec![
             ApiResource::erase::<Cluster>(&()),
             ApiResource::erase::<Machine>(&()),
@@ -48,16 +47,19 @@ impl CapiStandIn {
             sim_cluster_resource(),
             sim_machine_resource(),
         ];
-        let watch = wake.watch(self.client.clone(), self.namespace.clone(), resources);
-        let passes = async {
-            loop {
-                if let Err(e) = self.tick().await {
-                    warn!(error = %e, "CAPI stand-in pass failed");
-                }
-                wake.wait(TICK).await;
+        let pass = || async {
+            if let Err(e) = self.tick().await {
+                warn!(error = %e, "CAPI stand-in pass failed");
             }
         };
-        futures::future::join(watch, passes).await;
+        Wake::drive(
+            self.client.clone(),
+            self.namespace.clone(),
+            resources,
+            pass,
+            || TICK,
+        )
+        .await;
     }
 
     /// One pass over all Clusters and Machines.

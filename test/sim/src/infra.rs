@@ -128,28 +128,33 @@ impl SimInfra {
     /// a Cluster or a Machine changes (as a provider's watches react) or a Machine's boot is due,
     /// else every tick.
     pub async fn run(self) {
-        let wake = Wake::default();
         let resources = vec![
             ApiResource::erase::<Cluster>(&()),
             ApiResource::erase::<Machine>(&()),
             sim_cluster_resource(),
             sim_machine_resource(),
         ];
-        let watch = wake.watch(self.client.clone(), self.namespace.clone(), resources);
-        let passes = async {
-            loop {
-                if let Err(e) = self.tick().await {
-                    warn!(error = %e, "sim infrastructure pass failed");
-                }
-                let next_boot = self
-                    .booting
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .until_next(Instant::now());
-                wake.wait(next_boot.map_or(TICK, |due| due.min(TICK))).await;
+        let pass = || async {
+            if let Err(e) = self.tick().await {
+                warn!(error = %e, "sim infrastructure pass failed");
             }
         };
-        futures::future::join(watch, passes).await;
+        let longest = || {
+            let next_boot = self
+                .booting
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .until_next(Instant::now());
+            next_boot.map_or(TICK, |due| due.min(TICK))
+        };
+        Wake::drive(
+            self.client.clone(),
+            self.namespace.clone(),
+            resources,
+            pass,
+            longest,
+        )
+        .await;
     }
 
     /// One pass over all SimClusters and SimMachines.

@@ -36,6 +36,28 @@ impl Wake {
         futures::future::join_all(watches).await;
     }
 
+    /// Run `pass` over and over until dropped: again as soon as an object of `resources` in
+    /// `namespace` changes, else once `longest()` (asked after each pass) has gone by.
+    pub async fn drive<P, F>(
+        client: Client,
+        namespace: String,
+        resources: Vec<ApiResource>,
+        mut pass: P,
+        longest: impl Fn() -> Duration,
+    ) where
+        P: FnMut() -> F,
+        F: Future<Output = ()>,
+    {
+        let wake = Wake::default();
+        let passes = async {
+            loop {
+                pass().await;
+                wake.wait(longest()).await;
+            }
+        };
+        futures::future::join(wake.watch(client, namespace, resources), passes).await;
+    }
+
     /// Wait `longest`, or less when something changed since the last wait ended.
     pub async fn wait(&self, longest: Duration) {
         tokio::select! {
