@@ -85,7 +85,9 @@ wait_listed() {
     if [ "$(date +%s)" -ge "$deadline" ]; then
       fail "gave up after $seconds s: $url never listed any of $peers($last). The EtcdadmCluster controller adds https://<Machine address>:2380 once the Machine reports an address: if the Machine reports an address this machine does not hold, they disagree. etcdadm join is not run: it would add a voting member."
     fi
-    sleep 2
+    # Asked twice a second: the join starts as soon as the learner is listed, and one member
+    # list is little for etcd. A sleep that takes whole seconds only waits one.
+    sleep 0.5 2>/dev/null || sleep 1
   done
 }
 

@@ -20,6 +20,7 @@ use super::observation::Observation;
 use super::plan::Step;
 use super::plan::lifecycle::LifecycleStep;
 use super::plan::machines;
+use super::plan::requeue::deferred_retry;
 use super::status;
 
 /// Write the status `o` and `step` make, then perform `step` and report it. Status comes
@@ -55,14 +56,21 @@ pub async fn apply(out: &Outputs<'_>, o: &mut Observation, step: Step) -> Result
         }
         Applied::AlreadyDone => debug!(step = step.reason().0, "nothing to do: done already"),
         Applied::Deferred(e) => {
-            info!(error = %e, "etcd refused a membership change for now; retrying");
+            let retry = deferred_retry(&e);
+            // The strict reconfiguration check refuses a few times a second for up to 5 s after
+            // every join: its Event series counts those, the log keeps them for debugging.
+            if retry < MEMBERSHIP_RETRY {
+                debug!(error = %e, ?retry, "etcd refused a membership change for now; retrying");
+            } else {
+                info!(error = %e, ?retry, "etcd refused a membership change for now; retrying");
+            }
             let note = format!("etcd refused the membership change for now, retrying: {e}");
             out.publish(
                 &o.etcd_cluster,
                 EventNote::normal("MembershipChangeDeferred", note),
             )
             .await;
-            return Ok(Next::Done(Action::requeue(MEMBERSHIP_RETRY)));
+            return Ok(Next::Done(Action::requeue(retry)));
         }
         Applied::NotYet => {
             debug!(

@@ -37,9 +37,18 @@ pub const FIELD_MANAGER: &str = "etcdadm-controller";
 /// Promotion in particular must follow quickly (docs/day2.md, "Learner joins": etcdadm's health
 /// read gives up about 2.7 s after a learner starts).
 pub const JOIN_POLL: Duration = Duration::from_millis(500);
-/// Retry of a membership change etcd refused for a passing reason (its strict reconfiguration
-/// check wants a new member connected for 5 s before another change).
+/// Look again this soon after a promotion: the members apply it within a raft round, and what
+/// follows (the next learner's turn, Ready) waits on nothing else.
+pub const PROMOTION_APPLIED: Duration = Duration::from_millis(100);
+/// Retry of a membership change etcd refused for a passing reason (no leader, leadership
+/// moving, a timeout), and the pause after a removal or a leadership move.
 pub const MEMBERSHIP_RETRY: Duration = Duration::from_secs(1);
+/// Retry of a membership change etcd's strict reconfiguration check refused ("unhealthy
+/// cluster": the member asked must have been connected to every voter for 5 s, so the next
+/// learner waits about 5 s from the last one's start). It clears at a moment only etcd knows;
+/// asked this often, the next join starts within a fraction of a second of it, for a few
+/// requests per join.
+pub const STRICT_CHECK_RETRY: Duration = Duration::from_millis(250);
 
 /// Condition reasons more than one concern gives.
 pub mod reason {

@@ -14,8 +14,11 @@ use serde_json::{Value, json};
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::capi::Machine;
 use etcdadm_shared::etcd::EtcdTls;
+use etcdadm_shared::names;
+use k8s_openapi::api::core::v1::Secret;
 
 use crate::bench_steps::{MemberSteps, observe};
+use crate::bench_timeline::{self, Timeline};
 use crate::boot_delay::BootDelay;
 use crate::demo::etcd_tls;
 use crate::error::SimError;
@@ -56,6 +59,8 @@ impl Provisioning {
 #[derive(Clone, Debug)]
 pub struct BootRun {
     pub total: Duration,
+    /// When each step was seen (a creation's critical path is printed from it).
+    pub timeline: Timeline,
     /// Σ over the members added of the time each took once it could start: the first member's
     /// address → healthy (`etcdadm init`), a joiner's learner added → healthy voter. What is
     /// left of `total` is boot delays and the controllers' own steps.
@@ -76,16 +81,18 @@ fn sum_of_joins(steps: &[MemberSteps], init: bool) -> Duration {
 }
 
 /// Watch the cluster `bench` until it is Ready with `members`, recording each new Machine's
-/// steps (Machines in `known` left out), from `start`.
+/// steps (Machines in `known` left out) and the init Secret's publication, from `start`.
 async fn until_ready(
     client: &Client,
     work_dir: &Path,
     members: i32,
     known: &[String],
     start: Instant,
-) -> Result<(Duration, Vec<MemberSteps>), SimError> {
+) -> Result<Timeline, SimError> {
     let mut steps: BTreeMap<String, MemberSteps> = BTreeMap::new();
     let mut tls: Option<EtcdTls> = None;
+    let mut init_published = None;
+    let secrets = Api::<Secret>::namespaced(client.clone(), NAMESPACE);
     loop {
         let now = start.elapsed();
         if now > TIMEOUT {
@@ -96,13 +103,24 @@ async fn until_ready(
         if tls.is_none() {
             tls = etcd_tls(client, NAMESPACE, "bench").await?;
         }
-        observe(client, work_dir, tls.as_ref(), &mut steps, now).await?;
+        // Ready first: the steps' observation takes a while (a TLS connection per member), and
+        // the time to Ready must not include it.
         let etcd = Api::<EtcdadmCluster>::namespaced(client.clone(), NAMESPACE)
             .get("bench-etcd")
             .await?;
         let ready = etcd.status.as_ref().is_some_and(|s| {
             s.ready && s.ready_replicas == Some(members) && etcd.spec.replicas == Some(members)
         });
+        let seen = start.elapsed();
+        if init_published.is_none()
+            && secrets
+                .get_opt(&names::init_secret_name("bench"))
+                .await?
+                .is_some()
+        {
+            init_published = Some(now);
+        }
+        observe(client, work_dir, tls.as_ref(), &mut steps, now).await?;
         if ready {
             let mut new: Vec<MemberSteps> = steps
                 .into_iter()
@@ -110,10 +128,23 @@ async fn until_ready(
                 .map(|(_, s)| s)
                 .collect();
             new.sort_by_key(|s| s.created);
-            return Ok((now, new));
+            return Ok(Timeline {
+                init_published,
+                ready: seen,
+                members: new,
+            });
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// With `SIM_LOG_DIR` set, keep the run's logs there, under the run's directory name.
+fn save_logs(work_dir: &Path) {
+    let run = work_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    crate::saved_logs::save(work_dir, &run);
 }
 
 /// A plane whose Machines boot in `delay`.
@@ -158,12 +189,14 @@ pub async fn create(
     // Timed from the creation, the plane already up (as on a management cluster).
     let start = Instant::now();
     create_cluster(&plane, members, provisioning).await?;
-    let (total, steps) = until_ready(&plane.client, work_dir, members, &[], start).await?;
+    let timeline = until_ready(&plane.client, work_dir, members, &[], start).await?;
     drop(plane);
+    save_logs(work_dir);
     Ok(BootRun {
-        total,
-        joins: sum_of_joins(&steps, true),
-        members: steps.len(),
+        total: timeline.ready,
+        joins: sum_of_joins(&timeline.members, true),
+        members: timeline.members.len(),
+        timeline,
     })
 }
 
@@ -193,12 +226,14 @@ pub async fn scale_up(
             &Patch::Merge(json!({"spec": {"replicas": to}})),
         )
         .await?;
-    let (total, steps) = until_ready(&client, work_dir, to, &known, start).await?;
+    let timeline = until_ready(&client, work_dir, to, &known, start).await?;
     drop(plane);
+    save_logs(work_dir);
     Ok(BootRun {
-        total,
-        joins: sum_of_joins(&steps, false),
-        members: steps.len(),
+        total: timeline.ready,
+        joins: sum_of_joins(&timeline.members, false),
+        members: timeline.members.len(),
+        timeline,
     })
 }
 
@@ -211,52 +246,108 @@ fn longest(delay: BootDelay) -> Duration {
     }
 }
 
+/// What `etcdadm-sim bench boot` runs.
+#[derive(Clone, Debug)]
+pub struct BootOptions {
+    pub delay: BootDelay,
+    pub sizes: Vec<i32>,
+    pub scale: Option<(i32, i32)>,
+    pub runs: usize,
+    /// Only this way of provisioning (`--only`); both when `None`.
+    pub only: Option<Provisioning>,
+}
+
+impl BootOptions {
+    /// The command line that reproduces these runs.
+    fn command(&self) -> String {
+        let scale_flag = self
+            .scale
+            .map(|(a, b)| format!(" --scale-up {a}:{b}"))
+            .unwrap_or_default();
+        let delay_flags = match self.delay {
+            BootDelay::Seeded { min, max, seed } => format!(
+                "--boot-delay {}-{} --boot-seed {seed}",
+                etcdadm_shared::duration::format(min),
+                etcdadm_shared::duration::format(max)
+            ),
+            other => format!("--boot-delay {}", other.describe()),
+        };
+        let only = self
+            .only
+            .map(|p| format!(" --only {}", p.label().replace(' ', "-")))
+            .unwrap_or_default();
+        format!(
+            "etcdadm-sim bench boot {delay_flags} --sizes {}{scale_flag} --runs {}{only}",
+            self.sizes
+                .iter()
+                .map(i32::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            self.runs
+        )
+    }
+}
+
+impl std::str::FromStr for Provisioning {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "boot-ahead" => Ok(Provisioning::BootAhead),
+            "one-at-a-time" => Ok(Provisioning::OneAtATime),
+            other => Err(format!("--only {other:?}: boot-ahead or one-at-a-time")),
+        }
+    }
+}
+
+/// The 1-minute load average, as `uptime` prints it (`?` where there is no /proc).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().map(String::from))
+        .unwrap_or_else(|| "?".into())
+}
+
 /// Run every case `runs` times and print the table: create-to-Ready of each size and the
 /// scale-up, one Machine at a time and booting ahead, with the issue's goal for the latter
-/// (create: two boot delays + Σ joins + 10 %; scale-up: one boot delay + Σ joins + 10 %).
-pub async fn run_boot(
-    work_dir: &Path,
-    delay: BootDelay,
-    sizes: &[i32],
-    scale: Option<(i32, i32)>,
-    runs: usize,
-) -> Result<(), SimError> {
-    let scale_flag = scale
-        .map(|(a, b)| format!(" --scale-up {a}:{b}"))
-        .unwrap_or_default();
-    let delay_flags = match delay {
-        BootDelay::Seeded { min, max, seed } => format!(
-            "--boot-delay {}-{} --boot-seed {seed}",
-            etcdadm_shared::duration::format(min),
-            etcdadm_shared::duration::format(max)
-        ),
-        other => format!("--boot-delay {}", other.describe()),
-    };
+/// (create: two boot delays + Σ joins + 10 %; scale-up: one boot delay + Σ joins + 10 %), the
+/// load average before and after each run, and each creation's critical path.
+pub async fn run_boot(work_dir: &Path, options: &BootOptions) -> Result<(), SimError> {
+    let delay = options.delay;
     println!(
         "Machines booting in {}: time to Ready, one Machine at a time (parallelMachines 1) and booting ahead (default); \
-         command: etcdadm-sim bench boot {delay_flags} --sizes {}{scale_flag} --runs {runs}",
+         command: {}",
         delay.describe(),
-        sizes.iter().map(i32::to_string).collect::<Vec<_>>().join(","),
+        options.command(),
     );
     println!(
-        "{:<12} {:<15} {:>10} {:>10} {:>14} {:>12}",
-        "change", "Machines", "to Ready", "Σ joins", "boot delays", "goal (≤)"
+        "{:<12} {:<15} {:>10} {:>10} {:>14} {:>12} {:>14}",
+        "change", "Machines", "to Ready", "Σ joins", "boot delays", "goal (≤)", "load (1 min)"
     );
     let boot = longest(delay);
-    let mut cases: Vec<(String, Option<i32>)> =
-        sizes.iter().map(|n| (format!("create {n}"), Some(*n))).collect();
-    if let Some((from, to)) = scale {
+    let mut cases: Vec<(String, Option<i32>)> = options
+        .sizes
+        .iter()
+        .map(|n| (format!("create {n}"), Some(*n)))
+        .collect();
+    if let Some((from, to)) = options.scale {
         cases.push((format!("scale {from}→{to}"), None));
     }
+    let provisionings: Vec<Provisioning> = [Provisioning::OneAtATime, Provisioning::BootAhead]
+        .into_iter()
+        .filter(|p| options.only.is_none_or(|only| only == *p))
+        .collect();
     for (label, size) in cases {
-        for provisioning in [Provisioning::OneAtATime, Provisioning::BootAhead] {
-            for run in 0..runs {
+        for provisioning in &provisionings {
+            let provisioning = *provisioning;
+            for run in 0..options.runs {
                 let dir = work_dir.join(format!(
                     "boot-{}-{}-{run}",
                     label.replace([' ', '→'], "-"),
                     provisioning.label().replace(' ', "-")
                 ));
-                let result = match (size, scale) {
+                let load_before = load_average();
+                let result = match (size, options.scale) {
                     (Some(n), _) => create(&dir, delay, n, provisioning).await?,
                     (None, Some(change)) => scale_up(&dir, delay, change, provisioning).await?,
                     (None, None) => continue,
@@ -273,14 +364,18 @@ pub async fn run_boot(
                 };
                 let goal = goal.map(|g| (boot * g + result.joins).mul_f64(1.1));
                 println!(
-                    "{:<12} {:<15} {:>8.1} s {:>8.1} s {:>14} {:>12}",
+                    "{:<12} {:<15} {:>8.1} s {:>8.1} s {:>14} {:>12} {:>14}",
                     label,
                     provisioning.label(),
                     result.total.as_secs_f64(),
                     result.joins.as_secs_f64(),
                     format!("{boots} × {:.0} s", boot.as_secs_f64()),
                     goal.map_or("-".to_string(), |g| format!("{:.1} s", g.as_secs_f64())),
+                    format!("{load_before} → {}", load_average()),
                 );
+                if size.is_some() && provisioning == Provisioning::BootAhead {
+                    bench_timeline::print(&result.timeline);
+                }
             }
         }
     }

@@ -34,6 +34,8 @@ const BENCH_LAB: u8 = 109;
 #[derive(Clone, Debug, Default)]
 pub struct MemberSteps {
     pub created: Option<Duration>,
+    /// The Machine names its bootstrap data Secret: its boot starts.
+    pub bootstrap_data: Option<Duration>,
     /// The Machine reports an address: the machine boots.
     pub address: Option<Duration>,
     /// Its member is listed (pre-added as a learner by the controller; the first member once
@@ -142,6 +144,9 @@ pub(crate) async fn observe(
         let name = machine.name_any();
         let entry = steps.entry(name.clone()).or_default();
         entry.created.get_or_insert(now);
+        if machine.spec.bootstrap.data_secret_name.is_some() {
+            entry.bootstrap_data.get_or_insert(now);
+        }
         let Some(address) = machine.etcd_address() else {
             continue;
         };

@@ -5,7 +5,9 @@
 //! deleted (and gone) before the bootstrap config, pre-terminate hooks hold the deletion, and a
 //! Cluster is deleted only once its worker Machines (etcd Machines among them) are gone.
 //!
-//! It polls instead of watching: it is test infrastructure, and a poll loop restarts cleanly.
+//! It makes a pass over everything instead of reconciling one object: it is test infrastructure,
+//! and a pass restarts cleanly. Watches start a pass as soon as something changes, as CAPI's own
+//! watches would react ([`crate::wake`]).
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
@@ -18,6 +20,7 @@ use etcdadm_shared::names;
 
 use crate::infra::is_subset;
 pub use crate::infra::{sim_cluster_resource, sim_machine_resource, sim_machine_template_resource};
+use crate::wake::Wake;
 
 /// CAPI's Machine finalizer.
 pub const MACHINE_FINALIZER: &str = "machine.cluster.x-k8s.io";
@@ -33,14 +36,30 @@ pub struct CapiStandIn {
 }
 
 impl CapiStandIn {
-    /// Reconcile every Cluster and Machine until cancelled.
+    /// Reconcile every Cluster and Machine until cancelled: a pass as soon as one of them, their
+    /// bootstrap configs or infrastructure objects changes (as CAPI's watches react), else every
+    /// tick.
     pub async fn run(self) {
-        loop {
+        let resources = vec![
+            ApiResource::erase::<Cluster>(&()),
+            ApiResource::erase::<Machine>(&()),
+            ApiResource::erase::<EtcdadmConfig>(&()),
+            sim_cluster_resource(),
+            sim_machine_resource(),
+        ];
+        let pass = || async {
             if let Err(e) = self.tick().await {
                 warn!(error = %e, "CAPI stand-in pass failed");
             }
-            tokio::time::sleep(TICK).await;
-        }
+        };
+        Wake::drive(
+            self.client.clone(),
+            self.namespace.clone(),
+            resources,
+            pass,
+            || TICK,
+        )
+        .await;
     }
 
     /// One pass over all Clusters and Machines.

@@ -24,7 +24,9 @@
 //! KubeadmConfig's host boots into a real API server on the cluster's etcd, behind the
 //! SimCluster's load balancer ([`crate::control_plane_host`]); elsewhere its user data is not run.
 //!
-//! It polls instead of watching: it is test infrastructure, and a poll loop restarts cleanly.
+//! It makes a pass over everything instead of reconciling one object: it is test infrastructure,
+//! and a pass restarts cleanly. Watches start a pass as soon as something changes, as a
+//! provider's own watches would react, and a pass runs when a boot is due ([`crate::wake`]).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -50,6 +52,7 @@ pub use crate::infra_kinds::{
     BOOTSTRAP_EXEC_SUCCEEDED, FINALIZER, GROUP, VERSION, bootstrap_not_done, bootstrap_succeeded, is_subset,
     provider_id, sim_cluster_resource, sim_machine_resource, sim_machine_template_resource,
 };
+use crate::wake::Wake;
 
 /// What `clusterctl move` annotates the source's objects with before it deletes them.
 const DELETE_FOR_MOVE: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
@@ -98,6 +101,17 @@ impl Booting {
             draws: delay.draws(),
         }
     }
+
+    /// How long until the next Machine waiting to boot is due, when one is due later than `now`:
+    /// it boots then, not at the next tick. (Those due already booted, or are retried every
+    /// tick.)
+    pub fn until_next(&self, now: Instant) -> Option<Duration> {
+        self.due
+            .values()
+            .filter(|at| **at > now)
+            .min()
+            .map(|at| *at - now)
+    }
 }
 
 /// The owner reference of `kind` on `object`, by name.
@@ -110,14 +124,37 @@ fn owner_named(object: &DynamicObject, kind: &str) -> Option<String> {
 }
 
 impl SimInfra {
-    /// Reconcile every SimCluster and SimMachine until cancelled.
+    /// Reconcile every SimCluster and SimMachine until cancelled: a pass as soon as one of them,
+    /// a Cluster or a Machine changes (as a provider's watches react) or a Machine's boot is due,
+    /// else every tick.
     pub async fn run(self) {
-        loop {
+        let resources = vec![
+            ApiResource::erase::<Cluster>(&()),
+            ApiResource::erase::<Machine>(&()),
+            sim_cluster_resource(),
+            sim_machine_resource(),
+        ];
+        let pass = || async {
             if let Err(e) = self.tick().await {
                 warn!(error = %e, "sim infrastructure pass failed");
             }
-            tokio::time::sleep(TICK).await;
-        }
+        };
+        let longest = || {
+            let next_boot = self
+                .booting
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .until_next(Instant::now());
+            next_boot.map_or(TICK, |due| due.min(TICK))
+        };
+        Wake::drive(
+            self.client.clone(),
+            self.namespace.clone(),
+            resources,
+            pass,
+            longest,
+        )
+        .await;
     }
 
     /// One pass over all SimClusters and SimMachines.
@@ -442,5 +479,26 @@ impl SimInfra {
         (2..=254u8)
             .map(|n| IpAddr::V4(Ipv4Addr::new(a, b, c, n)))
             .find(|ip| !taken.contains(&ip.to_string()) && self.runtime.address_free(*ip))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_boot_is_the_earliest_still_to_come() {
+        let now = Instant::now();
+        let mut booting = Booting::new(BootDelay::Fixed(Duration::from_secs(30)));
+        assert_eq!(booting.until_next(now), None, "nothing waits");
+        booting.due.insert("booted".into(), now - Duration::from_secs(1));
+        assert_eq!(
+            booting.until_next(now),
+            None,
+            "one due already is no reason to hurry"
+        );
+        booting.due.insert("later".into(), now + Duration::from_secs(20));
+        booting.due.insert("sooner".into(), now + Duration::from_secs(5));
+        assert_eq!(booting.until_next(now), Some(Duration::from_secs(5)));
     }
 }

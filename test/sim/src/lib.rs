@@ -6,6 +6,7 @@ pub mod bench_boot;
 pub mod bench_rollout;
 pub mod bench_scale;
 pub mod bench_steps;
+pub mod bench_timeline;
 pub mod boot_delay;
 pub mod capi;
 pub mod control_plane_host;
@@ -26,7 +27,9 @@ pub mod netns;
 pub mod plane;
 pub mod real_apiserver;
 pub mod real_capi;
+pub mod saved_logs;
 pub mod spdy;
+pub mod wake;
 
 use std::path::PathBuf;
 

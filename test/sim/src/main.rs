@@ -143,6 +143,9 @@ enum Bench {
         scale_up: Option<String>,
         #[arg(long, default_value_t = 1)]
         runs: usize,
+        /// Only `boot-ahead` or only `one-at-a-time` (both when absent).
+        #[arg(long)]
+        only: Option<String>,
     },
     /// The longest client write gap across a 3-member rolling replacement, `--runs` times,
     /// `--parallel` planes at once (the test suite runs four scenarios at a time).
@@ -212,14 +215,25 @@ async fn main() -> ExitCode {
                     sizes,
                     scale_up,
                     runs,
+                    only,
                 } => match (
                     BootDelay::parse(&boot_delay, boot_seed),
                     scale_up.as_deref().map(parse_change).transpose(),
+                    only.as_deref().map(str::parse).transpose(),
                 ) {
-                    (Ok(delay), Ok(scale)) => {
-                        etcdadm_sim::bench_boot::run_boot(&work_dir, delay, &sizes, scale, runs).await
+                    (Ok(delay), Ok(scale), Ok(only)) => {
+                        let options = etcdadm_sim::bench_boot::BootOptions {
+                            delay,
+                            sizes,
+                            scale,
+                            runs,
+                            only,
+                        };
+                        etcdadm_sim::bench_boot::run_boot(&work_dir, &options).await
                     }
-                    (Err(e), _) | (_, Err(e)) => Err(etcdadm_sim::error::SimError::Setup(e)),
+                    (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                        Err(etcdadm_sim::error::SimError::Setup(e))
+                    }
                 },
                 Bench::Rollout { runs, parallel } => {
                     etcdadm_sim::bench_rollout::run_rollout(&work_dir, runs, parallel).await

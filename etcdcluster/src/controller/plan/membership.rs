@@ -20,6 +20,7 @@ use etcdadm_shared::names;
 use super::machines::{record_join_start, release_hook};
 use crate::controller::decision::{
     After, Applied, ConcernStep, Decision, EventNote, Hold, JOIN_POLL, MEMBERSHIP_RETRY, Outputs,
+    PROMOTION_APPLIED,
 };
 use crate::controller::observation::{
     EtcdView, MachineView, Observation, healthy_client_urls, member_client_url,
@@ -199,15 +200,17 @@ impl ConcernStep for MembershipStep {
     }
 
     /// What comes after: the reconcile's etcd view predates the change, so the next step needs
-    /// a new health round.
+    /// a new health round: after a learner's addition once its node had time to start it, after
+    /// a promotion as soon as the members applied it (the voter it made is healthy already, and
+    /// what follows, the next learner's turn or Ready, waits on nothing else; at once, a member
+    /// that has not applied it yet would still list a learner).
     fn after(&self, _: &Observation) -> After {
         match self {
             MembershipStep::MoveLeader { .. } | MembershipStep::RemoveMember { .. } => {
                 After::Requeue(MEMBERSHIP_RETRY)
             }
-            MembershipStep::AddLearner { .. } | MembershipStep::PromoteLearner { .. } => {
-                After::Requeue(JOIN_POLL)
-            }
+            MembershipStep::AddLearner { .. } => After::Requeue(JOIN_POLL),
+            MembershipStep::PromoteLearner { .. } => After::Requeue(PROMOTION_APPLIED),
             MembershipStep::ReleaseHook { .. } => After::Again,
         }
     }

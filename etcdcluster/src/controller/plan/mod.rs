@@ -22,6 +22,7 @@ pub mod membership;
 pub mod placement;
 pub mod recovery;
 pub mod remediation;
+pub mod requeue;
 pub mod restore;
 pub mod rollout;
 pub mod safe_changes;
@@ -39,8 +40,7 @@ use self::machines::Removal;
 use self::rollout::Want;
 use super::decision::reason::READY;
 use super::decision::{
-    After, Applied, ConcernMetrics, ConcernStep, ConcernView, Decision, EventNote, Hold, HoldKind, JOIN_POLL,
-    Outputs, REFUSED_REQUEUE, StatusPart, WAIT_REQUEUE,
+    After, Applied, ConcernMetrics, ConcernStep, ConcernView, Decision, EventNote, Hold, Outputs, StatusPart,
 };
 use super::observation::clock::UnhealthyClock;
 use super::observation::{self, ByType, Observation, Reads, is_ready};
@@ -194,7 +194,7 @@ macro_rules! concerns {
             /// now).
             pub fn after(&self, o: &Observation) -> After {
                 match self {
-                    Step::Hold(hold) => hold_after(hold, o),
+                    Step::Hold(hold) => requeue::hold_after(hold, o),
                     Step::Steady => After::Requeue(o.health_interval()),
                     $(Step::$variant(step) => step.after(o),)*
                 }
@@ -271,19 +271,6 @@ impl Step {
     /// starts).
     pub fn is_refusal(&self) -> bool {
         self.hold().is_some_and(Hold::is_refusal)
-    }
-}
-
-/// When to look again while held: a join is polled (its progress shows only in etcd), a wait
-/// on another actor soon, what only a human can fix now and then.
-fn hold_after(hold: &Hold, o: &Observation) -> After {
-    let interval = o.health_interval();
-    match (hold.kind, hold.reason) {
-        (HoldKind::Refuse, _) => After::Requeue(REFUSED_REQUEUE),
-        (HoldKind::Wait | HoldKind::Refusal, rule::WAITING_FOR_MEMBER_JOIN | rule::WAITING_FOR_LEARNER) => {
-            After::Requeue(interval.min(JOIN_POLL))
-        }
-        (HoldKind::Wait | HoldKind::Refusal, _) => After::Requeue(interval.min(WAIT_REQUEUE)),
     }
 }
 

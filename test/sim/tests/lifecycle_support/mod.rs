@@ -742,24 +742,7 @@ pub async fn events(client: &Client, cluster: &str) -> Vec<(String, String)> {
 /// With `SIM_LOG_DIR` set, copy the controllers' logs and the machines' cloud-init output there
 /// (as `<scenario>-<file>`): the work directory goes with the test.
 pub fn save_logs(work: &TempDir, scenario: &str) {
-    let Some(dir) = std::env::var_os("SIM_LOG_DIR") else {
-        return;
-    };
-    let dir = std::path::PathBuf::from(dir);
-    let _ = std::fs::create_dir_all(&dir);
-    for file in ["etcdadm-controller.log", "etcdadm-bootstrap.log"] {
-        let _ = std::fs::copy(work.path().join(file), dir.join(format!("{scenario}-{file}")));
-    }
-    // And what each machine's user data printed (etcdadm's own output among it).
-    let machines = std::fs::read_dir(work.path().join("machines"))
-        .into_iter()
-        .flatten()
-        .flatten();
-    for machine in machines {
-        let name = machine.file_name().to_string_lossy().into_owned();
-        let log = machine.path().join("var/log/cloud-init-output.log");
-        let _ = std::fs::copy(log, dir.join(format!("{scenario}-{name}-cloud-init-output.log")));
-    }
+    etcdadm_sim::saved_logs::save(work.path(), scenario);
 }
 
 /// The longest a rolling replacement of three members may take.

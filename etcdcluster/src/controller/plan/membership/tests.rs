@@ -507,3 +507,42 @@ fn orphans_unhealthy_members_go_healthy_ones_stay_machines_are_adopted_or_replac
         })
     );
 }
+
+#[test]
+fn after_a_promotion_the_next_step_follows_shortly_and_after_an_addition_the_node_is_given_time() {
+    let o = running(3);
+    let url = || "https://10.0.0.1:2379".to_string();
+    for (what, step, after) in [
+        (
+            "learner added: its node starts etcd",
+            MembershipStep::AddLearner {
+                machine: "c1-etcd-m4".into(),
+                via_url: url(),
+                peer_url: "https://10.0.0.4:2380".into(),
+                record_turn: true,
+            },
+            After::Requeue(JOIN_POLL),
+        ),
+        (
+            "learner promoted: the next learner's turn or Ready",
+            MembershipStep::PromoteLearner {
+                member_id: 13,
+                machine: "c1-etcd-m3".into(),
+                via_url: url(),
+            },
+            After::Requeue(PROMOTION_APPLIED),
+        ),
+        (
+            "member removed",
+            MembershipStep::RemoveMember {
+                member_id: 13,
+                member: "member m3".into(),
+                via_url: url(),
+                why: "x".into(),
+            },
+            After::Requeue(MEMBERSHIP_RETRY),
+        ),
+    ] {
+        assert_eq!(step.after(&o), after, "{what}");
+    }
+}
