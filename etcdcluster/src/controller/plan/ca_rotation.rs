@@ -2,8 +2,8 @@
 //! phase a rotation is in and its one next step, derived from the world alone (which CA each
 //! Secret holds, what each member's `ca.crt` holds, what the control plane was given), so a
 //! controller killed anywhere resumes. Pure and table-tested, beside what it sees of the objects
-//! (`view`), what it says (`words`) and what it writes (`writes`); not yet asked by `plan`: its
-//! read and the dispatch of its steps are left (docs/security.md), so `rotate-ca` is not acted on.
+//! (`view`, made from the observation in `seen`), what it says (`words`), what it writes
+//! (`writes`) and its place in the plan with its part of the status (`step`).
 //!
 //! A member's `ca.crt` is a bundle: the CA whose key (`ca.key`) etcdadm signs the member's
 //! certificates with first, then the other CAs it trusts (`--trusted-ca-file` and
@@ -26,8 +26,12 @@ use std::fmt;
 
 use k8s_openapi::jiff::Timestamp;
 
+use etcdadm_shared::api::cluster::BOTTLEROCKET_REFUSAL;
+
 use crate::controller::decision::{Decision, Hold};
 
+pub mod seen;
+pub mod step;
 pub mod view;
 pub mod words;
 pub mod writes;
@@ -75,20 +79,22 @@ impl Phase {
         }
     }
 
+    /// The phases of a rotation, in order.
+    pub const ROTATING: [Phase; 6] = [
+        Phase::Generating,
+        Phase::Trusting,
+        Phase::ControlPlane,
+        Phase::Signing,
+        Phase::Dropping,
+        Phase::Finishing,
+    ];
+
     /// The phases after this one, for the status's "what is left".
     pub fn remaining(self) -> Vec<Phase> {
-        const ALL: [Phase; 6] = [
-            Phase::Generating,
-            Phase::Trusting,
-            Phase::ControlPlane,
-            Phase::Signing,
-            Phase::Dropping,
-            Phase::Finishing,
-        ];
         if self == Phase::Idle {
             return Vec::new();
         }
-        ALL.into_iter().filter(|p| *p > self).collect()
+        Phase::ROTATING.into_iter().filter(|p| *p > self).collect()
     }
 }
 
@@ -349,11 +355,7 @@ fn refusal(v: &RotationView) -> Option<Hold> {
 fn generate(v: &RotationView) -> Decision<RotationStep> {
     let request = requested(v).unwrap_or_default().to_string();
     if v.bottlerocket {
-        return Hold::refuse(
-            reason::CA_ROTATION_REFUSED,
-            "CA rotation is not supported on Bottlerocket members yet: its bootstrap container's user data has not been verified with a CA bundle",
-        )
-        .into();
+        return Hold::refuse(reason::CA_ROTATION_REFUSED, BOTTLEROCKET_REFUSAL).into();
     }
     if let Some(busy) = &v.busy {
         return Hold::wait(

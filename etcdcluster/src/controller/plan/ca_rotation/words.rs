@@ -120,6 +120,17 @@ pub fn phase_event(was: Phase, now: Phase) -> Option<EventNote> {
     ))
 }
 
+/// Why a Machine is outdated while the roll of `phase` is under way: its `ca.crt` is not the
+/// roll's target.
+pub fn outdated_reason(phase: Phase) -> String {
+    let target = match phase {
+        Phase::Trusting => "trust both etcd CAs, signed by the current one",
+        Phase::Signing => "be signed by the next etcd CA, trusting both",
+        _ => "trust the next etcd CA alone",
+    };
+    format!("CA rotation, phase {phase}: its ca.crt is to {target}")
+}
+
 fn count(n: usize, what: &str) -> String {
     if n == 1 {
         format!("1 {what}")
@@ -136,16 +147,8 @@ mod tests {
 
     #[test]
     fn every_phase_has_its_event_once() {
-        let phases = [
-            Phase::Generating,
-            Phase::Trusting,
-            Phase::ControlPlane,
-            Phase::Signing,
-            Phase::Dropping,
-            Phase::Finishing,
-        ];
         let mut was = Phase::Idle;
-        for now in phases {
+        for now in Phase::ROTATING {
             let event = phase_event(was, now).unwrap();
             assert_eq!((event.warning, event.reason), (false, "CARotationPhase"));
             assert!(
