@@ -245,7 +245,11 @@ pub fn phase(v: &RotationView) -> Phase {
         NextCa::Present { fingerprint, .. } if *fingerprint == v.current => Phase::Finishing,
         NextCa::Present { fingerprint, .. } => match lowest_rank(v, fingerprint) {
             0 => Phase::Trusting,
-            1 if !control_plane_done(v, fingerprint) => Phase::ControlPlane,
+            // Once a member of the Signing roll exists the control plane was done: a later
+            // rollout of its own (the endpoints switched mid-roll) does not bring it back.
+            1 if highest_rank(v, fingerprint) < 2 && !control_plane_done(v, fingerprint) => {
+                Phase::ControlPlane
+            }
             1 => Phase::Signing,
             2 => Phase::Dropping,
             _ => Phase::Finishing,
@@ -260,18 +264,24 @@ fn requested(v: &RotationView) -> Option<&str> {
         .filter(|r| !r.is_empty() && v.rotated_for.as_deref() != Some(*r))
 }
 
-/// The lowest rank of any member (unknown bundles count as 0: they hold the plan back anyway).
+/// Each member's rank (unknown bundles count as 0: they hold the plan back anyway).
+fn ranks<'a>(v: &'a RotationView, new: &'a str) -> impl Iterator<Item = u8> + 'a {
+    v.members.iter().map(move |m| {
+        m.bundle
+            .as_ref()
+            .and_then(|b| b.rank(&v.current, new))
+            .unwrap_or(0)
+    })
+}
+
+/// The lowest rank of any member.
 fn lowest_rank(v: &RotationView, new: &str) -> u8 {
-    v.members
-        .iter()
-        .map(|m| {
-            m.bundle
-                .as_ref()
-                .and_then(|b| b.rank(&v.current, new))
-                .unwrap_or(0)
-        })
-        .min()
-        .unwrap_or(0)
+    ranks(v, new).min().unwrap_or(0)
+}
+
+/// The highest rank of any member.
+fn highest_rank(v: &RotationView, new: &str) -> u8 {
+    ranks(v, new).max().unwrap_or(0)
 }
 
 /// The control plane trusts both CAs, holds a client certificate from the next one and has

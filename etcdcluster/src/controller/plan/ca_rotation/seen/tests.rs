@@ -227,14 +227,17 @@ fn status_says_the_phase_who_signed_each_member_and_what_is_left_with_an_event_p
         ]
     );
     assert_eq!(rotation.remaining, ["Dropping", "Finishing"]);
-    let phase_events: Vec<&EventNote> = events.iter().filter(|e| e.reason == "CARotationPhase").collect();
+    let phase_events: Vec<&EventNote> = events
+        .iter()
+        .filter(|e| e.reason == "CARotationSigning")
+        .collect();
     assert_eq!(phase_events.len(), 1, "{events:?}");
     // Recorded: the same phase again leaves no second Event.
     let mut again = o.clone();
     again.etcd_cluster.status = Some(status);
     let (_, events) = next_status(&again.etcd_cluster, &again, &plan(&again), &now);
     assert!(
-        !events.iter().any(|e| e.reason == "CARotationPhase"),
+        !events.iter().any(|e| e.reason.starts_with("CARotation")),
         "{events:?}"
     );
     // No rotation: no status.caRotation.
