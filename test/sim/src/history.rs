@@ -369,22 +369,20 @@ impl Recorder {
         F: Fn() -> Vec<String> + Send + 'static,
     {
         // An identity that does not load records nothing, as an unreachable cluster would.
-        Recorder::following(
-            started,
-            Arc::new(Mutex::new(tls.client_config().ok())),
-            urls,
-            every,
-        )
+        let tls = Arc::new(Mutex::new(tls.client_config().ok()));
+        Recorder::following(started, tls, urls, every, Duration::from_secs(2))
     }
 
     /// [`Recorder::start_at`] with TLS settings that may be swapped while it records (a CA
     /// rotation's client of both CAs): clients made with the settings it replaces are dropped;
-    /// none, nothing is recorded.
+    /// none, nothing is recorded. A member that does not answer within `patience` is passed
+    /// over for the next (a member whose machine is gone holds a poll that long).
     pub fn following<F>(
         started: Instant,
         tls: Arc<Mutex<Option<Arc<rustls::ClientConfig>>>>,
         urls: F,
         every: Duration,
+        patience: Duration,
     ) -> Recorder
     where
         F: Fn() -> Vec<String> + Send + 'static,
@@ -418,9 +416,7 @@ impl Recorder {
                         continue;
                     }
                     if !clients.contains_key(&url) {
-                        let Ok(client) =
-                            MemberClient::with_config(&url, config.clone(), Duration::from_secs(2))
-                        else {
+                        let Ok(client) = MemberClient::with_config(&url, config.clone(), patience) else {
                             continue;
                         };
                         clients.insert(url.clone(), client);

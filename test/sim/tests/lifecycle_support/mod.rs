@@ -331,26 +331,28 @@ impl Watchers {
         })
         .await
         .unwrap();
-        Watchers::following(
-            client,
-            cluster,
-            Arc::new(Mutex::new(Some(tls.client_config().unwrap()))),
-        )
-        .await
+        let tls = Arc::new(Mutex::new(Some(tls.client_config().unwrap())));
+        Watchers::following(client, cluster, tls, Duration::from_secs(2)).await
     }
 
     /// [`Watchers::start`] reading etcd with TLS settings the scenario may swap (a CA rotation's
-    /// client of both CAs).
+    /// client of both CAs), passing over a member that does not answer within `patience`.
     pub async fn following(
         client: &Client,
         cluster: &str,
         tls: Arc<Mutex<Option<Arc<rustls::ClientConfig>>>>,
+        patience: Duration,
     ) -> Watchers {
         let urls = Arc::new(Mutex::new(Vec::<String>::new()));
         let polled = urls.clone();
         let started = Instant::now();
-        let recorder =
-            Recorder::following(started, tls, move || polled.lock().unwrap().clone(), RECORD_EVERY);
+        let recorder = Recorder::following(
+            started,
+            tls,
+            move || polled.lock().unwrap().clone(),
+            RECORD_EVERY,
+            patience,
+        );
         let selector = format!("{}={cluster}-etcd", names::ETCD_CLUSTER_LABEL);
         let machines = MachineRecorder::start(
             client.clone(),
