@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use etcdadm_shared::api::cluster::{
     DEFAULT_HEALTH_INTERVAL, DEFAULT_HEALTH_TIMEOUT, DEFAULT_REPLICAS, DEFAULT_UNHEALTHY_AFTER,
-    restore_needs_cloud_config, validate_spec, validate_update,
+    restore_needs_cloud_config, rotation_problems, validate_spec, validate_update,
 };
 use etcdadm_shared::api::{EtcdadmCluster, Format};
 use etcdadm_shared::duration;
@@ -67,6 +67,10 @@ pub fn validate_cluster(req: AdmissionRequest<DynamicObject>) -> AdmissionRespon
         .and_then(|v| serde_json::from_value(v).ok());
     let namespace = req.namespace.clone().or_else(|| new.metadata.namespace.clone());
     let mut errors = validate_spec(&new.spec, namespace.as_deref());
+    errors.extend(rotation_problems(
+        old.as_ref().map(EtcdadmCluster::rotation_facts).as_ref(),
+        &new.rotation_facts(),
+    ));
     match old {
         Some(old) => errors.extend(validate_update(&old.spec, &new.spec)),
         None => errors.extend(restore_needs_cloud_config(&new.spec)),

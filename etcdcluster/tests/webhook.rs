@@ -274,3 +274,145 @@ async fn an_etcd_downgrade_or_minor_skip_is_denied_on_update() {
     let message = response["status"]["message"].as_str().unwrap();
     assert!(message.contains("skips a minor version"), "{message}");
 }
+
+/// A cluster annotated `rotate-ca: <request>` (None: not annotated), with `extra` annotations,
+/// `spec` fields and `status`.
+fn rotating(request: Option<&str>, extra: &[(&str, &str)], spec: Value, status: Value) -> Value {
+    let mut object = cluster(spec);
+    let mut annotations = serde_json::Map::new();
+    if let Some(request) = request {
+        annotations.insert("etcdcluster.cluster.x-k8s.io/rotate-ca".into(), json!(request));
+    }
+    for (k, v) in extra {
+        annotations.insert(k.to_string(), json!(v));
+    }
+    object["metadata"]["annotations"] = Value::Object(annotations);
+    object["status"] = status;
+    object
+}
+
+#[tokio::test]
+async fn a_ca_rotation_is_refused_beside_another_a_restore_or_a_recovery_and_on_bottlerocket() {
+    let webhooks = Webhooks::start().await;
+    let plain = json!({"replicas": 3, "infrastructureTemplate": template()});
+    let bottlerocket = json!({"replicas": 3, "infrastructureTemplate": template(),
+        "etcdadmConfigSpec": {"format": "bottlerocket", "bottlerocketConfig": {
+            "etcdImage": "r/etcd:v3.5.9", "bootstrapImage": "b", "pauseImage": "p"}}});
+    let restore = json!({"replicas": 3, "infrastructureTemplate": template(),
+        "etcdadmConfigSpec": {"cloudInitConfig": {"version": "3.5.9"}},
+        "restore": {"snapshot": {"name": "s1"}}});
+    let rotating_status = json!({"caRotation": {"phase": "Signing", "request": "r1"}});
+    let recovering = [("etcdcluster.cluster.x-k8s.io/recover", "m0")];
+    let long = "x".repeat(64);
+    // (what, new, old, allowed, what the message says)
+    let rows: Vec<(&str, Value, Value, bool, &str)> = vec![
+        (
+            "a first request",
+            rotating(Some("r1"), &[], plain.clone(), json!({})),
+            rotating(None, &[], plain.clone(), json!({})),
+            true,
+            "",
+        ),
+        (
+            "the same request again",
+            rotating(Some("r1"), &[], plain.clone(), rotating_status.clone()),
+            rotating(Some("r1"), &[], plain.clone(), rotating_status.clone()),
+            true,
+            "",
+        ),
+        (
+            "a new request after one is done",
+            rotating(Some("r2"), &[], plain.clone(), json!({})),
+            rotating(Some("r1"), &[], plain.clone(), json!({})),
+            true,
+            "",
+        ),
+        (
+            "another request mid-way",
+            rotating(Some("r2"), &[], plain.clone(), rotating_status.clone()),
+            rotating(Some("r1"), &[], plain.clone(), rotating_status.clone()),
+            false,
+            "a CA rotation for \"r1\" is under way (phase Signing)",
+        ),
+        (
+            "the request removed mid-way",
+            rotating(None, &[], plain.clone(), rotating_status.clone()),
+            rotating(Some("r1"), &[], plain.clone(), rotating_status.clone()),
+            false,
+            "cannot be changed or stopped",
+        ),
+        (
+            "during a recovery",
+            rotating(Some("r1"), &recovering, plain.clone(), json!({})),
+            rotating(None, &recovering, plain.clone(), json!({})),
+            false,
+            "a quorum-loss recovery is under way",
+        ),
+        (
+            "during a recovery recorded in status",
+            rotating(
+                Some("r1"),
+                &[],
+                plain.clone(),
+                json!({"recovery": {"requested": "m0", "source": "m0", "phase": "Snapshotting", "snapshot": "s"}}),
+            ),
+            rotating(
+                None,
+                &[],
+                plain.clone(),
+                json!({"recovery": {"requested": "m0", "source": "m0", "phase": "Snapshotting", "snapshot": "s"}}),
+            ),
+            false,
+            "a quorum-loss recovery is under way",
+        ),
+        (
+            "during a restore",
+            rotating(Some("r1"), &[], restore.clone(), json!({})),
+            rotating(None, &[], restore.clone(), json!({})),
+            false,
+            "a restore is under way",
+        ),
+        (
+            "after a restore",
+            rotating(Some("r1"), &[], restore.clone(), json!({"initialized": true})),
+            rotating(None, &[], restore.clone(), json!({"initialized": true})),
+            true,
+            "",
+        ),
+        (
+            "on Bottlerocket",
+            rotating(Some("r1"), &[], bottlerocket.clone(), json!({})),
+            rotating(None, &[], bottlerocket.clone(), json!({})),
+            false,
+            "not supported on Bottlerocket",
+        ),
+        (
+            "an empty value",
+            rotating(Some(" "), &[], plain.clone(), json!({})),
+            rotating(None, &[], plain.clone(), json!({})),
+            false,
+            "must be 1 to 63 characters",
+        ),
+        (
+            "a value too long",
+            rotating(Some(&long), &[], plain.clone(), json!({})),
+            rotating(None, &[], plain.clone(), json!({})),
+            false,
+            "must be 1 to 63 characters",
+        ),
+    ];
+    for (what, new, old, allowed, says) in rows {
+        let response = webhooks
+            .call(VALIDATE_PATH, &review("UPDATE", new, Some(old)))
+            .await;
+        assert_eq!(response["allowed"], allowed, "{what}: {response}");
+        if !allowed {
+            let message = response["status"]["message"].as_str().unwrap();
+            assert!(
+                message.contains("metadata.annotations[etcdcluster.cluster.x-k8s.io/rotate-ca]")
+                    && message.contains(says),
+                "{what}: {message}"
+            );
+        }
+    }
+}

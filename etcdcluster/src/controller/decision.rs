@@ -246,6 +246,12 @@ pub(crate) trait ConcernView: std::any::Any + Clone + Default + Send + Sync {
     }
     /// Its view at one moment: from what it read, the observation's other reads and the clock.
     fn view(read: &Self::Read, reads: &Reads, clock: &UnhealthyClock) -> Self;
+    /// Why this concern wants Machine `machine` replaced by the rolling replacement, if it does
+    /// (a CA rotation's roll): added to the Machine's outdated reasons.
+    fn outdates(&self, machine: &str) -> Option<String> {
+        let _ = machine;
+        None
+    }
 }
 
 /// Nothing of its own to read or see.

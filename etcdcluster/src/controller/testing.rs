@@ -92,6 +92,7 @@ pub fn member_template() -> MemberTemplate {
         version: None,
         listed_wait: learner_listed_wait(3, DEADLINE),
         remediation_for: None,
+        ca_bundle: None,
     }
 }
 
@@ -196,6 +197,29 @@ pub fn kcp(endpoints: &[&str], paused: bool, secrets: bool) -> KcpView {
         secrets_present: secrets,
         rollout_complete: true,
         rollout_after: None,
+    }
+}
+
+/// What was read of `etcd` in `namespace` when nothing around it exists.
+pub fn reads_of(etcd: EtcdadmCluster, namespace: &str) -> Reads {
+    Reads {
+        etcd_cluster: etcd,
+        namespace: namespace.into(),
+        cluster: ClusterView::Missing,
+        ca: CaView::Missing,
+        ca_secrets: Default::default(),
+        machines: vec![],
+        leftovers: vec![],
+        init_secret: None,
+        kcp: KcpView::None,
+        kcp_version: None,
+        apiserver_client: None,
+        control_plane_machines: 0,
+        spec_problem: None,
+        member_spec_problem: None,
+        missing_infra_template: None,
+        infra_machine: None,
+        concerns: Default::default(),
     }
 }
 

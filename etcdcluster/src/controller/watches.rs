@@ -82,9 +82,9 @@ pub(super) fn etcd_clusters_of(store: &Store<Guarded>, cluster: &Cluster) -> Vec
         .collect()
 }
 
-/// EtcdadmClusters that read the Secret `secret` (the CA, the init Secret, or the two the
-/// control plane is given), by its cluster-name label. Other Secrets of the Cluster (bootstrap
-/// data, kubeconfigs) trigger nothing.
+/// EtcdadmClusters that read the Secret `secret` (the CA and the next one of a rotation, the
+/// init Secret, or the two the control plane is given), by its cluster-name label. Other Secrets
+/// of the Cluster (bootstrap data, kubeconfigs) trigger nothing.
 pub(super) fn etcd_clusters_using(
     store: &Store<Guarded>,
     secret: &PartialObjectMeta<Secret>,
@@ -95,6 +95,7 @@ pub(super) fn etcd_clusters_using(
     let name = secret.name_any();
     let read_by_us = [
         names::ca_secret_name(cluster),
+        names::next_ca_secret_name(cluster),
         names::init_secret_name(cluster),
         names::kcp_etcd_ca_secret_name(cluster),
         names::apiserver_client_secret_name(cluster),

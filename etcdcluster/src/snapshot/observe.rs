@@ -89,11 +89,12 @@ pub fn capi_cluster_name(etcd: &EtcdadmCluster) -> Option<String> {
     })
 }
 
-/// The etcd CA of `etcd`'s cluster, or why it cannot be had.
-pub async fn cluster_ca(
+/// The etcd CAs of `etcd`'s cluster (the current one, then the next one during a rotation), or
+/// why they cannot be had.
+pub async fn cluster_cas(
     client: &Client,
     etcd: &EtcdadmCluster,
-) -> Result<Result<CertificateAuthority, String>, Error> {
+) -> Result<Result<Vec<CertificateAuthority>, String>, Error> {
     let namespace = etcd.namespace().unwrap_or_default();
     let Some(cluster) = capi_cluster_name(etcd) else {
         return Ok(Err(format!(
@@ -103,11 +104,20 @@ pub async fn cluster_ca(
         )));
     };
     let name = names::ca_secret_name(&cluster);
+    let next_name = names::next_ca_secret_name(&cluster);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
-    Ok(match secrets.get_opt(&name).await? {
-        None => Err(format!("the etcd CA Secret {namespace}/{name} does not exist")),
+    let (current, next) = futures::try_join!(secrets.get_opt(&name), secrets.get_opt(&next_name))?;
+    let current = match current {
+        None => {
+            return Ok(Err(format!(
+                "the etcd CA Secret {namespace}/{name} does not exist"
+            )));
+        }
         Some(secret) => ca_from_secret(&secret, &namespace, &name),
-    })
+    };
+    // During a rotation members signed by the next CA, trusting it alone, are reached too.
+    let next = next.and_then(|secret| ca_from_secret(&secret, &namespace, &next_name).ok());
+    Ok(current.map(|current| std::iter::once(current).chain(next).collect()))
 }
 
 /// A client of `store` with the credentials (and CA) from its Secrets in `namespace`, its

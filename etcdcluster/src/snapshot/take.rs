@@ -15,9 +15,10 @@ use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, S3Store};
 use etcdadm_shared::backup::{StoredSnapshot, stream_to_store};
 use etcdadm_shared::etcd::{EtcdTls, MemberClient};
+use etcdadm_shared::pki::CertificateAuthority;
 
 use super::context::{Context, patch_params};
-use super::observe::{CLIENT_COMMON_NAME, cluster_ca, store_client};
+use super::observe::{CLIENT_COMMON_NAME, cluster_cas, store_client};
 use super::plan::Target;
 use super::status;
 use etcdadm_shared::error::Error;
@@ -109,14 +110,15 @@ async fn attempt(
     if let Err(e) = store_client.check_bucket().await {
         return failed(e.category().as_str(), e.to_string());
     }
-    let ca = match cluster_ca(&ctx.client, cluster).await? {
-        Ok(ca) => ca,
+    let cas = match cluster_cas(&ctx.client, cluster).await? {
+        Ok(cas) => cas,
         Err(problem) => return failed("CAUnavailable", problem),
     };
-    let member = EtcdTls::issued_by(&ca, CLIENT_COMMON_NAME, CLIENT_CERT_VALIDITY)
+    let cas: Vec<&CertificateAuthority> = cas.iter().collect();
+    let member = EtcdTls::issued_by_each(&cas, CLIENT_COMMON_NAME, CLIENT_CERT_VALIDITY)
         .map_err(|e| e.to_string())
         .and_then(|tls| {
-            MemberClient::new(&target.client_url, &tls, MEMBER_TIMEOUT).map_err(|e| e.to_string())
+            MemberClient::with_config(&target.client_url, tls, MEMBER_TIMEOUT).map_err(|e| e.to_string())
         });
     let member = match member {
         Ok(member) => member,

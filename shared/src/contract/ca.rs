@@ -70,13 +70,18 @@ impl CaView {
 /// The CA Secret of `cluster` as a plan sees it: missing, usable (with the CA), or why not.
 pub async fn read_ca(secrets: &Api<Secret>, namespace: &str, cluster: &str) -> Result<CaView, kube::Error> {
     let name = names::ca_secret_name(cluster);
-    Ok(match secrets.get_opt(&name).await? {
+    Ok(ca_view(secrets.get_opt(&name).await?.as_ref(), namespace, &name))
+}
+
+/// A CA Secret `namespace/name` as read (None: absent), as a plan sees it.
+pub fn ca_view(secret: Option<&Secret>, namespace: &str, name: &str) -> CaView {
+    match secret {
         None => CaView::Missing,
-        Some(secret) => match ca_from_secret(&secret, namespace, &name) {
+        Some(secret) => match ca_from_secret(secret, namespace, name) {
             Ok(ca) => CaView::Valid(Ca::new(ca)),
             Err(problem) => CaView::Corrupt(problem),
         },
-    })
+    }
 }
 
 /// The CA stored in Secret `namespace/name` (`tls.crt`, `tls.key`), or a message naming what is

@@ -1,6 +1,7 @@
 //! `etcdadm-sim bench rollout`: the longest time a client waits for a write across a 3-member
 //! rolling replacement, over many runs side by side (as the test suite runs its scenarios), so
-//! that what a rollout costs writers is a distribution, not one lucky or unlucky run.
+//! that what a rollout costs writers is a distribution, not one lucky or unlucky run; with
+//! `--ca-rotation`, across a whole etcd CA rotation (three rolls) instead.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,8 +15,11 @@ use tokio::sync::Mutex;
 
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::capi::Machine;
+use etcdadm_shared::contract::ca::ca_from_secret;
 use etcdadm_shared::etcd::{EtcdTls, MemberClient};
 use etcdadm_shared::names;
+use etcdadm_shared::pki::CertificateAuthority;
+use k8s_openapi::api::core::v1::Secret;
 
 use crate::demo::{etcd_tls, machine_urls};
 use crate::error::SimError;
@@ -29,6 +33,21 @@ const TIMEOUT: Duration = Duration::from_secs(600);
 /// The client's pace and its patience with one request, as the sim scenarios' writer.
 const WRITE_EVERY: Duration = Duration::from_millis(50);
 const OP_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What is rolled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// An `etcdSettings` change: one roll.
+    Settings,
+    /// The `rotate-ca` annotation: three rolls, the writer holding an identity from each CA.
+    CaRotation,
+}
+
+/// The `rotate-ca` value a run asks for.
+const ROTATION_REQUEST: &str = "bench";
+
+/// TLS settings the writer uses, swapped once a rotation's next CA exists.
+type SharedTls = Arc<Mutex<Arc<rustls::ClientConfig>>>;
 
 /// What one run measured.
 #[derive(Clone, Debug)]
@@ -53,13 +72,19 @@ struct Writes {
 async fn write_until(
     stop: Arc<AtomicBool>,
     urls: Arc<Mutex<Vec<String>>>,
-    tls: EtcdTls,
+    tls: SharedTls,
     writes: Arc<Mutex<Writes>>,
 ) {
     let mut pinned = 0usize;
     let mut clients: Vec<(String, MemberClient)> = Vec::new();
+    let mut config = tls.lock().await.clone();
     let mut i = 0u64;
     while !stop.load(Ordering::Relaxed) {
+        let now = tls.lock().await.clone();
+        if !Arc::ptr_eq(&now, &config) {
+            clients.clear();
+            config = now;
+        }
         let list = urls.lock().await.clone();
         if list.is_empty() {
             tokio::time::sleep(WRITE_EVERY).await;
@@ -67,7 +92,7 @@ async fn write_until(
         }
         let url = list[pinned % list.len()].clone();
         if !clients.iter().any(|(u, _)| *u == url)
-            && let Ok(c) = MemberClient::new(&url, &tls, OP_TIMEOUT)
+            && let Ok(c) = MemberClient::with_config(&url, config.clone(), OP_TIMEOUT)
         {
             clients.push((url.clone(), c));
         }
@@ -128,9 +153,56 @@ async fn settled_without(client: &Client, old: &[String]) -> Result<bool, SimErr
         && machines.iter().all(|m| !old.contains(m)))
 }
 
-async fn wait_for(what: &str, client: &Client, old: &[String]) -> Result<(), SimError> {
+/// The CA Secret `name` of the cluster as a CA, once it exists and is usable.
+async fn read_ca(client: &Client, name: &str) -> Result<Option<CertificateAuthority>, SimError> {
+    let secret = Api::<Secret>::namespaced(client.clone(), NAMESPACE)
+        .get_opt(name)
+        .await?;
+    Ok(secret.and_then(|s| ca_from_secret(&s, NAMESPACE, name).ok()))
+}
+
+/// Once the rotation's next CA exists, the writer holds an identity from each CA.
+async fn follow_next_ca(client: Client, current: CertificateAuthority, tls: SharedTls) {
+    loop {
+        if let Ok(Some(next)) = read_ca(&client, &names::next_ca_secret_name(CLUSTER)).await
+            && let Ok(both) = EtcdTls::issued_by_each(&[&current, &next], "bench", Duration::from_secs(3600))
+        {
+            *tls.lock().await = both;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The rotation asked for is done: the CA Secret is marked for it and the next CA's is gone.
+async fn rotated(client: &Client) -> Result<bool, SimError> {
+    let secrets = Api::<Secret>::namespaced(client.clone(), NAMESPACE);
+    let marked = secrets
+        .get_opt(&names::ca_secret_name(CLUSTER))
+        .await?
+        .is_some_and(|s| {
+            s.annotations()
+                .get(names::CA_ROTATED_FOR_ANNOTATION)
+                .map(String::as_str)
+                == Some(ROTATION_REQUEST)
+        });
+    Ok(marked
+        && secrets
+            .get_opt(&names::next_ca_secret_name(CLUSTER))
+            .await?
+            .is_none())
+}
+
+async fn wait_for(
+    what: &str,
+    client: &Client,
+    old: &[String],
+    change: Option<Change>,
+) -> Result<(), SimError> {
     let start = Instant::now();
-    while !settled_without(client, old).await? {
+    while !(settled_without(client, old).await?
+        && (change != Some(Change::CaRotation) || rotated(client).await?))
+    {
         if start.elapsed() > TIMEOUT {
             return Err(SimError::Timeout(format!("{what} after {TIMEOUT:?}")));
         }
@@ -139,9 +211,9 @@ async fn wait_for(what: &str, client: &Client, old: &[String]) -> Result<(), Sim
     Ok(())
 }
 
-/// Create a 3-member cluster (no control plane), then roll it with an `etcdSettings` change
-/// while a client writes; the longest write gap during the rollout.
-pub async fn rollout(work_dir: &Path, slot: u8) -> Result<RolloutRun, SimError> {
+/// Create a 3-member cluster (no control plane), then roll it with `change` while a client
+/// writes; the longest write gap during the rollout.
+pub async fn rollout(work_dir: &Path, slot: u8, change: Change) -> Result<RolloutRun, SimError> {
     let _ = std::fs::remove_dir_all(work_dir);
     let plane = Plane::start(PlaneOptions {
         work_dir: work_dir.to_path_buf(),
@@ -165,8 +237,15 @@ pub async fn rollout(work_dir: &Path, slot: u8) -> Result<RolloutRun, SimError> 
         },
     )
     .await?;
-    wait_for("3 members not Ready", &client, &[]).await?;
+    wait_for("3 members not Ready", &client, &[], None).await?;
     let tls = etcd_tls(&client, NAMESPACE, CLUSTER)
+        .await?
+        .ok_or_else(|| SimError::Setup("no etcd CA".into()))?;
+    let tls: SharedTls = Arc::new(Mutex::new(
+        tls.client_config()
+            .map_err(|e| SimError::Setup(format!("client certificate: {e}")))?,
+    ));
+    let current = read_ca(&client, &names::ca_secret_name(CLUSTER))
         .await?
         .ok_or_else(|| SimError::Setup("no etcd CA".into()))?;
     let old = machine_names(&client).await?;
@@ -174,24 +253,32 @@ pub async fn rollout(work_dir: &Path, slot: u8) -> Result<RolloutRun, SimError> 
     let urls = Arc::new(Mutex::new(machine_urls(&client, NAMESPACE, CLUSTER).await?));
     let writes = Arc::new(Mutex::new(Writes::default()));
     let follower = tokio::spawn(follow_urls(client.clone(), urls.clone(), stop.clone()));
+    let ca_follower = tokio::spawn(follow_next_ca(client.clone(), current, tls.clone()));
     let writer = tokio::spawn(write_until(stop.clone(), urls, tls, writes.clone()));
     tokio::time::sleep(Duration::from_secs(2)).await;
     let started = Instant::now();
+    let patch = match change {
+        Change::Settings => {
+            json!({"spec": {"etcdadmConfigSpec": {"etcdSettings": {"snapshot-count": 50000}}}})
+        }
+        Change::CaRotation => {
+            json!({"metadata": {"annotations": {names::ROTATE_CA_ANNOTATION: ROTATION_REQUEST}}})
+        }
+    };
     Api::<EtcdadmCluster>::namespaced(client.clone(), NAMESPACE)
         .patch(
             &format!("{CLUSTER}-etcd"),
             &PatchParams::default(),
-            &Patch::Merge(
-                json!({"spec": {"etcdadmConfigSpec": {"etcdSettings": {"snapshot-count": 50000}}}}),
-            ),
+            &Patch::Merge(patch),
         )
         .await?;
-    let outcome = wait_for("the rollout did not finish", &client, &old).await;
+    let outcome = wait_for("the rollout did not finish", &client, &old, Some(change)).await;
     let wall = started.elapsed();
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop.store(true, Ordering::Relaxed);
     let _ = writer.await;
     follower.abort();
+    ca_follower.abort();
     drop(plane);
     outcome?;
     let w = writes.lock().await;
@@ -221,10 +308,19 @@ pub fn distribution(values: &[Duration]) -> String {
 
 /// `runs` rollouts, `parallel` at a time; prints each run and the distribution of the longest
 /// write gaps.
-pub async fn run_rollout(work_dir: &Path, runs: usize, parallel: usize) -> Result<(), SimError> {
+pub async fn run_rollout(
+    work_dir: &Path,
+    runs: usize,
+    parallel: usize,
+    change: Change,
+) -> Result<(), SimError> {
+    let (what, flag) = match change {
+        Change::Settings => ("rolling replacement (etcdSettings change", ""),
+        Change::CaRotation => ("etcd CA rotation (three rolls", " --ca-rotation"),
+    };
     println!(
-        "3-member rolling replacement (etcdSettings change, no control plane) under a client writing \
-         every 50 ms, {parallel} at a time; command: etcdadm-sim bench rollout --runs {runs} --parallel {parallel}"
+        "3-member {what}, no control plane) under a client writing every 50 ms, {parallel} at a time; \
+         command: etcdadm-sim bench rollout --runs {runs} --parallel {parallel}{flag}"
     );
     let parallel = parallel.clamp(1, 16);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -239,7 +335,7 @@ pub async fn run_rollout(work_dir: &Path, runs: usize, parallel: usize) -> Resul
                     return done;
                 }
                 let dir = work_dir.join(format!("rollout-{run}"));
-                let result = rollout(&dir, u8::try_from(slot).unwrap_or(0)).await;
+                let result = rollout(&dir, u8::try_from(slot).unwrap_or(0), change).await;
                 match &result {
                     Ok(r) => {
                         println!(

@@ -368,13 +368,47 @@ impl Recorder {
     where
         F: Fn() -> Vec<String> + Send + 'static,
     {
+        // An identity that does not load records nothing, as an unreachable cluster would.
+        let tls = Arc::new(Mutex::new(tls.client_config().ok()));
+        Recorder::following(started, tls, urls, every, Duration::from_secs(2))
+    }
+
+    /// [`Recorder::start_at`] with TLS settings that may be swapped while it records (a CA
+    /// rotation's client of both CAs): clients made with the settings it replaces are dropped;
+    /// none, nothing is recorded. A member that does not answer within `patience` is passed
+    /// over for the next (a member whose machine is gone holds a poll that long).
+    pub fn following<F>(
+        started: Instant,
+        tls: Arc<Mutex<Option<Arc<rustls::ClientConfig>>>>,
+        urls: F,
+        every: Duration,
+        patience: Duration,
+    ) -> Recorder
+    where
+        F: Fn() -> Vec<String> + Send + 'static,
+    {
         let history = Arc::new(Mutex::new(History::default()));
         let shared = history.clone();
         let task = tokio::spawn(async move {
             // Kept between polls (a new TLS connection every 25 ms would load the machine);
             // dropped when a read through it fails.
             let mut clients: BTreeMap<String, MemberClient> = BTreeMap::new();
+            let current = || tls.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            let mut config = current();
             loop {
+                let now = current();
+                let same = match (&now, &config) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    (a, b) => a.is_none() && b.is_none(),
+                };
+                if !same {
+                    clients.clear();
+                    config = now;
+                }
+                let Some(config) = config.clone() else {
+                    tokio::time::sleep(every).await;
+                    continue;
+                };
                 for url in urls() {
                     // No traffic to a lab's subnet once its bridge is gone.
                     if etcdadm_sim_machines::network::guard(&url).is_err() {
@@ -382,7 +416,7 @@ impl Recorder {
                         continue;
                     }
                     if !clients.contains_key(&url) {
-                        let Ok(client) = MemberClient::new(&url, &tls, Duration::from_secs(2)) else {
+                        let Ok(client) = MemberClient::with_config(&url, config.clone(), patience) else {
                             continue;
                         };
                         clients.insert(url.clone(), client);

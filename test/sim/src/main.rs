@@ -154,6 +154,10 @@ enum Bench {
         runs: usize,
         #[arg(long, default_value_t = 4)]
         parallel: usize,
+        /// Rotate the etcd CA (the `rotate-ca` annotation: three rolls) instead of changing
+        /// `etcdSettings` (one roll); the writer holds an identity from each CA.
+        #[arg(long)]
+        ca_rotation: bool,
     },
     /// RSS and CPU of both managers over one minute with N idle EtcdadmClusters.
     Idle {
@@ -235,8 +239,17 @@ async fn main() -> ExitCode {
                         Err(etcdadm_sim::error::SimError::Setup(e))
                     }
                 },
-                Bench::Rollout { runs, parallel } => {
-                    etcdadm_sim::bench_rollout::run_rollout(&work_dir, runs, parallel).await
+                Bench::Rollout {
+                    runs,
+                    parallel,
+                    ca_rotation,
+                } => {
+                    let change = if ca_rotation {
+                        etcdadm_sim::bench_rollout::Change::CaRotation
+                    } else {
+                        etcdadm_sim::bench_rollout::Change::Settings
+                    };
+                    etcdadm_sim::bench_rollout::run_rollout(&work_dir, runs, parallel, change).await
                 }
                 Bench::Idle { clusters } => {
                     etcdadm_sim::bench::run_idle(&work_dir.join("idle"), clusters, Duration::from_secs(20))

@@ -125,6 +125,15 @@ impl Observation {
             apiserver_client_version: client.and_then(|c| c.resource_version.clone()),
         };
         outdate_expiring(&mut machines, &etcd, &certificates);
+        let views = concerns.views(reads, &clock);
+        for machine in &mut machines {
+            if let Some(why) = concerns.outdated(&views, &machine.name) {
+                machine.outdated = Some(match machine.outdated.take() {
+                    Some(other) => format!("{other}; {why}"),
+                    None => why,
+                });
+            }
+        }
         let status = e.status.clone().unwrap_or_default();
         let last_remediation = e
             .annotations()
@@ -178,7 +187,7 @@ impl Observation {
             creation_complete: status.creation_complete,
             kcp: reads.kcp.clone(),
             control_plane_machines: reads.control_plane_machines,
-            views: concerns.views(reads, &clock),
+            views,
             new_member_name: member_name(&e.name_any()),
         }
     }

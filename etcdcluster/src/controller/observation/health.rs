@@ -49,6 +49,7 @@ pub struct EtcdClients {
 }
 
 struct ClusterIdentity {
+    /// The certificates of the CAs it was minted from, concatenated.
     ca_pem: String,
     tls: Arc<rustls::ClientConfig>,
     not_after: SystemTime,
@@ -60,15 +61,16 @@ impl EtcdClients {
     }
 
     /// Clients for `urls` of the cluster `key` (`<namespace>/<cluster>`), minting or renewing the
-    /// client certificate from `ca` as needed.
+    /// client certificate from `cas` as needed: one CA, or both CAs of a rotation, each trusted
+    /// and each issuing an identity (`EtcdTls::issued_by_each`).
     pub fn clients(
         &self,
         key: &str,
-        ca: &CertificateAuthority,
+        cas: &[&CertificateAuthority],
         urls: &[String],
         timeout: Duration,
     ) -> Result<Vec<UrlClient>, Error> {
-        let tls = self.identity(key, ca)?;
+        let tls = self.identity(key, cas)?;
         Ok(urls
             .iter()
             .map(|url| {
@@ -78,24 +80,25 @@ impl EtcdClients {
             .collect())
     }
 
-    fn identity(&self, key: &str, ca: &CertificateAuthority) -> Result<Arc<rustls::ClientConfig>, Error> {
+    fn identity(&self, key: &str, cas: &[&CertificateAuthority]) -> Result<Arc<rustls::ClientConfig>, Error> {
+        let ca_pem: String = cas.iter().map(|ca| ca.cert_pem()).collect();
         let mut clusters = self
             .clusters
             .lock()
             .map_err(|_| Error::Internal("the etcd client cache was poisoned by a panic".into()))?;
         let now = SystemTime::now();
         if let Some(known) = clusters.get(key)
-            && known.ca_pem == ca.cert_pem()
+            && known.ca_pem == ca_pem
             && known.not_after > now + CLIENT_CERT_RENEW_BEFORE
         {
             return Ok(known.tls.clone());
         }
-        let tls = EtcdTls::issued_by(ca, CLIENT_CERT_COMMON_NAME, CLIENT_CERT_VALIDITY)?.client_config()?;
+        let tls = EtcdTls::issued_by_each(cas, CLIENT_CERT_COMMON_NAME, CLIENT_CERT_VALIDITY)?;
         debug!(cluster = key, "minted the controller's etcd client certificate");
         clusters.insert(
             key.to_string(),
             ClusterIdentity {
-                ca_pem: ca.cert_pem().to_string(),
+                ca_pem,
                 tls: tls.clone(),
                 not_after: now + CLIENT_CERT_VALIDITY,
             },
@@ -138,6 +141,8 @@ pub struct Probe {
     pub status: Result<MemberStatus, String>,
     /// `notAfter` of the server certificate the member presented in the handshake.
     pub certificate_expiry: Option<SystemTime>,
+    /// That certificate (DER).
+    pub server_certificate: Option<Vec<u8>>,
     /// Whether its history before its revision is compacted, asked only while NOSPACE is raised
     /// (the repair compacts first; [`full`]).
     pub history_compacted: Option<bool>,
@@ -180,6 +185,7 @@ async fn probe(url: String, client: Result<Arc<MemberClient>, EtcdError>) -> Pro
             health: Err(e.to_string()),
             status: Err(e.to_string()),
             certificate_expiry: None,
+            server_certificate: None,
             history_compacted: None,
             quota_published: None,
             hash: None,
@@ -191,6 +197,7 @@ async fn probe(url: String, client: Result<Arc<MemberClient>, EtcdError>) -> Pro
                 health: health.map_err(|e| e.to_string()),
                 status: status.map_err(|e| e.to_string()),
                 certificate_expiry: client.server_certificate_expiry(),
+                server_certificate: client.server_certificate(),
                 client: Some(client),
                 history_compacted: None,
                 quota_published: None,
@@ -248,7 +255,8 @@ pub async fn probe_all(clients: Vec<UrlClient>) -> Vec<Probe> {
 pub struct CheckInput<'a> {
     /// `<namespace>/<cluster>`: the cache key.
     pub key: &'a str,
-    pub ca: &'a CertificateAuthority,
+    /// The CAs the controller's client trusts and carries an identity from.
+    pub cas: &'a [&'a CertificateAuthority],
     pub machines: &'a [MachineView],
     /// `status.members` as stored: who was ever healthy, and since when who is not.
     pub previous: &'a [StoredMember],
@@ -268,11 +276,12 @@ pub async fn check_observed(
         return Ok(Checked::nothing(EtcdView::NotChecked));
     };
     let key = format!("{}/{}", reads.namespace, reads.etcd_cluster.name_any());
+    let cas = reads.ca_secrets.client_cas(ca);
     let clock = reads.clock(now);
     let machines = reads.machine_views(&clock);
     let input = CheckInput {
         key: &key,
-        ca,
+        cas: &cas,
         machines: &machines,
         previous: reads.stored_members(),
         clock: &clock,
@@ -314,7 +323,7 @@ pub async fn check(clients: &EtcdClients, input: &CheckInput<'_>) -> Result<Chec
         return Ok(Checked::nothing(EtcdView::NotChecked));
     }
     let mut probes: BTreeMap<String, Probe> =
-        probe_all(clients.clients(input.key, input.ca, &urls, input.timeout)?)
+        probe_all(clients.clients(input.key, input.cas, &urls, input.timeout)?)
             .await
             .into_iter()
             .map(|p| (p.client_url.clone(), p))
@@ -385,7 +394,7 @@ async fn probe_strangers(
     let mut all = urls.to_vec();
     all.extend(extra.iter().cloned());
     let clients: Vec<_> = clients
-        .clients(input.key, input.ca, &all, input.timeout)?
+        .clients(input.key, input.cas, &all, input.timeout)?
         .into_iter()
         .filter(|(url, _)| extra.contains(url))
         .collect();
@@ -481,6 +490,7 @@ fn member_view(
         certificate_expiry: probe
             .and_then(|p| p.certificate_expiry)
             .and_then(|t| Timestamp::try_from(t).ok()),
+        server_certificate: probe.and_then(|p| p.server_certificate.clone()),
         ..MemberView::default()
     };
     if let Some(status) = status {

@@ -189,7 +189,6 @@ fn same_object(a: &ObjectMeta, b: &ObjectMeta) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
-    use crate::controller::observation::views::{CaView, ClusterView, KcpView};
 
     const KEY: &str = "ns/etcd";
 
@@ -205,22 +204,8 @@ mod tests {
 
     fn observation(etcd: EtcdadmCluster) -> Reads {
         Reads {
-            etcd_cluster: etcd,
-            namespace: "ns".into(),
-            cluster: ClusterView::Missing,
-            ca: CaView::Missing,
-            machines: vec![],
             leftovers: vec!["left-behind".into()],
-            init_secret: None,
-            kcp: KcpView::None,
-            kcp_version: None,
-            apiserver_client: None,
-            control_plane_machines: 0,
-            spec_problem: None,
-            member_spec_problem: None,
-            missing_infra_template: None,
-            infra_machine: None,
-            concerns: Default::default(),
+            ..crate::controller::testing::reads_of(etcd, "ns")
         }
     }
 

@@ -4,6 +4,7 @@
 //! Machine a member runs on). The plan, `apply` and the status all read this and nothing else.
 
 mod assemble;
+pub mod ca_secrets;
 pub mod clock;
 pub mod concerns;
 pub mod health;

@@ -15,13 +15,14 @@ use kube::{Client, Resource, ResourceExt};
 use etcdadm_shared::api::capi::{Cluster, ControlPlaneEtcd, KubeadmControlPlane, Machine};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmConfig, EtcdadmConfigSpec};
 use etcdadm_shared::contract::ClusterRef;
-use etcdadm_shared::contract::ca::{CaView, read_ca};
+use etcdadm_shared::contract::ca::CaView;
 use etcdadm_shared::contract::init_secret::InitSecret;
 use etcdadm_shared::contract::secret_text;
 use etcdadm_shared::error::Error;
 use etcdadm_shared::names;
 use etcdadm_shared::pki::cert_not_after;
 
+use super::ca_secrets::{self, CaSecrets};
 use super::clock::UnhealthyClock;
 use super::clock::{REMEDIATION_FOR_ANNOTATION, RemediationRecord};
 use super::concerns::ByType;
@@ -42,6 +43,8 @@ pub struct Reads {
     pub namespace: String,
     pub cluster: ClusterView,
     pub ca: CaView,
+    /// The CA Secrets a rotation decides from (the next CA among them).
+    pub ca_secrets: CaSecrets,
     /// Member Machines, oldest first.
     pub machines: Vec<MachineRecord>,
     pub leftovers: Vec<String>,
@@ -98,6 +101,8 @@ pub struct MachineRecord {
     pub created: Option<Timestamp>,
     /// Its EtcdadmConfig's spec.
     pub config: Option<EtcdadmConfigSpec>,
+    /// Its EtcdadmConfig's `ca-bundle` annotation (the CAs its `ca.crt` holds), when it has one.
+    pub ca_bundle: Option<String>,
     /// `cloned-from-name` and `cloned-from-groupkind` of its infra machine.
     pub cloned_from: Option<(String, String)>,
     /// Its `remediation-for` record, when it replaced a remediated Machine.
@@ -120,6 +125,8 @@ pub trait Concerns: Sync {
     fn keep(&self, reads: &Reads) -> bool;
     /// Every concern's view at one moment.
     fn views(&self, reads: &Reads, clock: &UnhealthyClock) -> ByType;
+    /// Why the concerns whose `views` these are want Machine `machine` replaced, if any does.
+    fn outdated(&self, views: &ByType, machine: &str) -> Option<String>;
 }
 
 /// Read everything around `etcd_cluster` (as just read). The reads that do not depend on one
@@ -171,6 +178,7 @@ pub async fn read(
         ClusterSide {
             cluster,
             ca,
+            ca_secrets,
             init_secret,
             kcp,
             kcp_version,
@@ -201,6 +209,7 @@ pub async fn read(
         namespace: namespace.to_string(),
         cluster,
         ca,
+        ca_secrets,
         machines: records,
         leftovers,
         init_secret,
@@ -279,6 +288,9 @@ fn machine_records(
                 },
                 created: m.meta().creation_timestamp.as_ref().map(|t| t.0),
                 config: configs_by_name.get(&config_name).map(|c| c.spec.clone()),
+                ca_bundle: configs_by_name
+                    .get(&config_name)
+                    .and_then(|c| c.annotations().get(names::CA_BUNDLE_ANNOTATION).cloned()),
                 cloned_from,
                 remediation_for: m
                     .annotations()
@@ -300,6 +312,7 @@ fn machine_records(
 struct ClusterSide {
     cluster: ClusterView,
     ca: CaView,
+    ca_secrets: CaSecrets,
     init_secret: Option<InitSecret>,
     kcp: KcpView,
     kcp_version: Option<String>,
@@ -317,6 +330,7 @@ async fn read_cluster_side(
         return Ok(ClusterSide {
             cluster: ClusterView::Missing,
             ca: CaView::Missing,
+            ca_secrets: CaSecrets::default(),
             init_secret: None,
             kcp: KcpView::None,
             kcp_version: None,
@@ -343,9 +357,9 @@ async fn read_cluster_side(
             .items
             .len())
     };
-    let ca = async { Ok::<_, Error>(read_ca(&secrets, namespace, &name).await?) };
+    let ca = ca_secrets::read(&secrets, namespace, &name);
     let init = async { Ok::<_, Error>(secrets.get_opt(&init_name).await?) };
-    let (ca, init, (kcp, kcp_version, apiserver_client), control_plane_machines) = futures::try_join!(
+    let ((ca, mut ca_secrets), init, (kcp, kcp_version, kcp_secrets), control_plane_machines) = futures::try_join!(
         ca,
         init,
         observe_kcp(client, namespace, &cluster, &name),
@@ -361,10 +375,14 @@ async fn read_cluster_side(
             deletes_etcd_last: cluster.spec.managed_external_etcd_ref.is_some(),
         },
         ca,
+        apiserver_client: kcp_secrets.1.as_ref().map(ClientSecret::from_secret),
+        ca_secrets: {
+            (ca_secrets.kcp_etcd_ca, ca_secrets.apiserver_client) = kcp_secrets;
+            ca_secrets
+        },
         init_secret: init.map(|s| InitSecret::from_secret(&s)),
         kcp,
         kcp_version,
-        apiserver_client,
         control_plane_machines,
     })
 }
@@ -537,20 +555,24 @@ fn find_leftovers(mut metas: Vec<ObjectMeta>, machines: &BTreeSet<String>) -> Ve
     names
 }
 
-/// The KubeadmControlPlane, as the plan sees it, its `spec.version`, and the API server client
-/// certificate Secret it is handed.
+/// The two Secrets the control plane is given: `<cluster>-etcd` and
+/// `<cluster>-apiserver-etcd-client`, as read.
+type KcpSecrets = (Option<Secret>, Option<Secret>);
+
+/// The KubeadmControlPlane, as the plan sees it, its `spec.version`, and the two Secrets it is
+/// handed.
 async fn observe_kcp(
     client: &Client,
     namespace: &str,
     cluster: &Cluster,
     cluster_name: &str,
-) -> Result<(KcpView, Option<String>, Option<ClientSecret>), Error> {
+) -> Result<(KcpView, Option<String>, KcpSecrets), Error> {
     let Some(reference) = cluster.spec.control_plane_ref.as_ref() else {
-        return Ok((KcpView::None, None, None));
+        return Ok((KcpView::None, None, (None, None)));
     };
     let group = reference.group();
     if reference.kind != KCP_KIND || !(group.is_empty() || group == KCP_GROUP) {
-        return Ok((KcpView::None, None, None));
+        return Ok((KcpView::None, None, (None, None)));
     }
     let kcps: Api<KubeadmControlPlane> = Api::namespaced(client.clone(), namespace);
     let Some(kcp) = kcps.get_opt(&reference.name).await? else {
@@ -559,15 +581,15 @@ async fn observe_kcp(
                 name: reference.name.clone(),
             },
             None,
-            None,
+            (None, None),
         ));
     };
     let (local_etcd, endpoints) = match kcp.etcd() {
         ControlPlaneEtcd::External(endpoints) => (false, endpoints),
         ControlPlaneEtcd::Local => (true, Vec::new()),
     };
-    let (secrets_present, client) = if local_etcd {
-        (false, None)
+    let (ca_copy, client_secret) = if local_etcd {
+        (None, None)
     } else {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
         let ca_copy = secrets
@@ -576,9 +598,9 @@ async fn observe_kcp(
         let client_secret = secrets
             .get_opt(&names::apiserver_client_secret_name(cluster_name))
             .await?;
-        let client = client_secret.as_ref().map(ClientSecret::from_secret);
-        (ca_copy.is_some() && client_secret.is_some(), client)
+        (ca_copy, client_secret)
     };
+    let secrets_present = ca_copy.is_some() && client_secret.is_some();
     let view = KcpView::Found {
         name: kcp.name_any(),
         local_etcd,
@@ -589,5 +611,5 @@ async fn observe_kcp(
         rollout_complete: kcp.rollout_complete(),
         rollout_after: kcp.rollout_after(),
     };
-    Ok((view, kcp.spec.version.clone(), client))
+    Ok((view, kcp.spec.version.clone(), (ca_copy, client_secret)))
 }

@@ -155,6 +155,9 @@ pub struct MemberView {
     pub unhealthy_for: Duration,
     /// `notAfter` of the server certificate it presented in this round's handshake.
     pub certificate_expiry: Option<Timestamp>,
+    /// The server certificate (DER) it presented in this round's handshake: which CA signed it
+    /// tells a CA rotation where the member is.
+    pub server_certificate: Option<Vec<u8>>,
     /// The revision of its own store, when it answered Status this round (no quorum needed).
     pub revision: Option<i64>,
     /// etcd's hash of its store at the revision common to the healthy members, asked only

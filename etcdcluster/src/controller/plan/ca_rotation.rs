@@ -2,8 +2,8 @@
 //! phase a rotation is in and its one next step, derived from the world alone (which CA each
 //! Secret holds, what each member's `ca.crt` holds, what the control plane was given), so a
 //! controller killed anywhere resumes. Pure and table-tested, beside what it sees of the objects
-//! (`view`), what it says (`words`) and what it writes (`writes`); not yet asked by `plan`: its
-//! read and the dispatch of its steps are left (docs/security.md), so `rotate-ca` is not acted on.
+//! (`view`, made from the observation in `seen`), what it says (`words`), what it writes
+//! (`writes`) and its place in the plan with its part of the status (`step`).
 //!
 //! A member's `ca.crt` is a bundle: the CA whose key (`ca.key`) etcdadm signs the member's
 //! certificates with first, then the other CAs it trusts (`--trusted-ca-file` and
@@ -26,8 +26,12 @@ use std::fmt;
 
 use k8s_openapi::jiff::Timestamp;
 
+use etcdadm_shared::api::cluster::BOTTLEROCKET_REFUSAL;
+
 use crate::controller::decision::{Decision, Hold};
 
+pub mod seen;
+pub mod step;
 pub mod view;
 pub mod words;
 pub mod writes;
@@ -75,20 +79,22 @@ impl Phase {
         }
     }
 
+    /// The phases of a rotation, in order.
+    pub const ROTATING: [Phase; 6] = [
+        Phase::Generating,
+        Phase::Trusting,
+        Phase::ControlPlane,
+        Phase::Signing,
+        Phase::Dropping,
+        Phase::Finishing,
+    ];
+
     /// The phases after this one, for the status's "what is left".
     pub fn remaining(self) -> Vec<Phase> {
-        const ALL: [Phase; 6] = [
-            Phase::Generating,
-            Phase::Trusting,
-            Phase::ControlPlane,
-            Phase::Signing,
-            Phase::Dropping,
-            Phase::Finishing,
-        ];
         if self == Phase::Idle {
             return Vec::new();
         }
-        ALL.into_iter().filter(|p| *p > self).collect()
+        Phase::ROTATING.into_iter().filter(|p| *p > self).collect()
     }
 }
 
@@ -239,7 +245,11 @@ pub fn phase(v: &RotationView) -> Phase {
         NextCa::Present { fingerprint, .. } if *fingerprint == v.current => Phase::Finishing,
         NextCa::Present { fingerprint, .. } => match lowest_rank(v, fingerprint) {
             0 => Phase::Trusting,
-            1 if !control_plane_done(v, fingerprint) => Phase::ControlPlane,
+            // Once a member of the Signing roll exists the control plane was done: a later
+            // rollout of its own (the endpoints switched mid-roll) does not bring it back.
+            1 if highest_rank(v, fingerprint) < 2 && !control_plane_done(v, fingerprint) => {
+                Phase::ControlPlane
+            }
             1 => Phase::Signing,
             2 => Phase::Dropping,
             _ => Phase::Finishing,
@@ -254,18 +264,24 @@ fn requested(v: &RotationView) -> Option<&str> {
         .filter(|r| !r.is_empty() && v.rotated_for.as_deref() != Some(*r))
 }
 
-/// The lowest rank of any member (unknown bundles count as 0: they hold the plan back anyway).
+/// Each member's rank (unknown bundles count as 0: they hold the plan back anyway).
+fn ranks<'a>(v: &'a RotationView, new: &'a str) -> impl Iterator<Item = u8> + 'a {
+    v.members.iter().map(move |m| {
+        m.bundle
+            .as_ref()
+            .and_then(|b| b.rank(&v.current, new))
+            .unwrap_or(0)
+    })
+}
+
+/// The lowest rank of any member.
 fn lowest_rank(v: &RotationView, new: &str) -> u8 {
-    v.members
-        .iter()
-        .map(|m| {
-            m.bundle
-                .as_ref()
-                .and_then(|b| b.rank(&v.current, new))
-                .unwrap_or(0)
-        })
-        .min()
-        .unwrap_or(0)
+    ranks(v, new).min().unwrap_or(0)
+}
+
+/// The highest rank of any member.
+fn highest_rank(v: &RotationView, new: &str) -> u8 {
+    ranks(v, new).max().unwrap_or(0)
 }
 
 /// The control plane trusts both CAs, holds a client certificate from the next one and has
@@ -349,11 +365,7 @@ fn refusal(v: &RotationView) -> Option<Hold> {
 fn generate(v: &RotationView) -> Decision<RotationStep> {
     let request = requested(v).unwrap_or_default().to_string();
     if v.bottlerocket {
-        return Hold::refuse(
-            reason::CA_ROTATION_REFUSED,
-            "CA rotation is not supported on Bottlerocket members yet: its bootstrap container's user data has not been verified with a CA bundle",
-        )
-        .into();
+        return Hold::refuse(reason::CA_ROTATION_REFUSED, BOTTLEROCKET_REFUSAL).into();
     }
     if let Some(busy) = &v.busy {
         return Hold::wait(

@@ -23,7 +23,6 @@ use serde_json::json;
 use tracing::warn;
 
 use etcdadm_shared::api::MemberStatus;
-use etcdadm_shared::api::capi::KubeadmControlPlane;
 use etcdadm_shared::api::cluster::CertificatesStatus;
 use etcdadm_shared::api::cluster::condition::{CERTIFICATES_AVAILABLE, CERTIFICATES_EXPIRING};
 use etcdadm_shared::api::conditions::{self, NewCondition, Severity};
@@ -32,8 +31,8 @@ use etcdadm_shared::contract::ca::Ca;
 use etcdadm_shared::error::Error;
 use etcdadm_shared::names;
 use etcdadm_shared::pki::LeafRequest;
-use etcdadm_shared::ssa;
 
+use super::ca_rotation::seen::client_issuer;
 use super::secrets::reason::CA_CORRUPT;
 use crate::controller::decision::{
     After, Applied, ConcernStep, Decision, EventNote, FIELD_MANAGER, Outputs, StatusPart,
@@ -46,7 +45,8 @@ pub mod reason {
     pub const RENEWING_CERTIFICATES: &str = "RenewingCertificates";
 }
 
-/// The CA is never replaced: its warning starts this long before it expires.
+/// The CA is replaced only by a rotation someone asks for: its warning starts this long before it
+/// expires.
 const CA_WARNING: Duration = Duration::from_secs(365 * 86_400);
 /// The apply site of the control plane rollout request.
 const ROLLOUT_MANAGER: &str = "etcdadm-controller/control-plane-rollout";
@@ -135,15 +135,7 @@ impl ConcernStep for CertificateStep {
                 ..
             } => renew_apiserver_client(out, o, cluster, ca, resource_version.as_deref()).await,
             CertificateStep::RequestControlPlaneRollout { kcp, after } => {
-                // Forced: a later request by anyone else would have made this step unnecessary,
-                // so whatever is there is earlier. v1beta2 `spec.rollout.after`, the version this
-                // controller reads the KCP at.
-                let spec = json!({ "spec": { "rollout": { "after": after.to_string() } } });
-                let body = ssa::configuration::<KubeadmControlPlane>(kcp, json!({}), spec);
-                Api::<KubeadmControlPlane>::namespaced(out.client.clone(), &o.namespace)
-                    .patch(kcp, &ssa::params(ROLLOUT_MANAGER, true), &Patch::Apply(body))
-                    .await?;
-                Ok(Applied::Done)
+                super::control_plane::request_rollout(out, o, kcp, after, ROLLOUT_MANAGER).await
             }
         }
     }
@@ -161,7 +153,8 @@ impl ConcernStep for CertificateStep {
 
 /// The API server client certificate, only while etcd is Ready and the control plane uses it:
 /// a rollout still owed for the last re-issue (its time is later than the KCP's rollout time,
-/// which survives any restart) comes first, then a re-issue inside the window.
+/// which survives any restart) comes first, then a re-issue inside the window, from the CA a
+/// rotation says (`ca_rotation::seen::client_issuer`).
 pub fn client_renewal(o: &Observation) -> Option<Decision<CertificateStep>> {
     let KcpView::Found {
         name,
@@ -186,13 +179,15 @@ pub fn client_renewal(o: &Observation) -> Option<Decision<CertificateStep>> {
         }));
     }
     let expiry = c.apiserver_client_expiry?;
-    let (ClusterView::Found { reference, .. }, Some(ca)) = (&o.cluster, o.ca.ca()) else {
+    // From the next CA once a rotation has handed it to the control plane: a certificate of the
+    // old one would be refused by the members of its last roll.
+    let (ClusterView::Found { reference, .. }, Some(ca)) = (&o.cluster, client_issuer(o)) else {
         return None;
     };
     inside(expiry, c.now, c.renew_before).then(|| {
         Decision::Do(CertificateStep::RenewApiserverClientCertificate {
             cluster: reference.name.clone(),
-            ca: ca.clone(),
+            ca,
             expiry,
             resource_version: c.apiserver_client_version.clone(),
         })
@@ -281,7 +276,7 @@ pub fn available_condition(o: &Observation) -> NewCondition {
 }
 
 /// `CertificatesExpiring`: True with severity Warning, naming every certificate inside its
-/// window (the CA from a year before its expiry: it is never replaced).
+/// window (the CA from a year before its expiry: only a rotation replaces it).
 pub fn expiring_condition(o: &Observation) -> NewCondition {
     let cluster = o.cluster.name().unwrap_or(o.name.as_str());
     let found = expiring(
@@ -295,7 +290,10 @@ pub fn expiring_condition(o: &Observation) -> NewCondition {
     let mut message: Vec<String> = found.iter().map(Expiring::describe).collect();
     if found.iter().any(|e| e.kind == CertificateKind::Ca) {
         message
-            .push("the CA is never replaced: plan its rotation (docs/operating.md, \"Certificates\")".into());
+            .push(format!(
+                "the CA is not renewed by itself: rotate it by annotating the EtcdadmCluster {}=<a new value> (docs/operating.md, \"Certificates\")",
+                names::ROTATE_CA_ANNOTATION
+            ));
     }
     if found.iter().any(|e| e.kind != CertificateKind::Ca) {
         message.push("members and the API server client certificate are renewed before they expire".into());

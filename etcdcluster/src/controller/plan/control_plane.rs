@@ -313,6 +313,21 @@ async fn apply(
     Ok(Applied::Done)
 }
 
+/// Ask KubeadmControlPlane `kcp` to replace its Machines created before `after` (v1beta2
+/// `spec.rollout.after`, the version this controller reads the KCP at), applied as `manager`.
+/// Forced: a later request by anyone else would have made the step unnecessary, so whatever is
+/// there is earlier.
+pub async fn request_rollout(
+    out: &Outputs<'_>,
+    o: &Observation,
+    kcp: &str,
+    after: &k8s_openapi::jiff::Timestamp,
+    manager: &str,
+) -> Result<Applied, Error> {
+    let spec = json!({ "spec": { "rollout": { "after": after.to_string() } } });
+    apply(out, o, kcp, manager, true, json!({}), spec).await
+}
+
 /// Remove the pause once etcd is ready.
 async fn unpause(out: &Outputs<'_>, o: &Observation, kcp: &str) -> Result<Applied, Error> {
     // A merge patch: an apply removes only what its manager alone owns, and an earlier version

@@ -134,6 +134,17 @@ macro_rules! concerns {
                 })*
                 views
             }
+
+            fn outdated(&self, views: &ByType, machine: &str) -> Option<String> {
+                let reasons: Vec<String> = [$({
+                    type View = <$step as ConcernStep>::View;
+                    views.get::<View, View>().and_then(|view| view.outdates(machine))
+                }),*]
+                .into_iter()
+                .flatten()
+                .collect();
+                (!reasons.is_empty()).then(|| reasons.join("; "))
+            }
         }
 
         /// Every concern's metric families, registered with `registry`.
@@ -240,6 +251,7 @@ concerns!(
     Lifecycle(lifecycle::LifecycleStep),
     Secrets(secrets::SecretStep),
     Certificates(certificates::CertificateStep),
+    CaRotation(ca_rotation::RotationStep),
     Machines(machines::MachineStep),
     Membership(membership::MembershipStep),
     ControlPlane(control_plane::ControlPlaneStep),
@@ -382,6 +394,8 @@ fn settled(o: &Observation) -> Step {
         .or_else(|| step(machines::leftovers(o)))
         .or_else(|| step(restore::control_plane_rollout(o)))
         .or_else(|| step(certificates::client_renewal(o)))
+        // A CA rotation's own writes; its rolls are the rolling replacement's.
+        .or_else(|| step(ca_rotation::step::plan(o)))
         .unwrap_or_else(|| {
             if is_ready(o) {
                 step(alarms::remaining(o))

@@ -25,14 +25,12 @@ use serde_json::json;
 use tracing::debug;
 
 use etcdadm_shared::api::EtcdadmClusterStatus;
-use etcdadm_shared::api::capi::KubeadmControlPlane;
 use etcdadm_shared::api::cluster::condition::REVISIONS_BUMPED;
 use etcdadm_shared::api::conditions::{NewCondition, Severity};
 use etcdadm_shared::api::snapshot::{ChecksumSource, RESTORE_REVISION_BUMP, RestoredFrom};
 use etcdadm_shared::contract::{bytes, controller_reference};
 use etcdadm_shared::error::Error;
 use etcdadm_shared::names;
-use etcdadm_shared::ssa;
 use etcdadm_shared::validation::major_minor;
 
 pub mod view;
@@ -192,13 +190,7 @@ impl ConcernStep for RestoreStep {
             } => write_secret(out, o, download, checksum, existing.as_deref()).await,
             RestoreStep::DeleteRestoreSecret { uid } => delete_secret(out, o, uid).await,
             RestoreStep::RollControlPlane { kcp, after } => {
-                // Forced, as for a certificate renewal's rollout: whatever is there is earlier.
-                let spec = json!({ "spec": { "rollout": { "after": after.to_string() } } });
-                let body = ssa::configuration::<KubeadmControlPlane>(kcp, json!({}), spec);
-                Api::<KubeadmControlPlane>::namespaced(out.client.clone(), &o.namespace)
-                    .patch(kcp, &ssa::params(ROLLOUT_MANAGER, true), &Patch::Apply(body))
-                    .await?;
-                Ok(Applied::Done)
+                super::control_plane::request_rollout(out, o, kcp, after, ROLLOUT_MANAGER).await
             }
         }
     }

@@ -110,7 +110,7 @@ fn certificate_expiry_is_recorded_warned_about_once_and_kept_while_a_member_is_s
         message.contains("the etcd CA in Secret c1-managed-etcd expires"),
         "{message}"
     );
-    assert!(message.contains("never replaced"), "{message}");
+    assert!(message.contains("rotate it by annotating"), "{message}");
     let events: Vec<&EventNote> = transitions
         .iter()
         .filter(|t| t.reason == CERTIFICATES_EXPIRING)

@@ -26,7 +26,7 @@ use etcdadm_shared::etcd::{EtcdTls, MemberClient};
 use etcdadm_shared::manager::events::{EventNote, Recorder as EventRecorder};
 use etcdadm_shared::store::StoreClient;
 
-use super::super::observe::{CLIENT_COMMON_NAME, cluster_ca, store_client};
+use super::super::observe::{CLIENT_COMMON_NAME, cluster_cas, store_client};
 use super::{Recording, ended};
 
 /// Lifetime of a recorder's client certificate; a recorder reconnects with a new one sooner.
@@ -252,12 +252,15 @@ async fn record_once(
         .await
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("EtcdadmCluster {cluster} is gone"))?;
-    let ca = cluster_ca(&deps.client, &etcd)
+    // During a CA rotation, an identity from each CA (docs/security.md).
+    let cas = cluster_cas(&deps.client, &etcd)
         .await
         .map_err(|e| e.to_string())??;
-    let tls = EtcdTls::issued_by(&ca, CLIENT_COMMON_NAME, CLIENT_CERT_VALIDITY).map_err(|e| e.to_string())?;
+    let cas: Vec<&etcdadm_shared::pki::CertificateAuthority> = cas.iter().collect();
+    let tls =
+        EtcdTls::issued_by_each(&cas, CLIENT_COMMON_NAME, CLIENT_CERT_VALIDITY).map_err(|e| e.to_string())?;
     let member =
-        MemberClient::new(&want.member.client_url, &tls, MEMBER_TIMEOUT).map_err(|e| e.to_string())?;
+        MemberClient::with_config(&want.member.client_url, tls, MEMBER_TIMEOUT).map_err(|e| e.to_string())?;
     let mut client = member.etcd_client().await.map_err(|e| e.to_string())?;
     if after.is_none() {
         let note = format!(

@@ -2,10 +2,12 @@
 //! (aws/etcdadm-controller) plus the fields this project adds (docs/safety.md, docs/day2.md).
 //! One file per section of the spec, each with its types, defaults and checks: the members
 //! (`members`), rollouts and provisioning (`rollout`), health checks (`health`), recovery
-//! (`recovery`), maintenance (`maintenance`); the status (`status`). `validate_spec` and
+//! (`recovery`), maintenance (`maintenance`); the status (`status`); a CA rotation request
+//! (`ca_rotation`). `validate_spec` and
 //! `validate_update` run every section's checks, for admission and the controller alike.
 // kube's `printcolumn(...)` attributes repeat the same keys by design.
 #![allow(clippy::duplicated_attributes)]
+mod ca_rotation;
 mod health;
 mod maintenance;
 mod members;
@@ -26,6 +28,7 @@ use crate::validation::field::FieldError;
 use crate::validation::version::version_change_problem;
 use crate::validation::{etcd_version, validate_backup, validate_config_spec, validate_restore};
 
+pub use self::ca_rotation::*;
 pub use self::health::*;
 pub use self::maintenance::*;
 pub use self::members::{DEFAULT_REPLICAS, MachineTemplate, infrastructure_group_problem};
@@ -275,6 +278,19 @@ pub fn validate_spec(spec: &EtcdadmClusterSpec, namespace: Option<&str>) -> Vec<
         "spec.etcdadmConfigSpec",
     ));
     errors
+}
+
+impl EtcdadmCluster {
+    /// What a CA rotation request on it is judged by.
+    pub fn rotation_facts(&self) -> RotationFacts<'_> {
+        static NONE: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+        RotationFacts {
+            annotations: self.metadata.annotations.as_ref().unwrap_or(&NONE),
+            status: self.status.as_ref(),
+            bottlerocket: self.spec.etcdadm_config_spec.format() == Format::Bottlerocket,
+            restore: self.spec.restore.is_some(),
+        }
+    }
 }
 
 /// Changes that would strand the running members.

@@ -105,9 +105,41 @@ pub struct EtcdadmClusterStatus {
     /// the alarm is left to a person (docs/day2.md, "Alarms").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unconfirmed_corrupt: Option<UnconfirmedCorrupt>,
+    /// The etcd CA rotation under way (the `etcdcluster.cluster.x-k8s.io/rotate-ca`
+    /// annotation, docs/security.md, "Rotating the etcd CA"): its phase, which CA signed each
+    /// member, and the phases left. Absent when no rotation is under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_rotation: Option<CaRotationStatus>,
     /// `Ready` summary and the detailed conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// Where an etcd CA rotation stands.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CaRotationStatus {
+    /// `Generating`, `Trusting`, `ControlPlane`, `Signing`, `Dropping` or `Finishing`.
+    pub phase: String,
+    /// The `rotate-ca` value the rotation serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    /// Per member Machine, the CA that signed the certificate it presented last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<CaRotationMember>,
+    /// The phases after this one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remaining: Vec<String>,
+}
+
+/// One member Machine in a CA rotation.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CaRotationMember {
+    pub machine: String,
+    /// `current` (the CA of `<cluster>-managed-etcd`), `next` (of `<cluster>-managed-etcd-next`)
+    /// or `unknown` (no handshake yet, or neither).
+    pub signed_by: String,
 }
 
 /// A disruptive change and its before-change snapshot.

@@ -346,10 +346,28 @@ impl Watchers {
         })
         .await
         .unwrap();
+        let tls = Arc::new(Mutex::new(Some(tls.client_config().unwrap())));
+        Watchers::following(client, cluster, tls, Duration::from_secs(2)).await
+    }
+
+    /// [`Watchers::start`] reading etcd with TLS settings the scenario may swap (a CA rotation's
+    /// client of both CAs), passing over a member that does not answer within `patience`.
+    pub async fn following(
+        client: &Client,
+        cluster: &str,
+        tls: Arc<Mutex<Option<Arc<rustls::ClientConfig>>>>,
+        patience: Duration,
+    ) -> Watchers {
         let urls = Arc::new(Mutex::new(Vec::<String>::new()));
         let polled = urls.clone();
         let started = Instant::now();
-        let recorder = Recorder::start_at(started, tls, move || polled.lock().unwrap().clone(), RECORD_EVERY);
+        let recorder = Recorder::following(
+            started,
+            tls,
+            move || polled.lock().unwrap().clone(),
+            RECORD_EVERY,
+            patience,
+        );
         let selector = format!("{}={cluster}-etcd", names::ETCD_CLUSTER_LABEL);
         let machines = MachineRecorder::start(
             client.clone(),
@@ -458,6 +476,9 @@ pub struct WorkloadReport {
 /// A client writing a new key and reading it back every 50 ms through whichever endpoint of
 /// `endpoints` works (pinned until it fails, as etcd's own client does), like an apiserver.
 pub struct Workload {
+    /// The client it writes with: swapped when the control plane is rolled onto new
+    /// certificates (`Workload::follow_control_plane_rollouts`).
+    http: Arc<Mutex<reqwest::Client>>,
     stop: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<WorkloadReport>,
 }
@@ -520,10 +541,11 @@ impl Workload {
         };
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
+        let http = Arc::new(Mutex::new(mtls_http_client(&ca_pem, &cert)));
+        let writer = http.clone();
         let task = tokio::spawn(async move {
-            let http = mtls_http_client(&ca_pem, &cert);
             let post = |url: String, body: Value| {
-                let http = http.clone();
+                let http = writer.lock().unwrap().clone();
                 async move {
                     // No traffic to a lab's subnet once its bridge is gone.
                     etcdadm_sim_machines::network::guard(&url)?;
@@ -665,7 +687,53 @@ impl Workload {
             report.acked = acked.len();
             report
         });
-        Workload { stop, task }
+        Workload { http, stop, task }
+    }
+
+    /// Write, from now on, with what the control plane is given (`<cluster>-etcd`,
+    /// `<cluster>-apiserver-etcd-client`) each time the KubeadmControlPlane `<cluster>-control-plane`
+    /// is asked for a rollout (`spec.rollout.after` moves): as its API servers would once
+    /// replaced. Until then the client keeps the certificates it has.
+    pub fn follow_control_plane_rollouts(
+        &self,
+        client: &Client,
+        cluster: &str,
+    ) -> tokio::task::JoinHandle<()> {
+        let (client, cluster, http) = (client.clone(), cluster.to_string(), self.http.clone());
+        tokio::spawn(async move {
+            let secrets: Api<Secret> = Api::default_namespaced(client.clone());
+            let text = |s: &Secret, k: &str| String::from_utf8(s.data.as_ref()?.get(k)?.0.clone()).ok();
+            let mut seen = kcp(&client, &cluster).await.and_then(|k| k.rollout_after());
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let after = kcp(&client, &cluster).await.and_then(|k| k.rollout_after());
+                if after == seen {
+                    continue;
+                }
+                let (Ok(Some(ca)), Ok(Some(leaf))) = (
+                    secrets.get_opt(&names::kcp_etcd_ca_secret_name(&cluster)).await,
+                    secrets
+                        .get_opt(&names::apiserver_client_secret_name(&cluster))
+                        .await,
+                ) else {
+                    continue;
+                };
+                let (Some(ca_pem), Some(cert_pem), Some(key_pem)) = (
+                    text(&ca, names::TLS_CERT_KEY),
+                    text(&leaf, names::TLS_CERT_KEY),
+                    text(&leaf, names::TLS_KEY_KEY),
+                ) else {
+                    continue;
+                };
+                let cert = IssuedCertificate {
+                    cert_pem,
+                    key_pem,
+                    not_after: std::time::SystemTime::now() + Duration::from_secs(3600),
+                };
+                *http.lock().unwrap() = mtls_http_client(&ca_pem, &cert);
+                seen = after;
+            }
+        })
     }
 
     pub async fn finish(self) -> WorkloadReport {

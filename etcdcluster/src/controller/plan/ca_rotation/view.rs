@@ -25,7 +25,7 @@ pub struct KnownCas<'a> {
 
 impl KnownCas<'_> {
     /// The fingerprint of the known CA that signed `der`, if one did.
-    fn signer_of(&self, der: &[u8]) -> Option<Fingerprint> {
+    pub fn signer_of(&self, der: &[u8]) -> Option<Fingerprint> {
         std::iter::once(self.current)
             .chain(self.next)
             .find(|ca| ca.signed(der))

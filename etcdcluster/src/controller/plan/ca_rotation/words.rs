@@ -98,26 +98,55 @@ pub fn step_event(step: &RotationStep, cluster: &str) -> Option<EventNote> {
 }
 
 /// The Event of a phase beginning (`was` is the phase the last status recorded), None when the
-/// phase did not change or the rotation is over (its last step says so).
+/// phase did not change or the rotation is over (its last step says so). Each phase has a reason
+/// of its own (`CARotation<Phase>`): Events of one reason within minutes fold into one series,
+/// which would keep the first phase's note alone.
 pub fn phase_event(was: Phase, now: Phase) -> Option<EventNote> {
     if was == now || now == Phase::Idle {
         return None;
     }
-    let what = match now {
+    let (reason, what) = match now {
         Phase::Idle => return None,
-        Phase::Generating => "a rotation was requested: the next etcd CA is generated",
-        Phase::Trusting => "members are replaced by ones trusting both etcd CAs, signed by the current one",
-        Phase::ControlPlane => {
-            "every member trusts both etcd CAs: the control plane is given both and a client certificate from the next one, then rolled once"
-        }
-        Phase::Signing => "members are replaced by ones signed by the next etcd CA, trusting both",
-        Phase::Dropping => "members are replaced by ones trusting the next etcd CA alone",
-        Phase::Finishing => "no member trusts the old etcd CA: the next one becomes the current one",
+        Phase::Generating => (
+            "CARotationGenerating",
+            "a rotation was requested: the next etcd CA is generated",
+        ),
+        Phase::Trusting => (
+            "CARotationTrusting",
+            "members are replaced by ones trusting both etcd CAs, signed by the current one",
+        ),
+        Phase::ControlPlane => (
+            "CARotationControlPlane",
+            "every member trusts both etcd CAs: the control plane is given both and a client certificate from the next one, then rolled once",
+        ),
+        Phase::Signing => (
+            "CARotationSigning",
+            "members are replaced by ones signed by the next etcd CA, trusting both",
+        ),
+        Phase::Dropping => (
+            "CARotationDropping",
+            "members are replaced by ones trusting the next etcd CA alone",
+        ),
+        Phase::Finishing => (
+            "CARotationFinishing",
+            "no member trusts the old etcd CA: the next one becomes the current one",
+        ),
     };
     Some(EventNote::normal(
-        "CARotationPhase",
+        reason,
         format!("CA rotation phase {now}: {what}"),
     ))
+}
+
+/// Why a Machine is outdated while the roll of `phase` is under way: its `ca.crt` is not the
+/// roll's target.
+pub fn outdated_reason(phase: Phase) -> String {
+    let target = match phase {
+        Phase::Trusting => "trust both etcd CAs, signed by the current one",
+        Phase::Signing => "be signed by the next etcd CA, trusting both",
+        _ => "trust the next etcd CA alone",
+    };
+    format!("CA rotation, phase {phase}: its ca.crt is to {target}")
 }
 
 fn count(n: usize, what: &str) -> String {
@@ -136,18 +165,13 @@ mod tests {
 
     #[test]
     fn every_phase_has_its_event_once() {
-        let phases = [
-            Phase::Generating,
-            Phase::Trusting,
-            Phase::ControlPlane,
-            Phase::Signing,
-            Phase::Dropping,
-            Phase::Finishing,
-        ];
         let mut was = Phase::Idle;
-        for now in phases {
+        for now in Phase::ROTATING {
             let event = phase_event(was, now).unwrap();
-            assert_eq!((event.warning, event.reason), (false, "CARotationPhase"));
+            assert_eq!(
+                (event.warning, event.reason),
+                (false, format!("CARotation{now}").as_str())
+            );
             assert!(
                 event.note.starts_with(&format!("CA rotation phase {now}: ")),
                 "{}",

@@ -175,6 +175,7 @@ pub fn creation_blocked(o: &Observation) -> Result<MemberTemplate, Hold> {
         version: o.machine_version.clone(),
         listed_wait: learner_listed_wait(o.replicas, o.remediation.join_deadline),
         remediation_for: None,
+        ca_bundle: super::super::ca_rotation::seen::new_member_annotation(o),
     })
 }
 

@@ -59,6 +59,9 @@ pub struct MemberTemplate {
     /// Written on its EtcdadmConfig for the bootstrap provider (`learner_listed_wait`).
     pub listed_wait: Duration,
     pub remediation_for: Option<String>,
+    /// Its EtcdadmConfig's `ca-bundle` annotation: the bundle a CA rotation's roll targets
+    /// (None: the current CA alone).
+    pub ca_bundle: Option<String>,
 }
 
 /// A step of this concern.

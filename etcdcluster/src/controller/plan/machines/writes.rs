@@ -111,7 +111,7 @@ pub(super) async fn create(
     let mut config = EtcdadmConfig::new(name, etcd.spec.etcdadm_config_spec.for_new_member());
     config.metadata.namespace = Some(m.ns.into());
     config.metadata.labels = Some(labels.clone());
-    let annotations = if purpose == Growth::Restore {
+    let mut annotations = if purpose == Growth::Restore {
         BTreeMap::from([(
             names::RESTORE_SECRET_ANNOTATION.to_string(),
             names::restore_secret_name(&etcd.name_any()),
@@ -125,6 +125,9 @@ pub(super) async fn create(
             ),
         ])
     };
+    if let Some(bundle) = &template.ca_bundle {
+        annotations.insert(names::CA_BUNDLE_ANNOTATION.to_string(), bundle.clone());
+    }
     config.metadata.annotations = Some(annotations);
     config.metadata.owner_references = Some(vec![owner_reference(etcd)?]);
     create_if_absent(&configs, &config, FIELD_MANAGER).await?;
