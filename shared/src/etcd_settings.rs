@@ -16,67 +16,14 @@
 //! replacement for the experimental flags).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
+use crate::api::config::allowed::{ALLOWED, COMPACT_HASH_CHECK_TIME, Shape};
 use crate::api::config::{CorruptionChecks, EtcdadmConfigSpec, Format, SettingValue};
 use crate::duration;
 use crate::validation::field::{FieldError, quoted};
 
-/// The shape of one allowed setting's value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Shape {
-    /// `periodic` or `revision`.
-    CompactionMode,
-    /// Hours or a duration (periodic), a revision count (revision).
-    CompactionRetention,
-    /// A whole number in this range.
-    Count(u64, u64),
-    /// Milliseconds in this range.
-    Millis(u64, u64),
-    /// Bytes (a number or a quantity) in this range.
-    Bytes(u64, u64),
-    /// A Go duration of at least this long.
-    Duration(Duration),
-}
-
-/// Every allowed setting and the shape of its value.
-const ALLOWED: &[(&str, Shape)] = &[
-    ("auto-compaction-mode", Shape::CompactionMode),
-    ("auto-compaction-retention", Shape::CompactionRetention),
-    // Below a thousand entries etcd would snapshot its raft log almost continuously.
-    ("snapshot-count", Shape::Count(1_000, 10_000_000)),
-    ("heartbeat-interval", Shape::Millis(10, 10_000)),
-    ("election-timeout", Shape::Millis(50, MAX_ELECTION_TIMEOUT_MS)),
-    // etcd warns above 10 MiB; below 1 KiB no ordinary object fits.
-    ("max-request-bytes", Shape::Bytes(1 << 10, 10 << 20)),
-    // Each check hashes the whole keyspace on every member (etcd's docs suggest hours).
-    (
-        "experimental-corrupt-check-time",
-        Shape::Duration(Duration::from_secs(60)),
-    ),
-    (COMPACT_HASH_CHECK_TIME, Shape::Duration(Duration::from_secs(60))),
-];
-
-/// The CEL rule `etcdSettings`' schema carries: every name from the list (each value's shape
-/// stays admission's and the controller's).
-pub fn names_rule() -> kube::core::Rule {
-    let names: Vec<String> = ALLOWED.iter().map(|(n, _)| format!("'{n}'")).collect();
-    let listed: Vec<&str> = ALLOWED.iter().map(|(n, _)| *n).collect();
-    kube::core::Rule::new(format!("self.all(name, name in [{}])", names.join(", ")))
-        .message(
-            format!(
-                "etcdSettings names a setting outside the list: allowed are {}",
-                listed.join(", ")
-            )
-            .as_str(),
-        )
-        .reason(kube::core::Reason::FieldValueInvalid)
-}
-
-const COMPACT_HASH_CHECK_TIME: &str = "experimental-compact-hash-check-time";
 const DEFAULT_HEARTBEAT_MS: u64 = 100;
 const DEFAULT_ELECTION_MS: u64 = 1_000;
-const MAX_ELECTION_TIMEOUT_MS: u64 = 50_000;
 /// Longest text value.
 const MAX_VALUE_CHARS: usize = 64;
 

@@ -15,58 +15,9 @@ pub use version::{is_etcd_version, major_minor, version_change_problem};
 
 use std::collections::BTreeMap;
 
+pub use crate::api::config::allowed::{GO_TLS12_CIPHER_SUITES, GO_TLS13_CIPHER_SUITES};
 use crate::api::config::{EtcdadmConfigSpec, Format, QUOTA_BACKEND_BYTES_RANGE};
 use crate::bottlerocket;
-
-/// Cipher suite names Go's crypto/tls knows for TLS 1.0–1.2 (`tls.CipherSuites()` and
-/// `tls.InsecureCipherSuites()`), which is what etcd's `--cipher-suites` accepts.
-pub const GO_TLS12_CIPHER_SUITES: &[&str] = &[
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
-    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
-    "TLS_RSA_WITH_RC4_128_SHA",
-    "TLS_RSA_WITH_3DES_EDE_CBC_SHA",
-    "TLS_RSA_WITH_AES_128_CBC_SHA",
-    "TLS_RSA_WITH_AES_256_CBC_SHA",
-    "TLS_RSA_WITH_AES_128_CBC_SHA256",
-    "TLS_RSA_WITH_AES_128_GCM_SHA256",
-    "TLS_RSA_WITH_AES_256_GCM_SHA384",
-    "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA",
-    "TLS_ECDHE_RSA_WITH_RC4_128_SHA",
-    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
-];
-
-/// TLS 1.3 suites: Go knows them but ignores them in a configured list, so naming one does
-/// nothing; it is rejected rather than silently ignored.
-pub const GO_TLS13_CIPHER_SUITES: &[&str] = &[
-    "TLS_AES_128_GCM_SHA256",
-    "TLS_AES_256_GCM_SHA384",
-    "TLS_CHACHA20_POLY1305_SHA256",
-];
-
-/// The CEL rule `cipherSuites`' schema carries: blank, or a comma list of names from
-/// [`GO_TLS12_CIPHER_SUITES`] (entries trimmed as admission trims them).
-pub fn cipher_suites_rule() -> kube::core::Rule {
-    let names: Vec<String> = GO_TLS12_CIPHER_SUITES.iter().map(|n| format!("'{n}'")).collect();
-    kube::core::Rule::new(format!(
-        "self.trim() == '' || self.split(',').all(name, name.trim() in [{}])",
-        names.join(", ")
-    ))
-    .message(
-        "cipherSuites must be a comma list of Go's TLS 1.2 cipher suite names, such as \
-         TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 (TLS 1.3 suites cannot be configured)",
-    )
-    .reason(kube::core::Reason::FieldValueInvalid)
-}
 
 /// Longest user name useradd accepts.
 const MAX_USER_NAME_LEN: usize = 32;

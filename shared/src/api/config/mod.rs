@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::conditions::Condition;
 use super::quantity::ByteQuantity;
 
+pub mod allowed;
 mod bottlerocket;
 mod files;
 
@@ -111,7 +112,7 @@ pub struct EtcdadmConfigSpec {
     /// 2048 characters (every suite Go knows fits in under 1000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 2048))]
-    #[x_kube(validation = crate::validation::cipher_suites_rule())]
+    #[x_kube(validation = allowed::cipher_suites_rule())]
     pub cipher_suites: Option<String>,
 
     /// NTP configuration (cloud-init `ntp:`).
@@ -155,7 +156,7 @@ pub struct EtcdadmConfigSpec {
     /// only; a change replaces the members one at a time. At most 16.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 16))]
-    #[x_kube(validation = crate::etcd_settings::names_rule())]
+    #[x_kube(validation = allowed::names_rule())]
     pub etcd_settings: BTreeMap<String, SettingValue>,
 }
 
