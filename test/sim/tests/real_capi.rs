@@ -144,6 +144,10 @@ async fn create_gates_the_real_kcp() {
     create_managed_cluster(&client, client.default_namespace(), &spec)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", real.logs()));
+    // What the control plane trusts etcd's servers by is a bundle of two CAs, as during a CA
+    // rotation (docs/security.md, "Rotating the etcd CA"): written before etcd is Ready, so the
+    // controller keeps it and the real KCP hands it to its Machines as it is.
+    let second_ca = write_two_ca_bundle(&client, "c1").await;
 
     // Until etcd is Ready, the real KCP is paused and has created no Machine.
     let kcps: Api<KubeadmControlPlane> = Api::default_namespaced(client.clone());
@@ -235,6 +239,19 @@ async fn create_gates_the_real_kcp() {
     assert!(
         user_data.contains(&indented(&etcd_ca)),
         "the bootstrap data writes our etcd CA"
+    );
+    assert_eq!(
+        etcdadm_shared::pki::certificates_der(&etcd_ca).unwrap().len(),
+        2,
+        "c1-etcd holds the two-CA bundle written before etcd was Ready"
+    );
+    assert!(
+        user_data.contains(&indented(&second_ca)),
+        "the bootstrap data writes the second CA of the bundle too, to the --etcd-cafile the kubeadm config names"
+    );
+    assert_eq!(
+        external["caFile"], "/etc/kubernetes/pki/etcd/ca.crt",
+        "the file kube-apiserver's --etcd-cafile reads"
     );
     assert!(
         user_data.contains(&indented(&client_cert)),
@@ -511,4 +528,50 @@ fn clusterctl_move_carries_a_ready_cluster_to_a_second_management_cluster() {
         "clusterctl_move_carries_a_ready_cluster_to_a_second_management_cluster",
         capi_move::scenario()
     );
+}
+
+/// Write `<cluster>-etcd` as the etcd CA followed by a second CA (the bundle a CA rotation
+/// hands the control plane), owned by the Cluster as the controller's own would be, once the CA
+/// exists and before the controller writes it (it keeps one that exists); the second CA's
+/// certificate.
+async fn write_two_ca_bundle(client: &Client, cluster: &str) -> String {
+    use etcdadm_shared::contract::{ClusterRef, bytes, cluster_secret, secret_text};
+    let secrets: Api<Secret> = Api::default_namespaced(client.clone());
+    let ca_pem = wait_for("the etcd CA", TIMEOUT, || async {
+        let secret = secrets
+            .get_opt(&names::ca_secret_name(cluster))
+            .await
+            .map_err(|e| e.to_string())?;
+        secret
+            .and_then(|s| secret_text(&s, names::TLS_CERT_KEY))
+            .ok_or_else(|| "no etcd CA yet".to_string())
+    })
+    .await
+    .unwrap();
+    let owner = Api::<etcdadm_shared::api::capi::Cluster>::default_namespaced(client.clone())
+        .get(cluster)
+        .await
+        .unwrap();
+    let reference = ClusterRef::of(&owner).unwrap();
+    let second = etcdadm_shared::pki::CertificateAuthority::generate("etcd-ca-next").unwrap();
+    let bundle = format!("{ca_pem}{}", second.cert_pem());
+    let secret = cluster_secret(
+        names::kcp_etcd_ca_secret_name(cluster),
+        &reference.namespace,
+        cluster,
+        reference.owner.clone(),
+        [(names::TLS_CERT_KEY.to_string(), bytes(&bundle))]
+            .into_iter()
+            .collect(),
+    );
+    secrets
+        .create(&Default::default(), &secret)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{} was written before the scenario's bundle: {e}",
+                names::kcp_etcd_ca_secret_name(cluster)
+            )
+        });
+    second.cert_pem().to_string()
 }

@@ -3,7 +3,8 @@
 //! Secret holds, what each member's `ca.crt` holds, what the control plane was given), so a
 //! controller killed anywhere resumes. Pure and table-tested, beside what it sees of the objects
 //! (`view`, made from the observation in `seen`), what it says (`words`), what it writes
-//! (`writes`) and its place in the plan with its part of the status (`step`).
+//! (`writes`), its place in the plan with its part of the status (`step`) and its gauge
+//! (`metrics`).
 //!
 //! A member's `ca.crt` is a bundle: the CA whose key (`ca.key`) etcdadm signs the member's
 //! certificates with first, then the other CAs it trusts (`--trusted-ca-file` and
@@ -30,6 +31,7 @@ use etcdadm_shared::api::cluster::BOTTLEROCKET_REFUSAL;
 
 use crate::controller::decision::{Decision, Hold};
 
+pub mod metrics;
 pub mod seen;
 pub mod step;
 pub mod view;

@@ -26,7 +26,7 @@ pub fn plan(o: &Observation) -> Option<Decision<RotationStep>> {
 
 impl ConcernStep for RotationStep {
     type View = RotationSeen;
-    type Metrics = ();
+    type Metrics = super::metrics::RotationMetrics;
 
     /// `status.caRotation` while a rotation is under way, and the Event of each phase as it
     /// begins.
