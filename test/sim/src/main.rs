@@ -159,6 +159,18 @@ enum Bench {
         #[arg(long)]
         ca_rotation: bool,
     },
+    /// What continuous backup's recorders cost: N of them, each on its own connection, watch
+    /// one real member while a client writes, uploading deltas into SeaweedFS.
+    Continuous {
+        #[arg(long, default_value_t = 100)]
+        recorders: usize,
+        #[arg(long, default_value_t = 20)]
+        writes_per_second: u32,
+        #[arg(long, default_value_t = 20)]
+        interval_seconds: u64,
+        #[arg(long, default_value_t = 60)]
+        window_seconds: u64,
+    },
     /// RSS and CPU of both managers over one minute with N idle EtcdadmClusters.
     Idle {
         #[arg(long, default_value_t = 0)]
@@ -250,6 +262,22 @@ async fn main() -> ExitCode {
                         etcdadm_sim::bench_rollout::Change::Settings
                     };
                     etcdadm_sim::bench_rollout::run_rollout(&work_dir, runs, parallel, change).await
+                }
+                Bench::Continuous {
+                    recorders,
+                    writes_per_second,
+                    interval_seconds,
+                    window_seconds,
+                } => {
+                    etcdadm_sim::bench_continuous::run_continuous(
+                        etcdadm_sim::bench_continuous::ContinuousOptions {
+                            recorders,
+                            writes_per_second,
+                            interval: Duration::from_secs(interval_seconds),
+                            window: Duration::from_secs(window_seconds),
+                        },
+                    )
+                    .await
                 }
                 Bench::Idle { clusters } => {
                     etcdadm_sim::bench::run_idle(&work_dir.join("idle"), clusters, Duration::from_secs(20))
