@@ -35,6 +35,12 @@ pub async fn run_continuous(options: ContinuousOptions) -> Result<(), SimError> 
     let tls = EtcdTls::issued_by(&ca, "bench", Duration::from_secs(3600)).map_err(|e| setup(&e))?;
     let s3 = SeaweedFs::start().await;
     let store = s3.create_bucket("etcd-backups").await;
+    // SeaweedFS grows a bucket's volumes on its first write; uploads racing that growth wait
+    // on it, which is the store's start, not the recorders' cost.
+    store
+        .put_object("bench/warm-up", vec![0; 16])
+        .await
+        .map_err(|e| setup(&e))?;
     let writer = MemberClient::new(&url, &tls, Duration::from_secs(10)).map_err(|e| setup(&e))?;
     let mut kv = writer.workload_client().await.map_err(|e| setup(&e))?;
     kv.put("bench/start", "x", None).await.map_err(|e| setup(&e))?;
@@ -119,6 +125,12 @@ pub async fn run_continuous(options: ContinuousOptions) -> Result<(), SimError> 
         resident / n * 1000.0,
         cpu * 100.0 / n * 1000.0
     );
+    // BENCH_STORE_LOG=1: the store's own last words, for an upload that stalled.
+    if std::env::var_os("BENCH_STORE_LOG").is_some() {
+        let log = s3.log();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        eprintln!("{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+    }
     drop(etcd);
     Ok(())
 }
