@@ -84,11 +84,6 @@ impl Recorders {
         }
     }
 
-    /// Recorders running now.
-    pub fn count(&self) -> usize {
-        self.running.lock().map_or(0, |r| r.len())
-    }
-
     /// Make `cluster`'s recorder what `want` says: started, kept, replaced (another snapshot or
     /// member) or stopped. Deltas end for good (`status.deltas.ended`) when a newer snapshot
     /// takes over or continuous backup is turned off; a pause, a deletion or no healthy member
@@ -102,6 +97,9 @@ impl Recorders {
         let Ok(mut running) = self.running.lock() else {
             return;
         };
+        // A replaced recorder uploads what it holds before the next one lists the store, so two
+        // deltas never share a number.
+        let mut previous = None;
         if let Some(current) = running.get(&key) {
             let same = want.as_ref() == Some(&current.want) && !current.task.is_finished();
             if same {
@@ -121,6 +119,7 @@ impl Recorders {
             };
             if let Some(current) = running.remove(&key) {
                 current.stop.send_replace(Some(why));
+                previous = Some(current.task);
             }
         }
         if let Some(want) = want {
@@ -135,6 +134,7 @@ impl Recorders {
                 cluster.name_any(),
                 want.clone(),
                 stopped,
+                previous,
             ));
             running.insert(key, Running { want, stop, task });
         }
@@ -181,7 +181,11 @@ async fn record(
     cluster: String,
     want: Recording,
     mut stopped: watch::Receiver<Option<Option<&'static str>>>,
+    previous: Option<tokio::task::JoinHandle<()>>,
 ) {
+    if let Some(previous) = previous {
+        let _ = previous.await;
+    }
     let snapshots: Api<EtcdadmSnapshot> = Api::namespaced(deps.client.clone(), &namespace);
     let mut said = String::new();
     loop {
