@@ -352,12 +352,7 @@ async fn deltas_after_a_full_snapshot_restore_to_the_latest_write_or_to_a_revisi
         .collect();
     assert_eq!(listed, names, "what was told uploaded is what the store lists");
 
-    let body = reqwest::get(store.presigned_get(key, Duration::from_secs(60)))
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let body = store.get_object(key, full.size).await.unwrap();
     let dir = TempDir::new("etcdadm-test-delta-restore");
     let file = dir.path().join("full.db");
     std::fs::write(&file, &body).unwrap();

@@ -13,7 +13,7 @@ use kube::ResourceExt;
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, S3Store, SnapshotPhase};
 
-use super::plan::{Target, is_paused, object_of, pick_member};
+use super::plan::{Target, is_paused, named_after, object_of, pick_member};
 
 pub mod recorders;
 
@@ -97,10 +97,7 @@ pub fn full_snapshot_wanted(
 
 /// `<cluster>-continuous-<yyyymmddhhmmss>`.
 fn full_snapshot_name(cluster: &str, now: Timestamp) -> String {
-    let stamp = now.strftime("%Y%m%d%H%M%S").to_string();
-    let suffix = format!("-continuous-{stamp}");
-    let base: String = cluster.chars().take(253 - suffix.len()).collect();
-    format!("{}{suffix}", base.trim_end_matches(['-', '.']))
+    named_after(cluster, &format!("-continuous-{}", now.strftime("%Y%m%d%H%M%S")))
 }
 
 /// The Succeeded snapshot holding the highest revision (the newest), by name among equals.

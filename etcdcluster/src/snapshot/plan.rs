@@ -385,10 +385,13 @@ fn due_tick(o: &Observed, schedule: &Schedule) -> Option<Timestamp> {
 
 /// `<cluster>-<yyyymmddhhmm>`: one name per schedule time, so creating it twice is harmless.
 pub fn scheduled_name(cluster: &str, tick: Timestamp) -> String {
-    let stamp = tick.strftime("%Y%m%d%H%M").to_string();
-    let room = 253 - stamp.len() - 1;
-    let base: String = cluster.chars().take(room).collect();
-    format!("{}-{stamp}", base.trim_end_matches(['-', '.']))
+    named_after(cluster, &format!("-{}", tick.strftime("%Y%m%d%H%M")))
+}
+
+/// `<cluster><suffix>`, the cluster's name cut so the whole is a name of at most 253 characters.
+pub fn named_after(cluster: &str, suffix: &str) -> String {
+    let base: String = cluster.chars().take(253 - suffix.len()).collect();
+    format!("{}{suffix}", base.trim_end_matches(['-', '.']))
 }
 
 /// Oldest first, ties by name.

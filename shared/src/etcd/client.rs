@@ -209,31 +209,40 @@ impl MemberClient {
     pub async fn health(&self) -> Result<Health, EtcdError> {
         const OPERATION: &str = "GET /health";
         let probe = async {
-            let failed = |e: &(dyn std::error::Error + 'static)| from_transport(&self.endpoint, OPERATION, e);
-            let mut channel = self.connection(OPERATION).await?.channel.clone();
-            let request = http::Request::get(HEALTH_PATH)
-                .body(tonic::body::Body::empty())
-                .map_err(|e| failed(&e))?;
-            std::future::poll_fn(|cx| Service::poll_ready(&mut channel, cx))
-                .await
-                .map_err(|e| failed(&e))?;
-            let response = channel.call(request).await.map_err(|e| failed(&e))?;
-            let status = response.status().as_u16();
-            // Only the first few KiB are read: the stream is reset on the rest of a longer answer.
-            let body = Limited::new(response.into_body(), MAX_HEALTH_ANSWER)
-                .collect()
-                .await
-                .map_err(|e| match e.downcast_ref::<LengthLimitError>() {
-                    Some(_) => self.protocol(
-                        OPERATION,
-                        &format!("answered with more than {MAX_HEALTH_ANSWER} bytes"),
-                    ),
-                    None => failed(&*e),
-                })?
-                .to_bytes();
+            let (status, body) = self.get(OPERATION, HEALTH_PATH, MAX_HEALTH_ANSWER).await?;
             Ok(health_from_response(status, &body))
         };
         self.with_deadline(OPERATION, probe).await
+    }
+
+    /// `GET path` on this member's connection (beside gRPC, on the client port): the status
+    /// and at most `cap` bytes of the body; the stream is reset on the rest of a longer answer,
+    /// which is refused, never buffered. No deadline of its own: the caller's bounds it.
+    pub(super) async fn get(
+        &self,
+        operation: &'static str,
+        path: &'static str,
+        cap: usize,
+    ) -> Result<(u16, tonic::codegen::Bytes), EtcdError> {
+        let failed = |e: &(dyn std::error::Error + 'static)| from_transport(&self.endpoint, operation, e);
+        let mut channel = self.connection(operation).await?.channel.clone();
+        let request = http::Request::get(path)
+            .body(tonic::body::Body::empty())
+            .map_err(|e| failed(&e))?;
+        std::future::poll_fn(|cx| Service::poll_ready(&mut channel, cx))
+            .await
+            .map_err(|e| failed(&e))?;
+        let response = channel.call(request).await.map_err(|e| failed(&e))?;
+        let status = response.status().as_u16();
+        let body = Limited::new(response.into_body(), cap)
+            .collect()
+            .await
+            .map_err(|e| match e.downcast_ref::<LengthLimitError>() {
+                Some(_) => self.protocol(operation, &format!("answered with more than {cap} bytes")),
+                None => failed(&*e),
+            })?
+            .to_bytes();
+        Ok((status, body))
     }
 
     /// The etcd client on this member's connection, for the parts of the etcd API not wrapped

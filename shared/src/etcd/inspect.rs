@@ -3,11 +3,8 @@
 //! in Status) and etcd's hash of its key-value store at a revision (`HashKV`), its own evidence
 //! of whether two members hold the same data.
 
-use http_body_util::BodyExt;
-use tower::Service;
-
 use super::client::MemberClient;
-use super::error::{EtcdError, from_transport};
+use super::error::EtcdError;
 
 /// The most of `/metrics` read looking for one metric (etcd's is about 100 KiB): a member
 /// answering more is refused, never buffered.
@@ -31,31 +28,9 @@ impl MemberClient {
     pub async fn metric(&self, name: &str) -> Result<Option<f64>, EtcdError> {
         const OPERATION: &str = "GET /metrics";
         let read = async {
-            let failed = |e: &(dyn std::error::Error + 'static)| from_transport(&self.endpoint, OPERATION, e);
-            let mut channel = self.connection(OPERATION).await?.channel.clone();
-            let request = http::Request::get("/metrics")
-                .body(tonic::body::Body::empty())
-                .map_err(|e| failed(&e))?;
-            std::future::poll_fn(|cx| Service::poll_ready(&mut channel, cx))
-                .await
-                .map_err(|e| failed(&e))?;
-            let response = channel.call(request).await.map_err(|e| failed(&e))?;
-            let status = response.status();
-            if !status.is_success() {
-                return Err(self.protocol(OPERATION, &format!("answered HTTP {}", status.as_u16())));
-            }
-            let mut body = response.into_body();
-            let mut text: Vec<u8> = Vec::new();
-            while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(|e| failed(&e))?;
-                if let Ok(data) = frame.into_data() {
-                    if text.len() + data.len() > METRICS_CAP {
-                        return Err(
-                            self.protocol(OPERATION, &format!("answered more than {METRICS_CAP} bytes"))
-                        );
-                    }
-                    text.extend_from_slice(&data);
-                }
+            let (status, text) = self.get(OPERATION, "/metrics", METRICS_CAP).await?;
+            if !(200..300).contains(&status) {
+                return Err(self.protocol(OPERATION, &format!("answered HTTP {status}")));
             }
             Ok(metric_value(&String::from_utf8_lossy(&text), name))
         };

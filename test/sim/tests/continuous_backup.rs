@@ -8,12 +8,13 @@
 mod lifecycle_support;
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::backup::delta::{self, chain};
 use etcdadm_shared::store::StoreClient;
 use etcdadm_shared::testing::{SeaweedFs, TempDir};
+use etcdadm_sim::demo;
 use kube::ResourceExt;
 use kube::api::Api;
 use lifecycle_support::*;
@@ -109,7 +110,7 @@ async fn every_write_lands_in_deltas_after_the_newest_snapshot_and_goes_with_it(
             .any(|(reason, _)| reason == "SnapshotForContinuousBackup"),
         "{said:?}"
     );
-    let on_snapshots = snapshot_events(&client, &first.name_any()).await;
+    let on_snapshots = events_about(&client, &first.name_any()).await;
     assert!(
         on_snapshots
             .iter()
@@ -123,19 +124,6 @@ async fn every_write_lands_in_deltas_after_the_newest_snapshot_and_goes_with_it(
         "{on_snapshots:?}"
     );
     save_logs(&work, "continuous_backup");
-}
-
-/// The reasons and notes of the Events about snapshot `name`.
-async fn snapshot_events(client: &kube::Client, name: &str) -> Vec<(String, String)> {
-    let api: Api<k8s_openapi::api::events::v1::Event> = Api::default_namespaced(client.clone());
-    api.list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-        .collect()
 }
 
 /// The object key of a Succeeded snapshot (its location without the bucket).
@@ -155,22 +143,16 @@ async fn listed(bucket: &StoreClient, key: &str) -> Vec<chain::DeltaName> {
         .collect()
 }
 
-/// Poll `check` every 200 ms until it gives something, for at most [`TIMEOUT`].
+/// `check`'s answer, polled by `demo::eventually` for at most [`TIMEOUT`].
 async fn wait_for<T, F, Fut>(work: &TempDir, what: &str, check: F) -> T
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let started = Instant::now();
-    loop {
-        if let Some(found) = check().await {
-            return found;
-        }
-        assert!(
-            started.elapsed() < TIMEOUT,
-            "no {what} after {TIMEOUT:?}\n{}",
-            logs(work)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    demo::eventually(what, TIMEOUT, || {
+        let checked = check();
+        async move { Ok(checked.await.ok_or_else(|| "not yet".to_string())) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", logs(work)))
 }

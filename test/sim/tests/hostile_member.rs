@@ -11,12 +11,13 @@
 mod lifecycle_support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::etcd::MemberClient;
 use etcdadm_shared::testing::{SeaweedFs, TempDir};
+use etcdadm_sim::bench::usage_of;
 use etcdadm_sim::demo;
 use etcdadm_sim::fake_etcd::FakeSnapshot;
 use etcdadm_sim::hostile_etcd::{HostileLog, HostileMember, serve_hostile};
@@ -73,9 +74,7 @@ async fn hostile_members_neither_grow_the_controller_nor_slow_a_neighbours_remed
     .await;
 
     let pid = plane.controller_pid(CONTROLLER).expect("the controller runs");
-    let baseline = memory_kib(pid, "VmRSS");
-    let peak = Arc::new(AtomicU64::new(baseline));
-    let sampler = tokio::spawn(sample_memory(pid, peak.clone()));
+    let baseline = usage_of(pid).expect("the controller's /proc usage").rss_kib;
 
     // Both members replaced by hostile servers at their addresses.
     let endless = turn_hostile(&plane, "endless", true).await;
@@ -134,7 +133,15 @@ async fn hostile_members_neither_grow_the_controller_nor_slow_a_neighbours_remed
     // Both trickled snapshots end by their deadline, not by the trickle's end (330 s).
     let trickled_since = Instant::now();
     for name in ["trickle-1", "trickle-2"] {
-        let failed = wait_failed(&snapshots, name, &work).await;
+        let failed = demo::eventually(&format!("{name} Failed"), TIMEOUT, || async {
+            let snapshot = snapshots.get(name).await?;
+            Ok(match snapshot.phase() {
+                SnapshotPhase::Failed => Ok(snapshot),
+                _ => Err(format!("{:?}", snapshot.status)),
+            })
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", logs(&work)));
         let message = failed
             .status
             .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Ready"))
@@ -147,9 +154,8 @@ async fn hostile_members_neither_grow_the_controller_nor_slow_a_neighbours_remed
     }
     let trickles_cut = trickled_since.elapsed();
 
-    sampler.abort();
-    let high_water = memory_kib(pid, "VmHWM");
-    let peak = peak.load(Ordering::Relaxed).max(high_water);
+    // The most it was ever resident (`VmHWM`), the hostile members' time included.
+    let peak = usage_of(pid).expect("the controller's /proc usage").peak_rss_kib;
     let grown = peak.saturating_sub(baseline) << 10;
     let longest = endless.longest_answer.load(Ordering::Relaxed);
     let answers = endless.endless_answers.load(Ordering::Relaxed);
@@ -238,41 +244,6 @@ async fn turn_hostile(plane: &Plane, cluster: &str, endless: bool) -> Arc<Hostil
             Ok(log) => return log,
             Err(e) => assert!(started.elapsed() < Duration::from_secs(10), "{e}"),
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn wait_failed(snapshots: &Api<EtcdadmSnapshot>, name: &str, work: &TempDir) -> EtcdadmSnapshot {
-    let started = Instant::now();
-    loop {
-        let snapshot = snapshots.get(name).await.unwrap();
-        if snapshot.phase() == SnapshotPhase::Failed {
-            return snapshot;
-        }
-        assert!(
-            started.elapsed() < TIMEOUT,
-            "{name} did not fail: {:?}\n{}",
-            snapshot.status,
-            logs(work)
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// A `/proc/<pid>/status` figure in KiB (`VmRSS`, `VmHWM`).
-fn memory_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
-}
-
-/// Keep the largest resident size seen, every 100 ms.
-async fn sample_memory(pid: u32, peak: Arc<AtomicU64>) {
-    loop {
-        peak.fetch_max(memory_kib(pid, "VmRSS"), Ordering::Relaxed);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

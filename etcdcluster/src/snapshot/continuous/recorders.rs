@@ -89,11 +89,7 @@ impl Recorders {
     /// takes over or continuous backup is turned off; a pause, a deletion or no healthy member
     /// only stops the watch.
     pub fn ensure(&self, cluster: &EtcdadmCluster, want: Option<Recording>) {
-        let key = format!(
-            "{}/{}",
-            cluster.namespace().unwrap_or_default(),
-            cluster.name_any()
-        );
+        let key = key_of(&cluster.namespace().unwrap_or_default(), &cluster.name_any());
         let Ok(mut running) = self.running.lock() else {
             return;
         };
@@ -143,11 +139,7 @@ impl Recorders {
     /// Before snapshot `snapshot` of `cluster` is deleted: stop a recorder following it (a newer
     /// one took over) and wait until it has, so no delta is uploaded beside a deleted snapshot.
     pub async fn release(&self, cluster: &EtcdadmCluster, snapshot: &str) {
-        let key = format!(
-            "{}/{}",
-            cluster.namespace().unwrap_or_default(),
-            cluster.name_any()
-        );
+        let key = key_of(&cluster.namespace().unwrap_or_default(), &cluster.name_any());
         let following = self.running.lock().ok().and_then(|mut running| {
             let follows = running.get(&key).is_some_and(|r| r.want.snapshot == snapshot);
             follows.then(|| running.remove(&key)).flatten()
@@ -161,11 +153,16 @@ impl Recorders {
     /// Stop the recorder of cluster `name` in `namespace` (it is gone): the deltas do not end.
     pub fn forget(&self, namespace: &str, name: &str) {
         if let Ok(mut running) = self.running.lock()
-            && let Some(r) = running.remove(&format!("{namespace}/{name}"))
+            && let Some(r) = running.remove(&key_of(namespace, name))
         {
             r.stop.send_replace(Some(None));
         }
     }
+}
+
+/// A cluster's place in [`Recorders`]: `<namespace>/<name>`.
+fn key_of(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
 }
 
 struct Deps {
@@ -267,12 +264,12 @@ async fn record_once(
         MemberClient::with_config(&want.member.client_url, tls, MEMBER_TIMEOUT).map_err(|e| e.to_string())?;
     let mut client = member.etcd_client().await.map_err(|e| e.to_string())?;
     if after.is_none() {
-        let note = format!(
+        let text = format!(
             "recording the writes after EtcdadmSnapshot {} (revision {}) from member {} every {:?}",
             want.snapshot, want.base, want.member.member, want.interval
         );
         info!(%namespace, %cluster, snapshot = %want.snapshot, "continuous backup started");
-        note_started(deps, snapshots, want, note).await;
+        note(deps, snapshots, want, EventNote::normal(reason::STARTED, text)).await;
     }
     let recorder = Recorder {
         store: &store,
@@ -364,10 +361,6 @@ async fn end(deps: &Deps, snapshots: &Api<EtcdadmSnapshot>, want: &Recording, wh
         EventNote::normal(reason::ENDED, text.to_string())
     };
     note(deps, snapshots, want, event).await;
-}
-
-async fn note_started(deps: &Deps, snapshots: &Api<EtcdadmSnapshot>, want: &Recording, text: String) {
-    note(deps, snapshots, want, EventNote::normal(reason::STARTED, text)).await;
 }
 
 /// An Event on the snapshot (if it still exists).

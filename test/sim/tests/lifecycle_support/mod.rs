@@ -795,14 +795,18 @@ pub fn follow_status_endpoints(
 
 /// Names of the Events of the EtcdadmCluster `<cluster>-etcd` with their notes.
 pub async fn events(client: &Client, cluster: &str) -> Vec<(String, String)> {
+    events_about(client, &format!("{cluster}-etcd")).await
+}
+
+/// The reasons and notes of the Events about the object `name` (of any kind).
+pub async fn events_about(client: &Client, name: &str) -> Vec<(String, String)> {
     let api: Api<k8s_openapi::api::events::v1::Event> = Api::default_namespaced(client.clone());
-    let name = format!("{cluster}-etcd");
     api.list(&Default::default())
         .await
         .unwrap()
         .items
         .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str()))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
         .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
         .collect()
 }
