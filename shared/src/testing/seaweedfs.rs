@@ -111,7 +111,21 @@ impl SeaweedFs {
         SeaweedFs::start_with(ip, launcher, false).await
     }
 
+    /// Its ports are the kernel's choice, released before weed binds them, so another test's
+    /// server or a connection's ephemeral port may take one in between, and weed exits: it is
+    /// started again on new ports, at most three times in all.
     async fn start_with(ip: &str, launcher: &[String], tls: bool) -> SeaweedFs {
+        let mut attempt = 1;
+        loop {
+            match SeaweedFs::try_start(ip, launcher, tls).await {
+                Ok(server) => return server,
+                Err(failure) if attempt < 3 && failure.contains("address already in use") => attempt += 1,
+                Err(failure) => panic!("{failure}"),
+            }
+        }
+    }
+
+    async fn try_start(ip: &str, launcher: &[String], tls: bool) -> Result<SeaweedFs, String> {
         assert!(
             !tls || ip == "127.0.0.1",
             "the test certificate names 127.0.0.1 only"
@@ -196,29 +210,35 @@ impl SeaweedFs {
             ca_pem,
             dir,
         };
-        server.wait_ready(Duration::from_secs(60)).await;
-        server
+        server.wait_ready(Duration::from_secs(60)).await?;
+        Ok(server)
     }
 
     /// Ready once a signed listing of a bucket that does not exist is answered `NoSuchBucket`:
     /// the gateway, its identities and the filer behind it all work.
-    async fn wait_ready(&mut self, timeout: Duration) {
+    async fn wait_ready(&mut self, timeout: Duration) -> Result<(), String> {
         let probe = self.client("readiness-probe");
         let deadline = Instant::now() + timeout;
         loop {
             if let Ok(Some(status)) = self.process.try_wait() {
-                panic!(
-                    "weed exited with {status} before serving S3; log:\n{}",
+                // The whole log, not its tail: a fatal exit ends in stack traces.
+                let whole = std::fs::read_to_string(self.dir.path().join("weed.log")).unwrap_or_default();
+                let taken = match whole.contains("address already in use") {
+                    true => " (one of its ports was taken: address already in use)",
+                    false => "",
+                };
+                return Err(format!(
+                    "weed exited with {status} before serving S3{taken}; log:\n{}",
                     self.log()
-                );
+                ));
             }
             match probe.list("").await {
-                Ok(_) | Err(StoreError::BucketMissing { .. }) => return,
+                Ok(_) | Err(StoreError::BucketMissing { .. }) => return Ok(()),
                 Err(e) if Instant::now() > deadline => {
-                    panic!(
+                    return Err(format!(
                         "SeaweedFS did not serve S3 within {timeout:?} ({e}); log:\n{}",
                         self.log()
-                    )
+                    ));
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
