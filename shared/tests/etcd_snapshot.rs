@@ -234,7 +234,7 @@ async fn contents(kv: &mut etcd_client::Client, revision: Option<i64>) -> BTreeM
 /// and a missing one as a gap, before anything is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deltas_after_a_full_snapshot_restore_to_the_latest_write_or_to_a_revision() {
-    use etcdadm_shared::backup::delta::{self, apply, chain, record};
+    use etcdadm_shared::backup::delta::{self, chain, record, replay};
 
     let ca = ca();
     let source = TlsEtcdCluster::start(&ca, 1);
@@ -361,22 +361,16 @@ async fn deltas_after_a_full_snapshot_restore_to_the_latest_write_or_to_a_revisi
         (chain::Target::Latest, last),
         (chain::Target::Revision(middle), middle),
     ] {
-        let chain = chain::plan(full.revision, &listed, Some(last), target).unwrap();
+        let verified = replay::verify(&store, key, full.revision, Some(last), target)
+            .await
+            .unwrap();
+        assert_eq!(verified.revision, at, "{target:?}: the revision the deltas reach");
         let (_process, restored) = restore_member(&ca, &tls, &file).await;
         let mut restored_kv = restored.workload_client().await.unwrap();
-        let mut leases = apply::Leases::default();
-        for name in &chain.deltas {
-            let bytes = store.get_object(&name.key(key), 64 << 20).await.unwrap();
-            let decoded = delta::decode(&bytes).unwrap();
-            let events: Vec<delta::Event> = decoded
-                .events
-                .into_iter()
-                .filter(|e| chain.includes(e.revision, e.received_ms))
-                .collect();
-            apply::apply(&mut restored_kv, &events, &mut leases)
-                .await
-                .unwrap();
-        }
+        let replayed = replay::replay(&store, key, full.revision, &verified, &mut restored_kv)
+            .await
+            .unwrap();
+        assert_eq!(replayed.events, verified.events);
         let expected = contents(&mut source_kv, Some(at)).await;
         let got = contents(&mut restored_kv, None).await;
         assert_eq!(
@@ -390,13 +384,20 @@ async fn deltas_after_a_full_snapshot_restore_to_the_latest_write_or_to_a_revisi
         );
     }
 
-    // A damaged delta is refused by its checksum; a missing one is a gap the plan names.
+    // A damaged delta stops the restore by name before anything is written; a missing one is
+    // a gap the plan names.
     let second = listed[1].key(key);
     let mut damaged = store.get_object(&second, 64 << 20).await.unwrap();
     let at = damaged.len() / 2;
     damaged[at] ^= 1;
     store.put_object(&second, damaged.clone()).await.unwrap();
-    assert_eq!(delta::decode(&damaged), Err(delta::DeltaError::Checksum));
+    match replay::verify(&store, key, full.revision, Some(last), chain::Target::Latest).await {
+        Err(replay::ReplayError::Damaged { key: named, error }) => {
+            assert_eq!(named, second);
+            assert_eq!(error, delta::DeltaError::Checksum);
+        }
+        other => panic!("a damaged delta must stop the restore by name: {other:?}"),
+    }
     store.delete_object(&second).await.unwrap();
     let remaining: Vec<chain::DeltaName> = listed
         .iter()
@@ -411,4 +412,8 @@ async fn deltas_after_a_full_snapshot_restore_to_the_latest_write_or_to_a_revisi
             expected: listed[0].last + 1,
         })
     );
+    assert!(matches!(
+        replay::verify(&store, key, full.revision, Some(last), chain::Target::Latest).await,
+        Err(replay::ReplayError::Chain(chain::ChainError::Gap { .. }))
+    ));
 }

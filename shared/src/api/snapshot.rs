@@ -312,8 +312,7 @@ pub struct Backup {
     pub before_change: Option<BeforeChange>,
     /// Continuous backup: after the newest Succeeded snapshot, every write since is uploaded
     /// beside it in delta objects, at most `interval` behind (docs/day2.md, "Continuous
-    /// backup"). Restores do not apply the deltas yet: `spec.restore` and a recovery restore the
-    /// full snapshot alone.
+    /// backup"). `spec.restore.to` replays them; a recovery from a snapshot replays all of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continuous: Option<Continuous>,
 }
@@ -429,9 +428,58 @@ impl Backup {
 
 /// Where a new cluster's data comes from.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[x_kube(validation = Rule::new("!has(self.to) || has(self.snapshot.name)").message("to needs snapshot.name: the EtcdadmSnapshot records the revision its deltas follow").field_path(".to"))]
 pub struct Restore {
     /// The snapshot the first member is restored from.
     pub snapshot: RestoreSource,
+    /// How far past the snapshot the restore goes with continuous backup's deltas (docs/day2.md,
+    /// "Continuous backup"). Unset: the snapshot alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<RestorePoint>,
+}
+
+/// A point past a full snapshot, reached by replaying its deltas: set exactly one field.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[x_kube(validation = Rule::new("[has(self.latest), has(self.revision), has(self.time)].filter(x, x).size() == 1").message("set exactly one of latest, revision and time"))]
+pub struct RestorePoint {
+    /// Every write the deltas hold (must be true when set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == true").message("latest: true, or leave it unset"))]
+    pub latest: Option<bool>,
+    /// Every write up to and including this etcd revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub revision: Option<i64>,
+    /// Every write continuous backup received at or before this time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+}
+
+impl RestorePoint {
+    /// The point as the deltas' chain plans it; `None` when not exactly one field is set.
+    pub fn target(&self) -> Option<crate::backup::delta::chain::Target> {
+        use crate::backup::delta::chain::Target;
+        match (self.latest, self.revision, &self.time) {
+            (Some(true), None, None) => Some(Target::Latest),
+            (None, Some(revision), None) if revision >= 1 => Some(Target::Revision(revision)),
+            (None, None, Some(time)) => Some(Target::Time(time.0.as_millisecond())),
+            _ => None,
+        }
+    }
+}
+
+/// The deltas a restore replayed after its full snapshot.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeltasRestored {
+    /// The point asked for: `latest`, `revision <n>` or `time <RFC 3339>`.
+    pub to: String,
+    /// Delta objects read.
+    pub objects: i64,
+    /// Events written from them.
+    pub events: i64,
+    /// The revision of the source cluster the restored data reaches.
+    pub revision: i64,
 }
 
 /// A snapshot to restore: an EtcdadmSnapshot by name, or an object in a store.
@@ -526,6 +574,9 @@ pub struct RestoredFrom {
     /// Ready, so its API servers restart and drop their watch caches (once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_rollout: Option<Time>,
+    /// Continuous backup's deltas replayed onto the snapshot (`spec.restore.to`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deltas: Option<DeltasRestored>,
 }
 
 /// How far a restore raises the revision (`etcdutl snapshot restore --bump-revision`): further

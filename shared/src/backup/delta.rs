@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 pub mod apply;
 pub mod chain;
 pub mod record;
+pub mod replay;
 
 /// What every delta object starts with (format version 1).
 pub const MAGIC: &[u8; 14] = b"etcdadm-delta1";

@@ -183,6 +183,20 @@ pub fn validate_restore(restore: &Restore, base: &str) -> Vec<FieldError> {
             "goes with store and key only: an EtcdadmSnapshot's SHA-256 is the one it recorded",
         ));
     }
+    if let Some(to) = &restore.to {
+        if to.target().is_none() {
+            errors.push(FieldError::new(
+                format!("{base}.to"),
+                "set exactly one of latest (true), revision (at least 1) and time",
+            ));
+        }
+        if !by_name {
+            errors.push(FieldError::new(
+                format!("{base}.to"),
+                "needs snapshot.name: the EtcdadmSnapshot records the revision its deltas follow",
+            ));
+        }
+    }
     errors
 }
 
@@ -446,6 +460,34 @@ mod tests {
         );
         let given = json!({"store": store, "key": "a/b.db", "sha256": "AB".repeat(32)});
         assert!(validate_restore(&restore(given), "spec.restore").is_empty());
+        let to = |to: serde_json::Value, snapshot: serde_json::Value| -> Vec<String> {
+            let restore: Restore = serde_json::from_value(json!({"snapshot": snapshot, "to": to})).unwrap();
+            validate_restore(&restore, "spec.restore")
+                .into_iter()
+                .map(|e| e.path)
+                .collect()
+        };
+        let named = json!({"name": "c1-snap"});
+        for fine in [
+            json!({"latest": true}),
+            json!({"revision": 7}),
+            json!({"time": "2026-11-28T12:00:00Z"}),
+        ] {
+            assert!(to(fine.clone(), named.clone()).is_empty(), "{fine}");
+        }
+        for bad in [
+            json!({}),
+            json!({"latest": false}),
+            json!({"revision": 0}),
+            json!({"latest": true, "revision": 7}),
+        ] {
+            assert_eq!(to(bad.clone(), named.clone()), ["spec.restore.to"], "{bad}");
+        }
+        assert_eq!(
+            to(json!({"latest": true}), json!({"store": store, "key": "a/b.db"})),
+            ["spec.restore.to"],
+            "a point needs an EtcdadmSnapshot"
+        );
         for (value, path) in [
             (json!({}), "spec.restore.snapshot"),
             (

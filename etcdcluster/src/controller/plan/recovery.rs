@@ -511,6 +511,7 @@ pub fn record_status(
                     time: Some(now.clone()),
                     revision_bumped: Some(restore::revision_bumped(o, revision)),
                     control_plane_rollout: None,
+                    deltas: None,
                 });
             }
             // Kept until the annotation is gone, so a crash between the two finishes the job.

@@ -424,6 +424,7 @@ pub fn record_status(
         control_plane_rollout: None,
         sha256: checksum.as_ref().map(|c| c.sha256.clone()),
         sha256_source: checksum.as_ref().map(|c| c.source),
+        deltas: None,
     });
     let revision = restore
         .revision

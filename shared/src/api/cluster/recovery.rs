@@ -99,6 +99,9 @@ pub struct LastRecovery {
     /// The `spec.rollout.after` given to the KubeadmControlPlane once the cluster was Ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_rollout: Option<Time>,
+    /// Continuous backup's deltas replayed onto the snapshot (every one recorded after it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deltas: Option<crate::api::snapshot::DeltasRestored>,
 }
 
 /// How long quorum must have been lost before the cluster recovers by itself, when
