@@ -41,6 +41,9 @@ pub enum ErrorCategory {
     InvalidStore,
     /// The controller's store policy refuses the store's address (`--store-*` flags).
     StorePolicyRefused,
+    /// Continuous backup's deltas cannot be restored (a gap, a damaged object, or the store or
+    /// the restored member not answering); nothing of them is left applied as done.
+    DeltasUnusable,
     /// A reconcile took longer than its deadline and was ended; it is retried.
     ReconcileDeadline,
     /// A state the code should never reach: a bug, reported instead of guessed around.
@@ -71,6 +74,7 @@ impl ErrorCategory {
             ErrorCategory::StoreObjectMissing => "ObjectMissing",
             ErrorCategory::InvalidStore => "InvalidStore",
             ErrorCategory::StorePolicyRefused => "StorePolicyRefused",
+            ErrorCategory::DeltasUnusable => "DeltasUnusable",
             ErrorCategory::ReconcileDeadline => "ReconcileDeadlineExceeded",
             ErrorCategory::Internal => "InternalError",
         }

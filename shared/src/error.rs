@@ -25,6 +25,9 @@ pub enum Error {
     /// An object a step needs was deleted after it was observed; the next round sees it gone.
     #[error("{0}")]
     NotFound(String),
+    /// Continuous backup's deltas could not be replayed onto a restored member.
+    #[error("{0}")]
+    Deltas(String),
     /// A state the code should never reach: a bug, reported rather than guessed around.
     #[error("internal error: {0}")]
     Internal(String),
@@ -46,6 +49,7 @@ impl Error {
             Error::Json(_) => ErrorCategory::Encoding,
             Error::Store(e) => e.category(),
             Error::NotFound(_) => ErrorCategory::NotFound,
+            Error::Deltas(_) => ErrorCategory::DeltasUnusable,
             Error::Internal(_) => ErrorCategory::Internal,
             Error::Overdue { .. } => ErrorCategory::ReconcileDeadline,
         }

@@ -68,6 +68,11 @@ pub const RESTORE_SIZE_KEY: &str = "size";
 /// On the restore Secret: where its SHA-256 came from (a `ChecksumSource`: EtcdadmSnapshot,
 /// Spec, ObjectMetadata or Computed); a computed one is kept when the URL is renewed.
 pub const RESTORE_SHA256_SOURCE_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/sha256-source";
+/// On the restore Secret: why continuous backup's deltas cannot be restored as they stand (a
+/// gap, a damaged object), so the restore waits saying so until they are read again.
+pub const RESTORE_DELTAS_UNUSABLE_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/deltas-unusable";
+/// On the restore Secret: when the deltas were found unusable (RFC 3339).
+pub const RESTORE_DELTAS_CHECKED_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/deltas-checked";
 /// On an EtcdadmCluster: rotate the etcd CA; the value tells one request from the next
 /// (docs/security.md, "Rotating the etcd CA"; not acted on yet).
 pub const ROTATE_CA_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/rotate-ca";

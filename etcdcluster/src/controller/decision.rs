@@ -137,6 +137,8 @@ pub struct Outputs<'a> {
     pub metrics: Option<&'a EtcdClusterMetrics>,
     /// Restore checksums, computed in the snapshot slots.
     pub checksums: &'a crate::snapshot::Checksums,
+    /// Continuous backup's deltas replayed onto a restored member, in the snapshot slots.
+    pub replays: &'a crate::snapshot::Replays,
 }
 
 impl Outputs<'_> {

@@ -79,6 +79,8 @@ pub struct Context {
     pub reconcile_deadline: Duration,
     /// Restore checksums, computed in the snapshot slots rather than in a reconcile.
     pub checksums: crate::snapshot::Checksums,
+    /// Restores' deltas, replayed in the snapshot slots rather than in a reconcile.
+    pub replays: crate::snapshot::Replays,
 }
 
 impl Context {
@@ -92,6 +94,9 @@ impl Context {
             turns: Semaphore::new(Semaphore::MAX_PERMITS),
             reconcile_deadline: RECONCILE_DEADLINE,
             checksums: crate::snapshot::Checksums::new(crate::snapshot::SnapshotPool::new(
+                crate::snapshot::DEFAULT_SNAPSHOT_SLOTS,
+            )),
+            replays: crate::snapshot::Replays::new(crate::snapshot::SnapshotPool::new(
                 crate::snapshot::DEFAULT_SNAPSHOT_SLOTS,
             )),
         }
@@ -122,6 +127,7 @@ impl Context {
             etcd_clients: &self.etcd_clients,
             metrics: self.metrics.as_ref(),
             checksums: &self.checksums,
+            replays: &self.replays,
         }
     }
 }
@@ -156,6 +162,7 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
             ctx.etcd_clients.forget(&key);
             ctx.observations.forget(&key);
             ctx.checksums.forget(&key);
+            ctx.replays.forget(&key);
             return Ok(Action::await_change());
         };
         let now = k8s_openapi::jiff::Timestamp::now();
@@ -256,7 +263,8 @@ pub async fn run(manager: ManagerContext, pool: Arc<crate::snapshot::SnapshotPoo
     let kcp_store = store;
     let ctx = Arc::new(Context {
         turns: Semaphore::new(usize::from(settings.concurrency)),
-        checksums: crate::snapshot::Checksums::new(pool),
+        checksums: crate::snapshot::Checksums::new(pool.clone()),
+        replays: crate::snapshot::Replays::new(pool),
         ..Context::with_metrics(
             client.clone(),
             EtcdClusterMetrics::register(&metrics, plan::concern_metrics(&metrics)),

@@ -124,9 +124,10 @@ fn set_conditions(status: &mut EtcdadmClusterStatus, o: &Observation, step: &Ste
     }
 }
 
-/// Ready: every member a healthy voter, and no alarm keeping etcd from accepting writes.
+/// Ready: every member a healthy voter, no alarm keeping etcd from accepting writes, and no
+/// restore's deltas still to replay.
 fn serving(o: &Observation) -> bool {
-    is_ready(o) && o.alarms.is_empty()
+    is_ready(o) && o.alarms.is_empty() && !super::plan::restore::deltas_pending(o)
 }
 
 /// The Events of Ready's changes: becoming ready, no longer ready, and a refusal beginning.

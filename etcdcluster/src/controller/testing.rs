@@ -139,6 +139,7 @@ pub fn with_our_secret(restore: &mut RestoreView, age: Duration) {
         uid: "restore-uid".into(),
         resource_version: "7".into(),
         checksum: Some(snapshot_checksum()),
+        deltas_unusable: None,
     });
 }
 

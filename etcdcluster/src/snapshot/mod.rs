@@ -23,6 +23,7 @@ mod moving;
 mod observe;
 mod plan;
 mod pool;
+mod replays;
 mod retention;
 mod status;
 mod take;
@@ -57,6 +58,7 @@ pub use self::observe::{snapshots_of, store_access};
 pub use self::plan::SCHEDULED_FOR_ANNOTATION;
 use self::plan::{Observed, Step};
 pub use self::pool::{Busy, Slot, SnapshotPool};
+pub use self::replays::{Replay, ReplayJob, Replays};
 use self::take::Outcome;
 use etcdadm_shared::error::Error;
 

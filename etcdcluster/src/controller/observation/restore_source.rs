@@ -11,13 +11,16 @@ use kube::{Client, ResourceExt};
 
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::cluster::RecoveryPhase;
-use etcdadm_shared::api::snapshot::{ChecksumSource, EtcdadmSnapshot, RestoreSource, S3Store, SnapshotPhase};
+use etcdadm_shared::api::snapshot::{
+    ChecksumSource, DeltasStatus, EtcdadmSnapshot, RestorePoint, RestoreSource, S3Store, SnapshotPhase,
+};
+use etcdadm_shared::backup::delta::chain::Target;
 use etcdadm_shared::error::Error;
 use etcdadm_shared::names;
 use etcdadm_shared::store::StoreClient;
 use etcdadm_shared::validation::{is_sha256_hex, validate_store};
 
-use super::views::{Checksum, RestoreDownload, RestoreSecretView, RestoreView, SnapshotCheck};
+use super::views::{Checksum, DeltasPlan, RestoreDownload, RestoreSecretView, RestoreView, SnapshotCheck};
 use crate::snapshot::{snapshots_of, store_access};
 
 /// `spec.restore` as read: the plan's view (with the download when the source is usable; its
@@ -75,6 +78,25 @@ struct Source {
     key: String,
     checksum: Option<Checksum>,
     size: Option<u64>,
+    /// An EtcdadmSnapshot's revision, and what it records of its deltas.
+    revision: Option<i64>,
+    deltas: Option<DeltasStatus>,
+}
+
+/// The deltas to replay onto `source`: those `target` asks for, after an EtcdadmSnapshot that
+/// records its revision. A recovery replays only where continuous backup recorded some; asked
+/// for by `spec.restore.to`, the chain is planned whatever is recorded (and refused if short).
+fn deltas_plan(source: &Source, target: Option<Target>, asked: bool) -> Option<DeltasPlan> {
+    let target = target?;
+    if !asked && source.deltas.as_ref().is_none_or(|d| d.count == 0) {
+        return None;
+    }
+    Some(DeltasPlan {
+        key: source.key.clone(),
+        base: source.revision?,
+        recorded: source.deltas.as_ref().map(|d| d.last_revision),
+        target,
+    })
 }
 
 /// Read `spec.restore` of `etcd`, if set.
@@ -91,9 +113,14 @@ pub async fn observe(
             name: Some(r.snapshot),
             ..Default::default()
         });
-    let (source, recorded) = match (recovering, &etcd.spec.restore) {
-        (Some(source), _) => (source, false),
-        (None, Some(restore)) => (restore.snapshot.clone(), status.restored_from.is_some()),
+    // A recovery replays every delta after its snapshot; `spec.restore` as far as `to` says.
+    let (source, recorded, target) = match (recovering, &etcd.spec.restore) {
+        (Some(source), _) => (source, false, Some(Target::Latest)),
+        (None, Some(restore)) => (
+            restore.snapshot.clone(),
+            status.restored_from.is_some(),
+            restore.to.as_ref().and_then(RestorePoint::target),
+        ),
         (None, None) => return Ok(None),
     };
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
@@ -118,6 +145,7 @@ pub async fn observe(
         match resolve(client, namespace, &source, &mut view).await? {
             Ok(source) => {
                 view.location = Some(format!("{}/{}", source.store.bucket, source.key));
+                view.deltas = deltas_plan(&source, target, etcd.spec.restore.is_some());
                 match download(client, namespace, source, view.secret.as_ref()).await? {
                     Ok(download) => view.download = Some(download),
                     Err(problem) => view.problem = Some(problem),
@@ -188,6 +216,16 @@ fn secret_view(secret: &Secret, etcd: &EtcdadmCluster) -> RestoreSecretView {
         .annotations()
         .get(names::RESTORE_SHA256_SOURCE_ANNOTATION)
         .and_then(|s| ChecksumSource::parse(s));
+    let deltas_unusable = secret
+        .annotations()
+        .get(names::RESTORE_DELTAS_UNUSABLE_ANNOTATION)
+        .zip(
+            secret
+                .annotations()
+                .get(names::RESTORE_DELTAS_CHECKED_ANNOTATION)
+                .and_then(|t| t.parse::<Timestamp>().ok()),
+        )
+        .map(|(why, at)| (why.clone(), at));
     RestoreSecretView {
         ours,
         uid: secret.metadata.uid.clone().unwrap_or_default(),
@@ -195,6 +233,7 @@ fn secret_view(secret: &Secret, etcd: &EtcdadmCluster) -> RestoreSecretView {
         checksum: sha256
             .zip(source)
             .map(|(sha256, source)| Checksum { sha256, source }),
+        deltas_unusable: deltas_unusable.filter(|_| ours),
     }
 }
 
@@ -216,6 +255,8 @@ async fn resolve(
                     source: ChecksumSource::Spec,
                 }),
                 size: None,
+                revision: None,
+                deltas: None,
             }),
             _ => Err("neither an EtcdadmSnapshot name nor a store and key".into()),
         });
@@ -261,6 +302,8 @@ async fn resolve(
             source: ChecksumSource::EtcdadmSnapshot,
         }),
         size: status.size.and_then(|s| u64::try_from(s).ok()),
+        revision: status.revision,
+        deltas: status.deltas,
     }))
 }
 

@@ -357,6 +357,36 @@ pub struct RestoreView {
     pub recorded: bool,
     /// How to download it, when the source is usable.
     pub download: Option<RestoreDownload>,
+    /// Continuous backup's deltas to replay onto it (`spec.restore.to`, or every one after a
+    /// recovery's snapshot).
+    pub deltas: Option<DeltasPlan>,
+    /// How long ago the deltas were found unusable (the restore Secret says), on the clock.
+    pub deltas_unusable_age: Option<Duration>,
+}
+
+/// The deltas a restore replays after its full snapshot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeltasPlan {
+    /// The full snapshot's object key, which its deltas are named after.
+    pub key: String,
+    /// The full snapshot's revision.
+    pub base: i64,
+    /// The last revision its status records as uploaded.
+    pub recorded: Option<i64>,
+    pub target: etcdadm_shared::backup::delta::chain::Target,
+}
+
+impl DeltasPlan {
+    /// The point, as status says it: `latest`, `revision <n>` or `time <RFC 3339>`.
+    pub fn to(&self) -> String {
+        use etcdadm_shared::backup::delta::chain::Target;
+        match self.target {
+            Target::Latest => "latest".into(),
+            Target::Revision(r) => format!("revision {r}"),
+            Target::Time(ms) => k8s_openapi::jiff::Timestamp::from_millisecond(ms)
+                .map_or_else(|_| format!("time {ms} ms"), |t| format!("time {t}")),
+        }
+    }
 }
 
 impl RestoreView {
@@ -380,6 +410,8 @@ pub struct RestoreSecretView {
     pub resource_version: String,
     /// The SHA-256 it carries and where that came from.
     pub checksum: Option<Checksum>,
+    /// Why the deltas were found unusable, and when.
+    pub deltas_unusable: Option<(String, Timestamp)>,
 }
 
 /// A SHA-256 (hex) and where it came from.

@@ -119,7 +119,19 @@ impl ConcernStep for RecoveryStep {
                 .revision
                 .map(|r| format!(" at revision {r}"))
                 .unwrap_or_default();
-            note = format!("{note}: {} members restored{revision}", o.replicas);
+            let deltas = o
+                .etcd_cluster
+                .status
+                .as_ref()
+                .and_then(|s| s.recovery.as_ref()?.deltas.as_ref())
+                .map(|d| {
+                    format!(
+                        ", then {} events of {} delta objects replayed to revision {}",
+                        d.events, d.objects, d.revision
+                    )
+                })
+                .unwrap_or_default();
+            note = format!("{note}: {} members restored{revision}{deltas}", o.replicas);
         }
         Some(EventNote {
             warning: !matches!(self.action, RecoveryAction::Finish),
@@ -493,7 +505,9 @@ pub fn record_status(
     match action {
         RecoveryAction::Abandon => status.recovery = None,
         RecoveryAction::Finish => {
-            let revision = o.view::<RestoreFrom>().view.as_ref().and_then(|r| r.revision);
+            let deltas = status.recovery.as_ref().and_then(|r| r.deltas.clone());
+            let snapshot_revision = o.view::<RestoreFrom>().view.as_ref().and_then(|r| r.revision);
+            let revision = deltas.as_ref().map(|d| d.revision).or(snapshot_revision);
             let same = |last: &LastRecovery| {
                 last.snapshot == record.snapshot && last.started.as_ref() == Some(&started)
             };
@@ -509,9 +523,9 @@ pub fn record_status(
                         .map(|(survivor, restored)| (survivor - restored).max(0)),
                     started: Some(started),
                     time: Some(now.clone()),
-                    revision_bumped: Some(restore::revision_bumped(o, revision)),
+                    revision_bumped: Some(restore::revision_bumped(o, snapshot_revision)),
                     control_plane_rollout: None,
-                    deltas: None,
+                    deltas,
                 });
             }
             // Kept until the annotation is gone, so a crash between the two finishes the job.
@@ -529,6 +543,7 @@ pub fn record_status(
                 snapshot: record.snapshot.clone(),
                 survivor_revision: record.survivor_revision,
                 started: Some(started),
+                deltas: None,
             })
         }
     }

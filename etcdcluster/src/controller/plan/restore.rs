@@ -27,7 +27,7 @@ use tracing::debug;
 use etcdadm_shared::api::EtcdadmClusterStatus;
 use etcdadm_shared::api::cluster::condition::REVISIONS_BUMPED;
 use etcdadm_shared::api::conditions::{NewCondition, Severity};
-use etcdadm_shared::api::snapshot::{ChecksumSource, RESTORE_REVISION_BUMP, RestoredFrom};
+use etcdadm_shared::api::snapshot::{ChecksumSource, DeltasRestored, RESTORE_REVISION_BUMP, RestoredFrom};
 use etcdadm_shared::contract::{bytes, controller_reference};
 use etcdadm_shared::error::Error;
 use etcdadm_shared::names;
@@ -43,16 +43,22 @@ use crate::controller::decision::{
     After, Applied, ConcernStep, Decision, EventNote, Hold, Outputs, StatusPart,
 };
 use crate::controller::observation::{
-    Checksum, KcpView, Observation, RestoreDownload, RestoreView, is_ready,
+    Checksum, DeltasPlan, KcpView, Observation, RestoreDownload, RestoreView, is_ready, member_client_url,
 };
 use crate::snapshot::Checksum as ComputedChecksum;
+use crate::snapshot::{Replay, ReplayJob};
 
 /// Condition reasons of a restore.
 pub mod reason {
     pub const RESTORE_SOURCE_UNUSABLE: &str = "RestoreSourceUnusable";
     pub const RESTORE_VERSION_MISMATCH: &str = "RestoreVersionMismatch";
     pub const RESTORE_SECRET_NOT_OURS: &str = "RestoreSecretNotOurs";
+    pub const RESTORE_DELTAS_UNUSABLE: &str = "RestoreDeltasUnusable";
 }
+
+/// How long deltas found unusable (a gap, a damaged object) stop a restore before they are read
+/// again: a store repaired meanwhile is picked up, one that is not is not read at every turn.
+pub const DELTAS_RECHECK_AFTER: Duration = Duration::from_secs(120);
 
 /// How long the presigned download URL is valid. The URL ends up in the first Machine's
 /// bootstrap data Secret too, kept as long as the Machine: past this it grants nothing. A boot
@@ -80,6 +86,9 @@ pub enum RestoreStep {
         checksum: ChecksumPlan,
         existing: Option<String>,
     },
+    /// The restored first member (`member`, at `url`) is healthy: continuous backup's deltas
+    /// are replayed onto it, checked whole first, before any other member joins.
+    ReplayDeltas { member: String, url: String },
     /// The restored first member is healthy: its download URL is not kept. Deleted only if it
     /// is still the Secret of this UID (the one found to be ours).
     DeleteRestoreSecret { uid: String },
@@ -132,6 +141,13 @@ impl ConcernStep for RestoreStep {
                 RESTORING,
                 "writing the snapshot's download URL for the first member".into(),
             ),
+            RestoreStep::ReplayDeltas { member, .. } => (
+                RESTORING,
+                format!(
+                    "replaying continuous backup's deltas onto the restored member {member} (every one read and \
+                     checked before the first is written); no other member joins until they are"
+                ),
+            ),
             RestoreStep::DeleteRestoreSecret { .. } => (
                 RESTORING,
                 "the restored member is healthy: deleting the snapshot's download URL".into(),
@@ -164,6 +180,19 @@ impl ConcernStep for RestoreStep {
                     }
                 ),
             ),
+            RestoreStep::ReplayDeltas { member, .. } => {
+                let from = o.view::<RestoreFrom>();
+                let restore = from.view.clone().unwrap_or_default();
+                let to = restore.deltas.as_ref().map(DeltasPlan::to).unwrap_or_default();
+                EventNote::normal(
+                    "Restored",
+                    format!(
+                        "member {member} is healthy on the data of {}, with continuous backup's deltas replayed \
+                         after it to {to} (status says how many)",
+                        restore.describe()
+                    ),
+                )
+            }
             RestoreStep::DeleteRestoreSecret { .. } => EventNote::normal(
                 "RestoreSecretDeleted",
                 format!(
@@ -188,6 +217,7 @@ impl ConcernStep for RestoreStep {
                 checksum,
                 existing,
             } => write_secret(out, o, download, checksum, existing.as_deref()).await,
+            RestoreStep::ReplayDeltas { url, .. } => replay_deltas(out, o, url).await,
             RestoreStep::DeleteRestoreSecret { uid } => delete_secret(out, o, uid).await,
             RestoreStep::RollControlPlane { kcp, after } => {
                 super::control_plane::request_rollout(out, o, kcp, after, ROLLOUT_MANAGER).await
@@ -199,6 +229,7 @@ impl ConcernStep for RestoreStep {
     fn after(&self, _: &Observation) -> After {
         match self {
             RestoreStep::WriteRestoreSecret { .. }
+            | RestoreStep::ReplayDeltas { .. }
             | RestoreStep::DeleteRestoreSecret { .. }
             | RestoreStep::RollControlPlane { .. } => After::Again,
         }
@@ -214,6 +245,9 @@ pub fn secret(o: &Observation) -> Option<Decision<RestoreStep>> {
     let from = o.view::<RestoreFrom>();
     let restore = from.view.as_ref()?;
     if o.initialized_now() {
+        if let Some(replay) = deltas(o, restore) {
+            return Some(replay);
+        }
         // Status (written before every step) records `restoredFrom` first.
         return restore
             .secret
@@ -269,6 +303,78 @@ pub fn secret(o: &Observation) -> Option<Decision<RestoreStep>> {
         }));
     }
     None
+}
+
+/// Continuous backup's deltas, while a restore that wants them has not recorded them replayed:
+/// replayed onto the restored member once it answers, through the store the snapshot came from.
+fn deltas(o: &Observation, restore: &RestoreView) -> Option<Decision<RestoreStep>> {
+    if restore.deltas.is_none() || deltas_recorded(o) {
+        return None;
+    }
+    if let Some(problem) = &restore.problem {
+        return Some(Decision::Hold(Hold::refuse(
+            reason::RESTORE_SOURCE_UNUSABLE,
+            format!(
+                "the deltas after {}: {problem}; no other member joins until they are replayed",
+                restore.describe()
+            ),
+        )));
+    }
+    if let Some((why, _)) = restore
+        .secret
+        .as_ref()
+        .and_then(|s| s.deltas_unusable.as_ref())
+        .filter(|_| {
+            restore
+                .deltas_unusable_age
+                .is_some_and(|age| age < DELTAS_RECHECK_AFTER)
+        })
+    {
+        return Some(Decision::Hold(Hold::refuse(
+            reason::RESTORE_DELTAS_UNUSABLE,
+            format!(
+                "{why}; nothing of them was written: the first member holds the snapshot alone, no other \
+                 member joins and the cluster is not Ready until the chain is whole (read again every {})",
+                etcdadm_shared::duration::format(DELTAS_RECHECK_AFTER)
+            ),
+        )));
+    }
+    let restored = o
+        .members()
+        .iter()
+        .find(|m| m.healthy)
+        .and_then(|m| Some((m, member_client_url(o, m)?)));
+    Some(match restored {
+        Some((member, url)) => Decision::Do(RestoreStep::ReplayDeltas {
+            member: member.name.clone(),
+            url,
+        }),
+        None => Decision::Hold(Hold::wait(
+            RESTORING,
+            "waiting for the restored member to answer before its deltas are replayed",
+        )),
+    })
+}
+
+/// A restore's deltas are still to be replayed: the cluster does not hold the data asked for
+/// yet, so it is not Ready (nor handed to the control plane), whatever its members say.
+pub fn deltas_pending(o: &Observation) -> bool {
+    o.view::<RestoreFrom>()
+        .view
+        .as_ref()
+        .is_some_and(|r| r.deltas.is_some())
+        && !deltas_recorded(o)
+}
+
+/// Whether the deltas a restore or recovery wants are recorded as replayed.
+fn deltas_recorded(o: &Observation) -> bool {
+    let Some(status) = o.etcd_cluster.status.as_ref() else {
+        return false;
+    };
+    match &status.recovery {
+        Some(recovery) => recovery.deltas.is_some(),
+        None => status.restored_from.as_ref().is_some_and(|r| r.deltas.is_some()),
+    }
 }
 
 /// The first member, restored from the snapshot, once its fresh download URL is written.
@@ -410,22 +516,15 @@ pub fn record_status(
 ) -> Option<EventNote> {
     let from = o.view::<RestoreFrom>();
     let restore = from.view.as_ref()?;
-    if o.etcd_cluster.spec.restore.is_none() || !initialized || status.restored_from.is_some() {
+    // With deltas to replay, the replay records it (`replay_deltas`).
+    if o.etcd_cluster.spec.restore.is_none()
+        || !initialized
+        || status.restored_from.is_some()
+        || restore.deltas.is_some()
+    {
         return None;
     }
-    // The SHA-256 the member checked is the one its Secret carried.
-    let checksum = restore.secret.as_ref().and_then(|s| s.checksum.clone());
-    status.restored_from = Some(RestoredFrom {
-        snapshot: restore.snapshot.clone(),
-        location: restore.location.clone(),
-        revision: restore.revision,
-        time: Some(now.clone()),
-        revision_bumped: Some(revision_bumped(o, restore.revision)),
-        control_plane_rollout: None,
-        sha256: checksum.as_ref().map(|c| c.sha256.clone()),
-        sha256_source: checksum.as_ref().map(|c| c.source),
-        deltas: None,
-    });
+    status.restored_from = Some(restored_from(o, restore, now));
     let revision = restore
         .revision
         .map(|r| format!(" at revision {r}"))
@@ -437,6 +536,23 @@ pub fn record_status(
             restore.describe()
         ),
     ))
+}
+
+/// The record of a restore done: the snapshot, its location and revision, the SHA-256 the
+/// member checked (the one its Secret carried), and whether the revision was raised.
+fn restored_from(o: &Observation, restore: &RestoreView, now: &Time) -> RestoredFrom {
+    let checksum = restore.secret.as_ref().and_then(|s| s.checksum.clone());
+    RestoredFrom {
+        snapshot: restore.snapshot.clone(),
+        location: restore.location.clone(),
+        revision: restore.revision,
+        time: Some(now.clone()),
+        revision_bumped: Some(revision_bumped(o, restore.revision)),
+        control_plane_rollout: None,
+        sha256: checksum.as_ref().map(|c| c.sha256.clone()),
+        sha256_source: checksum.as_ref().map(|c| c.source),
+        deltas: None,
+    }
 }
 
 /// The control plane rollout the step asks for, in the record of the restore or recovery it
@@ -562,6 +678,120 @@ async fn write_secret(
             Ok(Applied::Done)
         }
     }
+}
+
+/// Replay the deltas onto the restored member at `url` in a snapshot slot (asked again until
+/// done), then record them: in `status.recovery` during a recovery (its record at the end
+/// copies them), else with `status.restoredFrom`. A chain that cannot be restored fails the
+/// step with its reason and nothing recorded, so no other member joins.
+async fn replay_deltas(out: &Outputs<'_>, o: &Observation, url: &str) -> Result<Applied, Error> {
+    let from = o.view::<RestoreFrom>();
+    let (Some(restore), Some(plan)) = (
+        from.view.as_ref(),
+        from.view.as_ref().and_then(|r| r.deltas.as_ref()),
+    ) else {
+        return Err(Error::Internal(
+            "deltas to replay, and no restore that wants them".into(),
+        ));
+    };
+    let Some(download) = &restore.download else {
+        return Err(Error::Deltas(format!(
+            "the deltas after {}: no client of its store; nothing of them was written",
+            restore.describe()
+        )));
+    };
+    let member =
+        out.etcd_clients
+            .client(&o.cache_key(), url, o.etcd_cluster.spec.health_settings().timeout)?;
+    let job = ReplayJob {
+        store: &download.store,
+        key: &plan.key,
+        base: plan.base,
+        recorded: plan.recorded,
+        target: plan.target,
+        member,
+    };
+    match out.replays.ask(&o.namespace, &o.cache_key(), job) {
+        Replay::Done { verified, replayed } => {
+            let deltas = DeltasRestored {
+                to: plan.to(),
+                objects: i64::try_from(verified.chain.deltas.len()).unwrap_or(i64::MAX),
+                events: i64::try_from(replayed.events).unwrap_or(i64::MAX),
+                revision: verified.revision,
+            };
+            let record = restored_from(o, restore, &Time(Timestamp::now()));
+            Ok(Applied::Recorded(Box::new(move |status| {
+                match status.recovery.as_mut() {
+                    Some(recovery) => recovery.deltas = Some(deltas),
+                    None => {
+                        status.restored_from = Some(RestoredFrom {
+                            deltas: Some(deltas),
+                            ..record
+                        })
+                    }
+                }
+            })))
+        }
+        Replay::Working => Ok(Applied::NotYet),
+        Replay::WaitingForSlot(why) => {
+            debug!(%why, "the deltas' replay waits for a snapshot slot");
+            Ok(Applied::NotYet)
+        }
+        Replay::Failed {
+            error,
+            transient: true,
+        } => Err(Error::Deltas(format!(
+            "continuous backup's deltas after {} were not replayed to {}: {error}; asked again shortly \
+             (a replay writes the same keys again)",
+            restore.describe(),
+            plan.to(),
+        ))),
+        Replay::Failed { error, .. } => {
+            let why = format!(
+                "continuous backup's deltas after {} cannot be restored to {}: {error}",
+                restore.describe(),
+                plan.to()
+            );
+            mark_deltas_unusable(out, o, restore, &why).await
+        }
+    }
+}
+
+/// Say on our restore Secret why the deltas cannot be restored, and when: the plan holds the
+/// restore saying so (a Warning Event, `Ready`) until they are read again.
+async fn mark_deltas_unusable(
+    out: &Outputs<'_>,
+    o: &Observation,
+    restore: &RestoreView,
+    why: &str,
+) -> Result<Applied, Error> {
+    let Some(secret) = restore.secret.as_ref().filter(|s| s.ours) else {
+        return Err(Error::Deltas(format!(
+            "{why}; the restore Secret to record it on is gone"
+        )));
+    };
+    // A store's answer can be long: the annotation keeps its first KiB.
+    let why: String = why.chars().take(1024).collect();
+    let patch = json!({"metadata": {
+        "uid": secret.uid,
+        "annotations": {
+            names::RESTORE_DELTAS_UNUSABLE_ANNOTATION: why,
+            names::RESTORE_DELTAS_CHECKED_ANNOTATION: Timestamp::now().to_string(),
+        },
+    }});
+    let params = PatchParams {
+        field_manager: Some(RESTORE_MANAGER.into()),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(out.client.clone(), &o.namespace)
+        .patch(
+            &names::restore_secret_name(&o.name),
+            &params,
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    // No Event of the step's: the refusal that follows says it.
+    Ok(Applied::AlreadyDone)
 }
 
 /// Delete the restore Secret if it is still the one of `uid` (ours, as observed).

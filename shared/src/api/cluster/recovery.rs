@@ -67,6 +67,9 @@ pub struct RecoveryStatus {
     /// When the recovery began.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<Time>,
+    /// Continuous backup's deltas replayed onto the restored member, once they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deltas: Option<crate::api::snapshot::DeltasRestored>,
 }
 
 /// A quorum-loss recovery that finished.
@@ -79,7 +82,7 @@ pub struct LastRecovery {
     pub source: String,
     /// The EtcdadmSnapshot restored.
     pub snapshot: String,
-    /// The revision restored.
+    /// The revision restored (the snapshot's, or the one its deltas reached).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<i64>,
     /// Revisions a survivor held beyond the one restored, where a survivor's revision was known

@@ -2,7 +2,9 @@
 //! snapshot, its events sealed into a delta object every interval (sooner past a size bound,
 //! always between two watch answers, so never inside a revision) and uploaded in order. It
 //! resumes after the last delta uploaded; a watch that falls behind a compaction ends it and
-//! says so, so the caller takes a new full snapshot instead of leaving a gap.
+//! says so, so the caller takes a new full snapshot instead of leaving a gap. A watch that
+//! breaks (its member lost) uploads what it received first: a recovery then has every write
+//! the watch saw, not only those of the last interval's end.
 
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -94,9 +96,18 @@ impl Recorder<'_> {
                 }
                 _ = tick.tick() => self.seal(&mut pending, &mut last, uploaded).await?,
                 answer = watch.message() => {
-                    let answer = answer
-                        .map_err(|e| RecordError::Watch(e.to_string()))?
-                        .ok_or_else(|| RecordError::Watch("the member closed the watch".into()))?;
+                    let answer = match answer {
+                        Ok(Some(answer)) => answer,
+                        // The member went away (lost, as in a quorum loss, or restarted): what
+                        // it delivered is kept before the recorder says so.
+                        lost => {
+                            self.seal(&mut pending, &mut last, uploaded).await?;
+                            return Err(RecordError::Watch(match lost {
+                                Err(e) => e.to_string(),
+                                Ok(_) => "the member closed the watch".into(),
+                            }));
+                        }
+                    };
                     let received_ms = now_ms();
                     for e in answer.events() {
                         let Some(kv) = e.kv() else { continue };

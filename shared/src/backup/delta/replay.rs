@@ -48,6 +48,8 @@ pub enum ReplayError {
     Mismatch { key: String, what: String },
     #[error("delta object {key} changed after it was checked")]
     Changed { key: String },
+    #[error("connecting to the restored member: {0}")]
+    Connect(String),
     #[error("writing the deltas' events: {0}")]
     Write(etcd_client::Error),
 }
@@ -58,7 +60,7 @@ impl ReplayError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            ReplayError::List(_) | ReplayError::Read { .. } | ReplayError::Write(_)
+            ReplayError::List(_) | ReplayError::Read { .. } | ReplayError::Connect(_) | ReplayError::Write(_)
         )
     }
 }

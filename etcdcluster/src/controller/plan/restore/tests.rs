@@ -23,6 +23,8 @@ fn restoring(secret_age: Option<Duration>) -> Observation {
         secret: None,
         recorded: false,
         download: Some(download()),
+        deltas: None,
+        deltas_unusable_age: None,
     };
     if let Some(age) = secret_age {
         with_our_secret(&mut restore, age);
@@ -125,6 +127,7 @@ fn a_restore_secret_that_is_not_ours_is_refused_and_never_touched() {
         uid: "someone-else".into(),
         resource_version: "3".into(),
         checksum: None,
+        deltas_unusable: None,
     });
     let step = plan(&o);
     assert_eq!(wait_reason(&step), reason::RESTORE_SECRET_NOT_OURS);
@@ -321,4 +324,150 @@ fn status_records_the_sha256_the_member_checked_and_its_source() {
     assert_eq!(from.sha256, Some("ab".repeat(32)));
     assert_eq!(from.sha256_source, Some(ChecksumSource::EtcdadmSnapshot));
     assert_eq!(from.revision, Some(1042));
+}
+
+/// `running(1)` restored from `c0-snap` with `spec.restore.to` latest: its member healthy,
+/// the deltas not yet recorded as replayed.
+fn replaying() -> Observation {
+    let mut o = running(1);
+    o.etcd_cluster.spec.restore = Some(Default::default());
+    let mut view = restoring(Some(Duration::from_secs(5)))
+        .view::<RestoreFrom>()
+        .view
+        .clone()
+        .unwrap();
+    view.deltas = Some(DeltasPlan {
+        key: "c0/s.db".into(),
+        base: 1042,
+        recorded: Some(1500),
+        target: etcdadm_shared::backup::delta::chain::Target::Latest,
+    });
+    o.view_mut::<RestoreFrom>().unwrap().view = Some(view);
+    o
+}
+
+#[test]
+fn deltas_are_replayed_onto_the_restored_member_before_its_secret_goes_or_anyone_joins() {
+    let o = replaying();
+    let step = plan(&o);
+    let Step::Restore(RestoreStep::ReplayDeltas { member, url }) = &step else {
+        panic!("{step:?}")
+    };
+    assert_eq!(member, &o.members()[0].name);
+    assert!(url.starts_with("https://"), "{url}");
+    assert!(
+        step.event(&o)
+            .unwrap()
+            .note
+            .contains("deltas replayed after it to latest")
+    );
+    // Status waits for the replay to record the restore, deltas and all.
+    let mut status = EtcdadmClusterStatus::default();
+    assert_eq!(
+        record_status(&mut status, &o, true, &Time(Timestamp::UNIX_EPOCH)),
+        None
+    );
+    assert_eq!(status.restored_from, None);
+    // Once recorded, the Secret goes and the cluster grows as any other.
+    let mut done = o.clone();
+    done.etcd_cluster.status = Some(EtcdadmClusterStatus {
+        restored_from: Some(RestoredFrom {
+            deltas: Some(DeltasRestored {
+                to: "latest".into(),
+                objects: 3,
+                events: 40,
+                revision: 1500,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    assert!(!deltas_pending(&done));
+    assert_eq!(
+        plan(&done),
+        Step::Restore(RestoreStep::DeleteRestoreSecret {
+            uid: "restore-uid".into()
+        })
+    );
+}
+
+#[test]
+fn deltas_wait_for_a_member_that_answers_and_a_store_that_can_be_read() {
+    let mut silent = replaying();
+    silent.initialized = true;
+    members_mut(&mut silent)[0].healthy = false;
+    let step = plan(&silent);
+    assert!(
+        matches!(&step, Step::Hold(h) if h.reason == RESTORING && h.message.contains("restored member to answer")),
+        "{step:?}"
+    );
+    let mut unusable = replaying();
+    unusable
+        .view_mut::<RestoreFrom>()
+        .unwrap()
+        .view
+        .as_mut()
+        .unwrap()
+        .problem = Some("its store cannot be used: no credentials".into());
+    let step = plan(&unusable);
+    assert!(
+        matches!(&step, Step::Hold(h) if h.reason == reason::RESTORE_SOURCE_UNUSABLE && h.message.contains("no credentials")),
+        "{step:?}"
+    );
+}
+
+#[test]
+fn deltas_found_unusable_hold_the_restore_saying_why_until_read_again() {
+    let mut o = replaying();
+    let restore = o.view_mut::<RestoreFrom>().unwrap().view.as_mut().unwrap();
+    restore.secret.as_mut().unwrap().deltas_unusable = Some((
+        "delta object c0/s.db.deltas/00000002 is damaged".into(),
+        Timestamp::UNIX_EPOCH,
+    ));
+    restore.deltas_unusable_age = Some(DELTAS_RECHECK_AFTER - Duration::from_secs(1));
+    let step = plan(&o);
+    assert!(
+        matches!(&step, Step::Hold(h) if h.reason == reason::RESTORE_DELTAS_UNUSABLE
+            && h.message.contains("00000002 is damaged")
+            && h.message.contains("nothing of them was written")),
+        "{step:?}"
+    );
+    assert!(step.is_refusal());
+    assert!(deltas_pending(&o), "not Ready");
+    // Read again once the time is up.
+    o.view_mut::<RestoreFrom>()
+        .unwrap()
+        .view
+        .as_mut()
+        .unwrap()
+        .deltas_unusable_age = Some(DELTAS_RECHECK_AFTER);
+    assert!(matches!(
+        plan(&o),
+        Step::Restore(RestoreStep::ReplayDeltas { .. })
+    ));
+}
+
+#[test]
+fn a_recovery_records_its_deltas_in_its_own_status() {
+    let mut o = replaying();
+    o.etcd_cluster.spec.restore = None;
+    o.etcd_cluster.status = Some(EtcdadmClusterStatus {
+        recovery: Some(etcdadm_shared::api::cluster::RecoveryStatus {
+            phase: etcdadm_shared::api::cluster::RecoveryPhase::Restoring,
+            snapshot: "c0-snap".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    assert!(matches!(
+        plan(&o),
+        Step::Restore(RestoreStep::ReplayDeltas { .. })
+    ));
+    if let Some(recovery) = o.etcd_cluster.status.as_mut().and_then(|s| s.recovery.as_mut()) {
+        recovery.deltas = Some(DeltasRestored::default());
+    }
+    assert!(!matches!(
+        plan(&o),
+        Step::Restore(RestoreStep::ReplayDeltas { .. })
+    ));
 }

@@ -25,12 +25,17 @@ impl ConcernView for RestoreFrom {
         restore_source::observe(client, namespace, etcd).await
     }
 
-    /// The restore Secret's age on the clock.
+    /// The restore Secret's age, and the deltas' refusal's, on the clock.
     fn view(read: &Self::Read, _: &Reads, clock: &UnhealthyClock) -> Self {
         RestoreFrom {
             view: read.as_ref().map(|r| {
                 let mut view = r.view.clone();
                 view.secret_age = r.secret_written.map(|t| clock.since(t));
+                view.deltas_unusable_age = view
+                    .secret
+                    .as_ref()
+                    .and_then(|s| s.deltas_unusable.as_ref())
+                    .map(|(_, at)| clock.since(*at));
                 view
             }),
         }

@@ -1,0 +1,147 @@
+//! Continuous backup's deltas replayed onto a restored first member, in a snapshot slot on a
+//! task of its own: reading a chain of deltas and writing their events takes as long as the
+//! store and the chain's length make it, which must not hold one of the reconcile turns every
+//! cluster shares. The restore asks until the answer is there, handed over once.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use tracing::{debug, info};
+
+use etcdadm_shared::backup::delta::chain::Target;
+use etcdadm_shared::backup::delta::replay::{self, ReplayError, Replayed, Verified};
+use etcdadm_shared::etcd::MemberClient;
+use etcdadm_shared::store::StoreClient;
+
+use super::pool::SnapshotPool;
+
+/// The replays under way and their outcomes, by what they replay.
+pub struct Replays {
+    pool: Arc<SnapshotPool>,
+    jobs: Arc<Mutex<BTreeMap<Job, State>>>,
+}
+
+/// One chain onto one cluster: `<namespace>/<cluster>`, the store's location of the full
+/// snapshot, its revision and the point.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Job {
+    cluster: String,
+    location: String,
+    base: i64,
+    recorded: Option<i64>,
+    target: String,
+}
+
+enum State {
+    Working,
+    Done(Result<(Verified, Replayed), ReplayError>),
+}
+
+/// What the restore is told.
+#[derive(Debug)]
+pub enum Replay {
+    /// Every event written (handed over once).
+    Done { verified: Verified, replayed: Replayed },
+    /// Being checked or written.
+    Working,
+    /// Waiting for a snapshot slot (why none is free).
+    WaitingForSlot(String),
+    /// It failed (handed over once): `transient` when asking again may succeed, else the chain
+    /// cannot be restored as it stands.
+    Failed { error: String, transient: bool },
+}
+
+/// The chain to replay and where.
+pub struct ReplayJob<'a> {
+    pub store: &'a StoreClient,
+    pub key: &'a str,
+    pub base: i64,
+    pub recorded: Option<i64>,
+    pub target: Target,
+    pub member: Arc<MemberClient>,
+}
+
+impl Replays {
+    pub fn new(pool: Arc<SnapshotPool>) -> Self {
+        Replays {
+            pool,
+            jobs: Arc::default(),
+        }
+    }
+
+    /// The outcome of replaying `job` for `cluster` (`<namespace>/<cluster>`): ready, or
+    /// started in a slot of `namespace` if one is free.
+    pub fn ask(&self, namespace: &str, cluster: &str, job: ReplayJob<'_>) -> Replay {
+        let key = Job {
+            cluster: cluster.to_string(),
+            location: job.store.location(job.key),
+            base: job.base,
+            recorded: job.recorded,
+            target: format!("{:?}", job.target),
+        };
+        let Ok(mut jobs) = self.jobs.lock() else {
+            return Replay::WaitingForSlot("the replay table was poisoned by a panic".into());
+        };
+        match jobs.remove(&key) {
+            Some(State::Done(Ok((verified, replayed)))) => return Replay::Done { verified, replayed },
+            Some(State::Done(Err(e))) => {
+                return Replay::Failed {
+                    error: e.to_string(),
+                    transient: e.is_transient(),
+                };
+            }
+            Some(State::Working) => {
+                jobs.insert(key, State::Working);
+                return Replay::Working;
+            }
+            None => {}
+        }
+        let slot = match self.pool.try_take(namespace) {
+            Ok(slot) => slot,
+            Err(busy) => return Replay::WaitingForSlot(busy.to_string()),
+        };
+        jobs.insert(key.clone(), State::Working);
+        let table = self.jobs.clone();
+        let (store, snapshot_key, base, recorded, target, member) = (
+            job.store.clone(),
+            job.key.to_string(),
+            job.base,
+            job.recorded,
+            job.target,
+            job.member,
+        );
+        tokio::spawn(async move {
+            let outcome = async {
+                let verified = replay::verify(&store, &snapshot_key, base, recorded, target).await?;
+                let mut client = member
+                    .etcd_client()
+                    .await
+                    .map_err(|e| ReplayError::Connect(e.to_string()))?;
+                let replayed = replay::replay(&store, &snapshot_key, base, &verified, &mut client).await?;
+                Ok((verified, replayed))
+            }
+            .await;
+            drop(slot);
+            match &outcome {
+                Ok((verified, replayed)) => info!(
+                    cluster = key.cluster,
+                    objects = verified.chain.deltas.len(),
+                    events = replayed.events,
+                    "deltas replayed onto the restored member"
+                ),
+                Err(e) => debug!(cluster = key.cluster, error = %e, "deltas not replayed"),
+            }
+            if let Ok(mut jobs) = table.lock() {
+                jobs.insert(key, State::Done(outcome));
+            }
+        });
+        Replay::Working
+    }
+
+    /// Forget the outcomes kept for `cluster` (it is gone).
+    pub fn forget(&self, cluster: &str) {
+        if let Ok(mut jobs) = self.jobs.lock() {
+            jobs.retain(|job, state| job.cluster != cluster || matches!(state, State::Working));
+        }
+    }
+}
