@@ -203,6 +203,20 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             cluster(json!({"restore": {"snapshot": {"name": "c1-snap"}}})),
         ),
         (
+            "cluster restored to the latest write of continuous backup",
+            cluster(json!({"restore": {"snapshot": {"name": "c1-snap"}, "to": {"latest": true}}})),
+        ),
+        (
+            "cluster restored to a revision",
+            cluster(json!({"restore": {"snapshot": {"name": "c1-snap"}, "to": {"revision": 48211}}})),
+        ),
+        (
+            "cluster restored to a time",
+            cluster(
+                json!({"restore": {"snapshot": {"name": "c1-snap"}, "to": {"time": "2026-11-28T14:09:00Z"}}}),
+            ),
+        ),
+        (
             "cluster restored from a store and key",
             cluster(json!({"restore": {"snapshot": {"store": s3_store(), "key": "prod/default/c1/s.db"}}})),
         ),
@@ -803,6 +817,23 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             "a restore naming a snapshot and a key",
             cluster(json!({"restore": {"snapshot": {"name": "s", "store": s3_store(), "key": "k"}}})),
             &["spec.restore.snapshot", "set either name, or store and key"],
+        ),
+        (
+            "a restore to two points",
+            cluster(json!({"restore": {"snapshot": {"name": "s"}, "to": {"latest": true, "revision": 7}}})),
+            &["spec.restore.to", "set exactly one of latest, revision and time"],
+        ),
+        (
+            "a restore to latest: false",
+            cluster(json!({"restore": {"snapshot": {"name": "s"}, "to": {"latest": false}}})),
+            &["spec.restore.to.latest", "latest: true, or leave it unset"],
+        ),
+        (
+            "a restore to a point of a store object",
+            cluster(
+                json!({"restore": {"snapshot": {"store": s3_store(), "key": "k"}, "to": {"latest": true}}}),
+            ),
+            &["spec.restore.to", "to needs snapshot.name"],
         ),
         (
             "a restore key without its store",
