@@ -102,6 +102,7 @@ pub enum Step {
 }
 
 pub fn plan(o: &Observed) -> Step {
+    // The rules in the order they win (interrupted, pending, retention, continuous, schedule): one list.
     let cluster = o.cluster;
     let mut unfinished: Vec<&EtcdadmSnapshot> =
         o.snapshots.iter().filter(|s| !s.phase().is_finished()).collect();

@@ -18,14 +18,15 @@ use super::pool::SnapshotPool;
 /// The replays under way and their outcomes, by what they replay.
 pub struct Replays {
     pool: Arc<SnapshotPool>,
-    jobs: Arc<Mutex<BTreeMap<Job, State>>>,
+    /// By cluster (`<namespace>/<cluster>`): at most one replay onto a cluster at a time, for
+    /// two writing the same keys in turn could leave an older value last.
+    jobs: Arc<Mutex<BTreeMap<String, (Job, State)>>>,
 }
 
-/// One chain onto one cluster: `<namespace>/<cluster>`, the store's location of the full
-/// snapshot, its revision and the point.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// One chain: the store's location of the full snapshot, its revision, what its status
+/// records and the point.
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Job {
-    cluster: String,
     location: String,
     base: i64,
     recorded: Option<i64>,
@@ -72,8 +73,7 @@ impl Replays {
     /// The outcome of replaying `job` for `cluster` (`<namespace>/<cluster>`): ready, or
     /// started in a slot of `namespace` if one is free.
     pub fn ask(&self, namespace: &str, cluster: &str, job: ReplayJob<'_>) -> Replay {
-        let key = Job {
-            cluster: cluster.to_string(),
+        let wanted = Job {
             location: job.store.location(job.key),
             base: job.base,
             recorded: job.recorded,
@@ -82,26 +82,31 @@ impl Replays {
         let Ok(mut jobs) = self.jobs.lock() else {
             return Replay::WaitingForSlot("the replay table was poisoned by a panic".into());
         };
-        match jobs.remove(&key) {
-            Some(State::Done(Ok((verified, replayed)))) => return Replay::Done { verified, replayed },
-            Some(State::Done(Err(e))) => {
+        match jobs.remove(cluster) {
+            // One under way, whatever it replays: waited for.
+            Some((running, State::Working)) => {
+                jobs.insert(cluster.to_string(), (running, State::Working));
+                return Replay::Working;
+            }
+            Some((done, State::Done(Ok((verified, replayed))))) if done == wanted => {
+                return Replay::Done { verified, replayed };
+            }
+            Some((done, State::Done(Err(e)))) if done == wanted => {
                 return Replay::Failed {
                     error: e.to_string(),
                     transient: e.is_transient(),
                 };
             }
-            Some(State::Working) => {
-                jobs.insert(key, State::Working);
-                return Replay::Working;
-            }
-            None => {}
+            // The outcome of another chain (the status moved on meanwhile): asked again.
+            Some(_) | None => {}
         }
         let slot = match self.pool.try_take(namespace) {
             Ok(slot) => slot,
             Err(busy) => return Replay::WaitingForSlot(busy.to_string()),
         };
-        jobs.insert(key.clone(), State::Working);
+        jobs.insert(cluster.to_string(), (wanted.clone(), State::Working));
         let table = self.jobs.clone();
+        let cluster = cluster.to_string();
         let (store, snapshot_key, base, recorded, target, member) = (
             job.store.clone(),
             job.key.to_string(),
@@ -124,15 +129,15 @@ impl Replays {
             drop(slot);
             match &outcome {
                 Ok((verified, replayed)) => info!(
-                    cluster = key.cluster,
+                    cluster,
                     objects = verified.chain.deltas.len(),
                     events = replayed.events,
                     "deltas replayed onto the restored member"
                 ),
-                Err(e) => debug!(cluster = key.cluster, error = %e, "deltas not replayed"),
+                Err(e) => debug!(cluster, error = %e, "deltas not replayed"),
             }
             if let Ok(mut jobs) = table.lock() {
-                jobs.insert(key, State::Done(outcome));
+                jobs.insert(cluster, (wanted, State::Done(outcome)));
             }
         });
         Replay::Working
@@ -141,7 +146,7 @@ impl Replays {
     /// Forget the outcomes kept for `cluster` (it is gone).
     pub fn forget(&self, cluster: &str) {
         if let Ok(mut jobs) = self.jobs.lock() {
-            jobs.retain(|job, state| job.cluster != cluster || matches!(state, State::Working));
+            jobs.retain(|key, (_, state)| key != cluster || matches!(state, State::Working));
         }
     }
 }

@@ -28,6 +28,7 @@ pub struct ContinuousOptions {
 
 /// Run the recorders over the window and print their cost.
 pub async fn run_continuous(options: ContinuousOptions) -> Result<(), SimError> {
+    // Setup, the recorders, the window and the report in the order they happen: a script.
     let setup = |e: &dyn std::fmt::Display| SimError::Setup(e.to_string());
     let ca = CertificateAuthority::generate("etcd-ca").map_err(|e| setup(&e))?;
     let etcd = TlsEtcdCluster::start(&ca, 1);
