@@ -69,7 +69,7 @@ fn exported() -> BTreeSet<String> {
     let etcd: EtcdadmCluster = serde_json::from_value(json!({
         "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmCluster",
         "metadata": {"name": "c1", "namespace": "ns"},
-        "spec": {"replicas": 3, "infrastructureTemplate": {}, "backup": {"schedule": "@hourly", "store": {"s3": {
+        "spec": {"replicas": 3, "infrastructureTemplate": {}, "backup": {"schedule": "@hourly", "verify": {"schedule": "@daily"}, "store": {"s3": {
             "endpoint": "https://s3.example", "bucket": "b", "credentialsSecretRef": {"name": "s"}}}}},
         "status": {"members": [{"name": "m0", "healthy": true, "isLeader": true,
             "certificateExpiry": "2030-01-01T00:00:00Z"}],
@@ -79,7 +79,8 @@ fn exported() -> BTreeSet<String> {
     let snapshot: EtcdadmSnapshot = serde_json::from_value(json!({
         "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmSnapshot",
         "metadata": {"name": "s1", "namespace": "ns"}, "spec": {"clusterName": "c1"},
-        "status": {"phase": "Succeeded", "completionTime": "2026-01-01T00:00:00Z"}
+        "status": {"phase": "Succeeded", "completionTime": "2026-01-01T00:00:00Z",
+            "lastDrill": {"time": "2026-01-01T00:30:00Z", "result": "Passed", "message": ""}}
     }))
     .unwrap();
     let status = etcd.status.as_ref().unwrap();
@@ -162,7 +163,7 @@ fn the_alerting_rules_pass_promtool_and_their_unit_tests() {
     )
     .unwrap();
     let checked = run(&promtool, &["check", "rules", "etcdadm-rules.yaml"], work.path());
-    assert!(checked.contains("SUCCESS: 7 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 9 rules found"), "{checked}");
     let tested = run(&promtool, &["test", "rules", "rules-test.yaml"], work.path());
     assert!(tested.contains("SUCCESS"), "{tested}");
     let alerts: BTreeSet<&str> = rule["spec"]["groups"][0]["rules"]
