@@ -193,6 +193,19 @@ pub fn sample_positions(total: u64, wanted: usize) -> Vec<u64> {
         .collect()
 }
 
+/// Why the source could not be read at `revision`, from etcd's `error`: compacted (the drill
+/// cannot compare what the cluster no longer keeps), or not answering.
+pub fn source_unreadable(error: &str, revision: i64) -> String {
+    if error.contains("required revision has been compacted") {
+        format!(
+            "the source cluster compacted revision {revision} before the drill compared with it: \
+             nothing is concluded about the backup (a drill compares within etcd's compaction window)"
+        )
+    } else {
+        format!("reading the source cluster at revision {revision}: {error}")
+    }
+}
+
 /// A key as a message shows it: UTF-8 as is (control characters escaped), else hex; at most
 /// 256 characters.
 pub fn printable(key: &[u8]) -> String {

@@ -21,7 +21,7 @@ use etcdadm_shared::store::limits::object_deadline;
 
 use super::super::observe::{CLIENT_COMMON_NAME, cluster_cas, store_client};
 use super::process::{Limits, Scratch, Throwaway, Tools, restore_and_start};
-use super::{Drill, Sample, compare, printable, sample_positions};
+use super::{Drill, Sample, compare, printable, sample_positions, source_unreadable};
 
 /// Where drills run and what they use.
 #[derive(Clone, Debug)]
@@ -278,16 +278,9 @@ async fn source_client(
     member.etcd_client().await.map_err(|e| e.to_string())
 }
 
-/// Why the source could not be read at `revision`: compacted, or not answering.
+/// Why the source could not be read at `revision` (see [`source_unreadable`]).
 fn source_problem(e: &etcd_client::Error, revision: i64) -> String {
-    if e.to_string().contains("required revision has been compacted") {
-        format!(
-            "the source cluster compacted revision {revision} before the drill compared with it: \
-             nothing is concluded about the backup (drills compare within etcd's compaction window)"
-        )
-    } else {
-        format!("reading the source cluster at revision {revision}: {e}")
-    }
+    source_unreadable(&e.to_string(), revision)
 }
 
 /// The keys at [`sample_positions`] of the copy's `total`, read a page at a time; keys longer

@@ -286,3 +286,18 @@ fn keys_print_readably_and_bounded() {
     let long = printable(&[b'k'; 1000]);
     assert_eq!(long.len(), 259);
 }
+
+#[test]
+fn a_compacted_source_is_named_as_such() {
+    let compacted = source_unreadable(
+        "grpc status: etcdserver: mvcc: required revision has been compacted",
+        42,
+    );
+    assert!(compacted.contains("compacted revision 42"), "{compacted}");
+    assert!(compacted.contains("nothing is concluded"), "{compacted}");
+    let unreachable = source_unreadable("connection refused", 42);
+    assert_eq!(
+        unreachable,
+        "reading the source cluster at revision 42: connection refused"
+    );
+}
