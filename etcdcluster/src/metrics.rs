@@ -356,7 +356,13 @@ impl SnapshotMetrics {
             .and_then(|b| b.verify.as_ref())
             .map(|v| v.schedule.as_str());
         set_period(&self.drill_interval, &labels, verify, now);
-        self.observe_drills(&labels, snapshots);
+        if verify.is_some() {
+            self.observe_drills(&labels, snapshots);
+        } else {
+            // Drills turned off: nothing to alert on.
+            self.drill_last_success.remove(&labels);
+            self.drill_failed.remove(&labels);
+        }
     }
 
     /// The drills recorded on `snapshots`: the newest that passed, and whether the newest failed.
@@ -541,7 +547,13 @@ mod tests {
         }
         metrics.observe(&unverified, &[], now);
         let text = runtime.encode().unwrap();
-        assert!(!text.contains("etcdadm_backup_drill_interval_seconds{"), "{text}");
+        for gone in [
+            "etcdadm_backup_drill_interval_seconds{",
+            "etcdadm_backup_drill_failed{",
+            "etcdadm_backup_drill_last_success_timestamp_seconds{",
+        ] {
+            assert!(!text.contains(gone), "{gone} stays without verify:\n{text}");
+        }
     }
 
     #[test]

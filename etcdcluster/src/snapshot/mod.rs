@@ -174,6 +174,7 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
             }
             Step::Retire { snapshot, object } => {
                 ctx.recorders.release(&cluster, &snapshot).await;
+                ctx.drills.release(&cluster, &snapshot).await;
                 apply::retire(&ctx, &cluster, &snapshot, object.as_ref()).await?;
             }
             Step::Schedule { name, tick } => apply::schedule(&ctx, &cluster, &name, tick).await?,

@@ -45,6 +45,8 @@ pub struct Drills {
 struct Running {
     /// The schedule time the drill was started for.
     tick: Timestamp,
+    /// The snapshot it drills.
+    snapshot: String,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -93,9 +95,31 @@ impl Drills {
             key,
             Running {
                 tick: want.tick,
+                snapshot: want.snapshot.clone(),
                 task,
             },
         );
+    }
+
+    /// Before snapshot `snapshot` of `cluster` is deleted: stop a drill of it and wait until it
+    /// has (its process and scratch directory gone), so a drill never reads objects being
+    /// deleted and fails for it. The next schedule time drills the snapshot then newest.
+    pub async fn release(&self, cluster: &EtcdadmCluster, snapshot: &str) {
+        let key = format!(
+            "{}/{}",
+            cluster.namespace().unwrap_or_default(),
+            cluster.name_any()
+        );
+        let task = self.running.lock().ok().and_then(|mut running| {
+            let drilling = running
+                .get(&key)
+                .is_some_and(|r| r.snapshot == snapshot && !r.task.is_finished());
+            drilling.then(|| running.remove(&key)).flatten()
+        });
+        if let Some(r) = task {
+            r.task.abort();
+            let _ = r.task.await;
+        }
     }
 
     /// The cluster `name` in `namespace` is gone: stop its drill (the process and the scratch
