@@ -54,7 +54,8 @@ pub use self::checksums::{Checksum, Checksums};
 pub use self::context::{
     Context, DEFAULT_SNAPSHOT_SLOTS, FIELD_MANAGER, MISSING_CLUSTER_GRACE, STREAM_IDLE_TIMEOUT,
 };
-pub use self::drill::run::Settings as DrillSettings;
+pub use self::drill::run::{Report as DrillReport, Settings as DrillSettings, drill as run_drill};
+pub use self::drill::{Due as DrillDue, due as drill_due};
 pub use self::observe::{snapshots_of, store_access};
 pub use self::plan::SCHEDULED_FOR_ANNOTATION;
 use self::plan::{Observed, Step};
