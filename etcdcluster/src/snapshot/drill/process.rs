@@ -16,8 +16,9 @@ use etcdadm_shared::pki::{CertificateAuthority, LeafRequest};
 
 /// How to get the binaries when none is found.
 pub const INSTALL_HINT: &str = "restore drills run etcd and its restore tool (etcdutl, or etcdctl \
-     for etcd 3.4) beside the controller: put them in the directory --drill-etcd-dir names (the \
-     controller image ships them in /usr/local/bin), or on PATH";
+     for etcd 3.4) beside the controller: the provider image does not carry them; add the etcd \
+     release's etcd and etcdutl of your clusters' minor version to the controller's container (a \
+     derived image, or a volume) and point --drill-etcd-dir at their directory, or put them on PATH";
 
 /// The etcd binaries a drill runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
