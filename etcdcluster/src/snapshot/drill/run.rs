@@ -66,8 +66,9 @@ impl Report {
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Keys of the copy read per page while sampling.
 const PAGE_KEYS: i64 = 256;
-/// A sampled key longer than this, or whose value is larger, is passed over for the next one:
-/// the source is read through the controller's capped client (docs/day2.md, "Restore drills").
+/// A sampled key longer than this gives its place to the next one, and one whose value is
+/// larger is left out: the source is read through the controller's capped client (docs/day2.md,
+/// "Restore drills").
 const MAX_SAMPLED_KEY: usize = 4 << 10;
 const MAX_SAMPLED_VALUE: usize = 48 << 10;
 /// The throwaway etcd's quota: twice the snapshot, at least etcd's default 2 GiB.
