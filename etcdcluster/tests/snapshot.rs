@@ -952,7 +952,10 @@ async fn a_drill_passes_a_whole_backup_and_names_what_a_bad_one_gets_wrong() {
     assert!(
         report
             .message
-            .contains(&format!("compacted revision {}", base + 2)),
+            .starts_with("the snapshot and 1 delta objects restored; ")
+            && report
+                .message
+                .contains(&format!("compacted revision {}", base + 2)),
         "{report:?}"
     );
     assert_eq!(
