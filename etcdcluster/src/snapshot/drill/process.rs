@@ -66,10 +66,12 @@ pub struct Limits {
 pub struct Scratch(PathBuf);
 
 impl Scratch {
-    /// A new directory under `parent`.
+    /// A new directory under `parent`, named after `name` (its first 64 characters: a file
+    /// name has at most 255 bytes, an object name 253 characters).
     pub fn new(parent: &Path, name: &str) -> std::io::Result<Scratch> {
+        let short: String = name.chars().take(64).collect();
         let path = parent.join(format!(
-            "etcdadm-drill-{}-{name}-{}",
+            "etcdadm-drill-{}-{short}-{}",
             std::process::id(),
             rand::random::<u32>()
         ));
@@ -265,4 +267,50 @@ fn tail(text: &str) -> String {
     let text = text.trim();
     let start = text.char_indices().rev().nth(599).map_or(0, |(at, _)| at);
     text[start..].replace('\n', " | ")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn a_scratch_directory_of_the_longest_name_is_made_and_removed() {
+        let parent = std::env::temp_dir();
+        let scratch = Scratch::new(&parent, &"s".repeat(253)).unwrap();
+        let path = scratch.path().to_path_buf();
+        assert!(path.is_dir());
+        std::fs::write(path.join("file"), "x").unwrap();
+        drop(scratch);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn missing_binaries_say_how_to_provide_them() {
+        let empty = std::env::temp_dir().join(format!("drill-no-tools-{}", std::process::id()));
+        std::fs::create_dir_all(&empty).unwrap();
+        let said = Tools::find(Some(&empty)).unwrap_err();
+        assert!(said.starts_with("no etcd binary in"), "{said}");
+        assert!(said.contains("--drill-etcd-dir"), "{said}");
+        std::fs::write(empty.join("etcd"), "").unwrap();
+        let said = Tools::find(Some(&empty)).unwrap_err();
+        assert!(said.starts_with("no etcdutl or etcdctl binary in"), "{said}");
+        std::fs::write(empty.join("etcdctl"), "").unwrap();
+        let found = Tools::find(Some(&empty)).unwrap();
+        assert_eq!(
+            found.restore,
+            empty.join("etcdctl"),
+            "3.4's etcdctl when no etcdutl"
+        );
+        std::fs::write(empty.join("etcdutl"), "").unwrap();
+        assert_eq!(Tools::find(Some(&empty)).unwrap().restore, empty.join("etcdutl"));
+        std::fs::remove_dir_all(&empty).unwrap();
+    }
+
+    #[test]
+    fn a_tail_is_the_end_on_one_line() {
+        assert_eq!(tail("a\nb\n"), "a | b");
+        let long = "x".repeat(1000);
+        assert_eq!(tail(&long).len(), 600);
+    }
 }
