@@ -54,6 +54,14 @@ struct RunArgs {
     /// Whether a tenant's plain http store (`insecure: true`) may be used at all.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     store_allow_insecure: bool,
+    /// Where restore drills (`spec.backup.verify`) find etcd and etcdutl (or etcdctl for etcd
+    /// 3.4); default: PATH.
+    #[arg(long)]
+    drill_etcd_dir: Option<PathBuf>,
+    /// Where restore drills download a snapshot and restore it (room for twice the largest
+    /// snapshot drilled); default: the system's temporary directory.
+    #[arg(long)]
+    drill_scratch_dir: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -65,6 +73,8 @@ fn main() -> ExitCode {
                 store_allowed_hosts,
                 store_denied_hosts,
                 store_allow_insecure,
+                drill_etcd_dir,
+                drill_scratch_dir,
             } = *args;
             let policy = StorePolicy {
                 allowed: store_allowed_hosts,
@@ -80,10 +90,15 @@ fn main() -> ExitCode {
             // One pool of snapshot slots: snapshots and restore checksums share it.
             let pool =
                 etcdadm_etcdcluster::snapshot::SnapshotPool::new(usize::from(max_concurrent_snapshots));
+            let drills = etcdadm_etcdcluster::snapshot::DrillSettings {
+                etcd_dir: drill_etcd_dir,
+                scratch: drill_scratch_dir.unwrap_or_else(std::env::temp_dir),
+                store_deadline: etcdadm_shared::store::limits::REQUEST_DEADLINE,
+            };
             manager.main(move |ctx| async move {
                 futures::join!(
                     etcdadm_etcdcluster::controller::run(ctx.clone(), pool.clone()),
-                    etcdadm_etcdcluster::snapshot::run(ctx, pool),
+                    etcdadm_etcdcluster::snapshot::run(ctx, pool, drills),
                 );
             })
         }

@@ -1,7 +1,7 @@
 //! Per-EtcdadmCluster metrics: what an operator alerts on. Here the members' (desired, ready,
 //! voting, learners, a leader, leader changes, DB size, size in use, fragmentation and quota,
 //! health-check latency, time since each member was last healthy against the remediation
-//! delay), and the snapshots' age and schedule; each concern's own families (alarms,
+//! delay), the snapshots' age and schedule, and the restore drills'; each concern's own families (alarms,
 //! certificates, defragmentations, membership operations, remediations) are in its module,
 //! registered through the registry of concerns and kept here by type (`ConcernFamilies`).
 //! `config/prometheus/` alerts on them and draws them.
@@ -21,7 +21,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
+use etcdadm_shared::api::snapshot::{DrillResult, DrillStatus, EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::api::{EtcdadmCluster, EtcdadmClusterSpec, EtcdadmClusterStatus};
 use etcdadm_shared::cron::Schedule;
 use etcdadm_shared::manager::Metrics;
@@ -287,11 +287,15 @@ impl EtcdClusterMetrics {
 
 /// Per-cluster snapshot metrics, from the snapshot controller's reconciles: when the newest
 /// snapshot succeeded, and how far apart the schedule's snapshots are (an alert compares the
-/// two).
+/// two); likewise for restore drills, read from the snapshots' `status.lastDrill`, and whether
+/// the newest drill failed.
 #[derive(Clone, Debug)]
 pub struct SnapshotMetrics {
     last_success: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
     schedule_interval: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    drill_last_success: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    drill_failed: Family<ClusterLabels, Gauge>,
+    drill_interval: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl SnapshotMetrics {
@@ -299,6 +303,9 @@ impl SnapshotMetrics {
         let this = SnapshotMetrics {
             last_success: Family::default(),
             schedule_interval: Family::default(),
+            drill_last_success: Family::default(),
+            drill_failed: Family::default(),
+            drill_interval: Family::default(),
         };
         metrics.register(
             "etcdadm_snapshot_last_success_timestamp_seconds",
@@ -309,6 +316,21 @@ impl SnapshotMetrics {
             "etcdadm_snapshot_schedule_interval_seconds",
             "Seconds between two snapshots of spec.backup.schedule (the next two runs)",
             this.schedule_interval.clone(),
+        );
+        metrics.register(
+            "etcdadm_backup_drill_last_success_timestamp_seconds",
+            "When the newest restore drill of each cluster that passed started (Unix seconds)",
+            this.drill_last_success.clone(),
+        );
+        metrics.register(
+            "etcdadm_backup_drill_failed",
+            "1 when the newest restore drill of each cluster failed, else 0",
+            this.drill_failed.clone(),
+        );
+        metrics.register(
+            "etcdadm_backup_drill_interval_seconds",
+            "Seconds between two restore drills of spec.backup.verify.schedule (the next two runs)",
+            this.drill_interval.clone(),
         );
         this
     }
@@ -327,25 +349,67 @@ impl SnapshotMetrics {
                 .get_or_create(&labels)
                 .set(newest.as_millisecond() as f64 / 1000.0);
         }
-        let interval = cluster
-            .spec
-            .backup
-            .as_ref()
-            .and_then(|b| Schedule::parse(b.schedule.as_deref()?).ok())
-            .and_then(|schedule| {
-                let next = schedule.next_after(now)?;
-                let after = schedule.next_after(next)?;
-                Some(after.duration_since(next).unsigned_abs())
-            });
-        match interval {
-            Some(interval) => {
-                self.schedule_interval
-                    .get_or_create(&labels)
-                    .set(interval.as_secs_f64());
-            }
-            None => {
-                self.schedule_interval.remove(&labels);
-            }
+        let backup = cluster.spec.backup.as_ref();
+        let schedule = backup.and_then(|b| b.schedule.as_deref());
+        set_period(&self.schedule_interval, &labels, schedule, now);
+        let verify = backup
+            .and_then(|b| b.verify.as_ref())
+            .map(|v| v.schedule.as_str());
+        set_period(&self.drill_interval, &labels, verify, now);
+        if verify.is_some() {
+            self.observe_drills(&labels, snapshots);
+        } else {
+            // Drills turned off: nothing to alert on.
+            self.drill_last_success.remove(&labels);
+            self.drill_failed.remove(&labels);
+        }
+    }
+
+    /// The drills recorded on `snapshots`: the newest that passed, and whether the newest failed.
+    fn observe_drills(&self, labels: &ClusterLabels, snapshots: &[EtcdadmSnapshot]) {
+        let drills: Vec<&DrillStatus> = snapshots
+            .iter()
+            .filter_map(|s| s.status.as_ref()?.last_drill.as_ref())
+            .collect();
+        let passed = drills
+            .iter()
+            .filter(|d| d.result == DrillResult::Passed)
+            .map(|d| d.time.0)
+            .max();
+        if let Some(passed) = passed {
+            self.drill_last_success
+                .get_or_create(labels)
+                .set(passed.as_millisecond() as f64 / 1000.0);
+        }
+        if let Some(newest) = drills.iter().max_by_key(|d| d.time.0) {
+            self.drill_failed
+                .get_or_create(labels)
+                .set(i64::from(newest.result == DrillResult::Failed));
+        }
+    }
+}
+
+/// `family`'s series for `labels`: the seconds between the next two runs of `schedule`, or none
+/// when there is no schedule.
+fn set_period(
+    family: &Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    labels: &ClusterLabels,
+    schedule: Option<&str>,
+    now: Timestamp,
+) {
+    let period = schedule
+        .and_then(|text| Schedule::parse(text).ok())
+        .and_then(|schedule| {
+            let next = schedule.next_after(now)?;
+            let after = schedule.next_after(next)?;
+            Some(after.duration_since(next).unsigned_abs())
+        });
+    match period {
+        Some(period) => {
+            family.get_or_create(labels).set(period.as_secs_f64());
+        }
+        None => {
+            family.remove(labels);
         }
     }
 }
@@ -413,6 +477,83 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("1700000000.0"), "the last success stays");
+    }
+
+    #[test]
+    fn restore_drills_newest_success_failure_and_schedule_are_exported() {
+        let runtime = Metrics::new();
+        let metrics = SnapshotMetrics::register(&runtime);
+        let cluster = |verify: serde_json::Value| -> EtcdadmCluster {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmCluster",
+                "metadata": {"name": "c1", "namespace": "default"},
+                "spec": {"infrastructureTemplate": {}, "backup": {"verify": verify, "store": {"s3": {
+                    "endpoint": "https://s3.example", "bucket": "b", "credentialsSecretRef": {"name": "s"}}}}}}))
+            .unwrap()
+        };
+        let drilled = |name: &str, time: &str, result: &str| -> EtcdadmSnapshot {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmSnapshot",
+                "metadata": {"name": name, "namespace": "default"}, "spec": {"clusterName": "c1"},
+                "status": {"phase": "Succeeded", "lastDrill": {"time": time, "result": result, "message": ""}}}))
+            .unwrap()
+        };
+        let daily = cluster(serde_json::json!({"schedule": "0 4 * * *"}));
+        let now: Timestamp = "2023-11-15T00:00:00Z".parse().unwrap();
+        let line = |name: &str, value: &str| format!(r#"{name}{{namespace="default",name="c1"}} {value}"#);
+        let cases = [
+            // A pass, then a newer failure: the pass stays the last success, the failure shows.
+            (
+                vec![
+                    drilled("a", "2023-11-14T22:13:20Z", "Passed"),
+                    drilled("b", "2023-11-14T23:13:20Z", "Failed"),
+                ],
+                "1700000000.0",
+                "1",
+            ),
+            // A newer pass clears the failure.
+            (
+                vec![
+                    drilled("b", "2023-11-14T23:13:20Z", "Failed"),
+                    drilled("c", "2023-11-14T23:30:00Z", "Passed"),
+                ],
+                "1700004600.0",
+                "0",
+            ),
+            // An inconclusive drill is no failure and no success.
+            (
+                vec![
+                    drilled("c", "2023-11-14T23:30:00Z", "Passed"),
+                    drilled("d", "2023-11-14T23:40:00Z", "Inconclusive"),
+                ],
+                "1700004600.0",
+                "0",
+            ),
+        ];
+        for (i, (snapshots, success, failed)) in cases.iter().enumerate() {
+            metrics.observe(&daily, snapshots, now);
+            let text = runtime.encode().unwrap();
+            for want in [
+                line("etcdadm_backup_drill_last_success_timestamp_seconds", success),
+                line("etcdadm_backup_drill_failed", failed),
+                line("etcdadm_backup_drill_interval_seconds", "86400.0"),
+            ] {
+                assert!(text.contains(&want), "case {i}: missing {want} in\n{text}");
+            }
+        }
+        let mut unverified = daily.clone();
+        if let Some(b) = unverified.spec.backup.as_mut() {
+            b.verify = None;
+        }
+        metrics.observe(&unverified, &[], now);
+        let text = runtime.encode().unwrap();
+        for gone in [
+            "etcdadm_backup_drill_interval_seconds{",
+            "etcdadm_backup_drill_failed{",
+            "etcdadm_backup_drill_last_success_timestamp_seconds{",
+        ] {
+            assert!(!text.contains(gone), "{gone} stays without verify:\n{text}");
+        }
     }
 
     #[test]

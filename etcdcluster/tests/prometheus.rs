@@ -6,7 +6,6 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use std::time::Duration;
 
@@ -22,40 +21,10 @@ use etcdadm_etcdcluster::metrics::{EtcdClusterMetrics, SnapshotMetrics};
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
 use etcdadm_shared::manager::Metrics;
-use etcdadm_shared::testing::TempDir;
-
-const PROMTOOL_HINT: &str = "install it with `apt-get install prometheus` (Debian/Ubuntu: promtool comes \
-    with it; .ci/setup does this), or from https://prometheus.io/download/, or set PROMTOOL to its path";
+use etcdadm_shared::testing::{TempDir, run_promtool};
 
 fn config_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/prometheus")
-}
-
-fn promtool() -> PathBuf {
-    if let Some(path) = std::env::var_os("PROMTOOL") {
-        return PathBuf::from(path);
-    }
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|dir| dir.join("promtool"))
-        .find(|p| p.is_file());
-    on_path.unwrap_or_else(|| panic!("promtool not found; {PROMTOOL_HINT}"))
-}
-
-fn run(tool: &Path, args: &[&str], dir: &Path) -> String {
-    let output = Command::new(tool)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}; {PROMTOOL_HINT}", tool.display()));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(output.status.success(), "promtool {args:?} failed:\n{text}");
-    text
 }
 
 /// Every sample name the controller's registry serves: gauges as named, counters with `_total`,
@@ -69,7 +38,7 @@ fn exported() -> BTreeSet<String> {
     let etcd: EtcdadmCluster = serde_json::from_value(json!({
         "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmCluster",
         "metadata": {"name": "c1", "namespace": "ns"},
-        "spec": {"replicas": 3, "infrastructureTemplate": {}, "backup": {"schedule": "@hourly", "store": {"s3": {
+        "spec": {"replicas": 3, "infrastructureTemplate": {}, "backup": {"schedule": "@hourly", "verify": {"schedule": "@daily"}, "store": {"s3": {
             "endpoint": "https://s3.example", "bucket": "b", "credentialsSecretRef": {"name": "s"}}}}},
         "status": {"members": [{"name": "m0", "healthy": true, "isLeader": true,
             "certificateExpiry": "2030-01-01T00:00:00Z"}],
@@ -79,7 +48,8 @@ fn exported() -> BTreeSet<String> {
     let snapshot: EtcdadmSnapshot = serde_json::from_value(json!({
         "apiVersion": "etcdcluster.cluster.x-k8s.io/v1beta1", "kind": "EtcdadmSnapshot",
         "metadata": {"name": "s1", "namespace": "ns"}, "spec": {"clusterName": "c1"},
-        "status": {"phase": "Succeeded", "completionTime": "2026-01-01T00:00:00Z"}
+        "status": {"phase": "Succeeded", "completionTime": "2026-01-01T00:00:00Z",
+            "lastDrill": {"time": "2026-01-01T00:30:00Z", "result": "Passed", "message": ""}}
     }))
     .unwrap();
     let status = etcd.status.as_ref().unwrap();
@@ -149,7 +119,6 @@ fn rules() -> Value {
 
 #[test]
 fn the_alerting_rules_pass_promtool_and_their_unit_tests() {
-    let promtool = promtool();
     let rule = rules();
     assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
     assert_eq!(rule["kind"], "PrometheusRule");
@@ -161,9 +130,9 @@ fn the_alerting_rules_pass_promtool_and_their_unit_tests() {
         work.path().join("rules-test.yaml"),
     )
     .unwrap();
-    let checked = run(&promtool, &["check", "rules", "etcdadm-rules.yaml"], work.path());
-    assert!(checked.contains("SUCCESS: 7 rules found"), "{checked}");
-    let tested = run(&promtool, &["test", "rules", "rules-test.yaml"], work.path());
+    let checked = run_promtool(&["check", "rules", "etcdadm-rules.yaml"], work.path());
+    assert!(checked.contains("SUCCESS: 9 rules found"), "{checked}");
+    let tested = run_promtool(&["test", "rules", "rules-test.yaml"], work.path());
     assert!(tested.contains("SUCCESS"), "{tested}");
     let alerts: BTreeSet<&str> = rule["spec"]["groups"][0]["rules"]
         .as_array()

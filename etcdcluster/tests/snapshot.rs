@@ -4,7 +4,8 @@
 //! hand: on-demand snapshots from a follower, every failure cause named on the snapshot and in an
 //! Event, a corrupted stream (a fake member) failing with nothing in the bucket, an interrupted
 //! attempt resumed, retention keeping exactly N, and the schedule firing; a hostile store
-//! stand-in cut off by the request deadline and never quoted; the snapshot slots.
+//! stand-in cut off by the request deadline and never quoted; the snapshot slots; a restore drill
+//! of a whole backup and of bad ones.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -803,4 +804,163 @@ async fn a_snapshot_waits_for_a_free_slot() {
     env.reconcile().await;
     assert_eq!(env.get("s1").await.phase(), SnapshotPhase::Succeeded);
     drop(etcd);
+}
+
+/// A restore drill run by hand on a one-member cluster, its snapshot taken by the controller and
+/// one delta after it written here: the whole backup passes; a delta re-signed with a forged
+/// value, one naming a key the source never had, or one with a key too many fails naming it; a
+/// snapshot whose object does not match its SHA-256 fails naming the object; no etcd binary fails
+/// saying how to provide one; and a source compacted past the revision restored is inconclusive.
+/// Each drill leaves no scratch directory behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drill_passes_a_whole_backup_and_names_what_a_bad_one_gets_wrong() {
+    use etcdadm_etcdcluster::snapshot::{DrillDue, DrillSettings, drill_due, run_drill};
+    use etcdadm_shared::api::snapshot::DrillResult;
+    use etcdadm_shared::backup::delta::{self, Event, Kind, chain::DeltaName};
+    use etcdadm_shared::testing::{TempDir, etcd_binary};
+
+    let env = Env::new().await;
+    let (etcd, entry) = one_member().await;
+    let cluster = env
+        .cluster(
+            json!({"verify": {"schedule": "* * * * *", "sampleKeys": 1000}}),
+            vec![entry],
+        )
+        .await;
+    let member = healthy(&etcd.client_url).await;
+    let mut kv = member.workload_client().await.unwrap();
+    for i in 0..20 {
+        kv.put(format!("key/{i:02}"), format!("value-{i}"), None)
+            .await
+            .unwrap();
+    }
+    env.snapshot("s1").await;
+    env.reconcile().await;
+    let taken = env.get("s1").await;
+    assert_eq!(taken.phase(), SnapshotPhase::Succeeded, "{:?}", taken.status);
+    let base = taken.status.as_ref().unwrap().revision.unwrap();
+    // After the snapshot: key/00 overwritten, key/new added.
+    kv.put("key/00", "after", None).await.unwrap();
+    kv.put("key/new", "new", None).await.unwrap();
+    // The schedule time is a minute ahead, past the cluster's creation.
+    let later = k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(120);
+    let DrillDue::Now(want) = drill_due(&cluster, std::slice::from_ref(&taken), later) else {
+        panic!("a drill is due");
+    };
+    let scratch = TempDir::new("drill-scratch");
+    let settings = DrillSettings {
+        etcd_dir: Some(etcd_binary().unwrap().parent().unwrap().to_path_buf()),
+        scratch: scratch.path().to_path_buf(),
+        store_deadline: Duration::from_secs(30),
+    };
+    let name = DeltaName {
+        seq: 1,
+        first: base + 1,
+        last: base + 2,
+        first_ms: 1,
+        last_ms: 2,
+    };
+    let delta_key = name.key(&want.key);
+    let put = |revision: i64, key: &str, value: &str| Event {
+        kind: Kind::Put,
+        revision,
+        received_ms: 1,
+        lease: 0,
+        key: key.into(),
+        value: value.into(),
+    };
+    let whole = vec![put(base + 1, "key/00", "after"), put(base + 2, "key/new", "new")];
+    let cases = [
+        (
+            "whole",
+            whole.clone(),
+            DrillResult::Passed,
+            "the same value for 21 sampled keys",
+        ),
+        (
+            "a forged value",
+            vec![put(base + 1, "key/00", "forged"), put(base + 2, "key/new", "new")],
+            DrillResult::Failed,
+            "key key/00 holds another value",
+        ),
+        (
+            "a key the source never had",
+            vec![
+                put(base + 1, "key/00", "after"),
+                put(base + 2, "key/other", "new"),
+            ],
+            DrillResult::Failed,
+            "key key/other is in the restored copy but not in the source",
+        ),
+        (
+            "a key too many",
+            vec![
+                put(base + 1, "key/00", "after"),
+                put(base + 2, "key/new", "new"),
+                put(base + 2, "key/more", "x"),
+            ],
+            DrillResult::Failed,
+            "holds 22 keys, the source 21",
+        ),
+    ];
+    for (case, events, result, said) in cases {
+        let object = delta::encode(base, &events).unwrap();
+        env.bucket.put_object(&delta_key, object).await.unwrap();
+        let report = run_drill(&env.client, NS, ETCD, &want, &settings).await;
+        assert_eq!(report.result, result, "{case}: {report:?}");
+        assert!(report.message.contains(said), "{case}: {report:?}");
+        assert_eq!(report.revision, Some(base + 2), "{case}");
+        assert_eq!(report.deltas, Some(1), "{case}");
+        assert_eq!(
+            std::fs::read_dir(scratch.path()).unwrap().count(),
+            0,
+            "{case}: scratch left"
+        );
+    }
+    env.bucket
+        .put_object(&delta_key, delta::encode(base, &whole).unwrap())
+        .await
+        .unwrap();
+
+    let mut altered = want.clone();
+    altered.sha256 = "00".repeat(32);
+    let report = run_drill(&env.client, NS, ETCD, &altered, &settings).await;
+    assert_eq!(report.result, DrillResult::Failed, "{report:?}");
+    assert!(
+        report.message.contains(&format!("{BUCKET}/{}", want.key))
+            && report.message.contains("altered or damaged"),
+        "{report:?}"
+    );
+
+    let empty = TempDir::new("drill-no-etcd");
+    let without = DrillSettings {
+        etcd_dir: Some(empty.path().to_path_buf()),
+        ..settings.clone()
+    };
+    let report = run_drill(&env.client, NS, ETCD, &want, &without).await;
+    assert_eq!(report.result, DrillResult::Failed, "{report:?}");
+    assert!(
+        report.message.contains("no etcd binary in") && report.message.contains("--drill-etcd-dir"),
+        "{report:?}"
+    );
+
+    // The source compacts past the revision the deltas reach: nothing can be concluded.
+    kv.put("key/later", "x", None).await.unwrap();
+    member.compact(base + 3, true).await.unwrap();
+    let report = run_drill(&env.client, NS, ETCD, &want, &settings).await;
+    assert_eq!(report.result, DrillResult::Inconclusive, "{report:?}");
+    assert!(
+        report
+            .message
+            .starts_with("the snapshot and 1 delta objects restored; ")
+            && report
+                .message
+                .contains(&format!("compacted revision {}", base + 2)),
+        "{report:?}"
+    );
+    assert_eq!(
+        std::fs::read_dir(scratch.path()).unwrap().count(),
+        0,
+        "scratch left"
+    );
 }

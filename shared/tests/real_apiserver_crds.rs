@@ -100,7 +100,7 @@ fn s3_store() -> Value {
 
 fn backup() -> Value {
     json!({"store": s3_store(), "schedule": "0 */6 * * *", "retention": {"keep": 7, "hourly": 24, "daily": 7, "weekly": 4},
-           "beforeChange": {"maxAge": "15m", "keep": 5}})
+           "beforeChange": {"maxAge": "15m", "keep": 5}, "verify": {"schedule": "0 4 * * *", "sampleKeys": 100}})
 }
 
 fn snapshot(spec: Value) -> Value {
@@ -806,6 +806,21 @@ async fn admission_accepts_valid_objects_and_refuses_each_bound_and_rule_with_it
             &[
                 "spec.backup.continuous.interval",
                 "must be a duration from 5s to 10m",
+            ],
+        ),
+        (
+            "a restore drill without a schedule",
+            cluster(json!({"backup": merged(backup(), json!({"verify": {"schedule": null}}))})),
+            &["spec.backup.verify.schedule", "Required value"],
+        ),
+        (
+            "a restore drill sampling too many keys",
+            cluster(
+                json!({"backup": merged(backup(), json!({"verify": {"schedule": "@daily", "sampleKeys": 1001}}))}),
+            ),
+            &[
+                "spec.backup.verify.sampleKeys",
+                "should be less than or equal to 1000",
             ],
         ),
         (

@@ -1,6 +1,6 @@
 //! What every reconcile of the snapshot controllers shares: the API client, the Event recorder,
 //! the shutdown signal a snapshot being taken is aborted on, the slots snapshots are taken in,
-//! and the waits they use.
+//! the continuous backup recorders and restore drills, and the waits they use.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +14,8 @@ use etcdadm_shared::manager::events::{EventNote, Recorder};
 use etcdadm_shared::backup::StreamLimits;
 
 use super::continuous::recorders::Recorders;
+use super::drill::drills::Drills;
+use super::drill::run::Settings as DrillSettings;
 use super::pool::SnapshotPool;
 use crate::metrics::SnapshotMetrics;
 
@@ -48,6 +50,8 @@ pub struct Context {
     pub store_request_deadline: Duration,
     /// Continuous backup's recorders, one per cluster that has one.
     pub recorders: Arc<Recorders>,
+    /// Restore drills, one at a time.
+    pub drills: Arc<Drills>,
 }
 
 impl Context {
@@ -55,6 +59,14 @@ impl Context {
         let recorders = Arc::new(Recorders::new(
             client.clone(),
             etcdadm_shared::store::limits::REQUEST_DEADLINE,
+        ));
+        let drills = Arc::new(Drills::new(
+            client.clone(),
+            DrillSettings {
+                etcd_dir: None,
+                scratch: std::env::temp_dir(),
+                store_deadline: etcdadm_shared::store::limits::REQUEST_DEADLINE,
+            },
         ));
         Context {
             recorder: Recorder::for_controller(client.clone(), "etcdadm-controller"),
@@ -66,7 +78,14 @@ impl Context {
             snapshot_pool: SnapshotPool::new(DEFAULT_SNAPSHOT_SLOTS),
             store_request_deadline: etcdadm_shared::store::limits::REQUEST_DEADLINE,
             recorders,
+            drills,
         }
+    }
+
+    /// The same, running restore drills with `settings`.
+    pub fn with_drills(mut self, settings: DrillSettings) -> Self {
+        self.drills = Arc::new(Drills::new(self.client.clone(), settings));
+        self
     }
 
     /// The same, taking snapshots in the slots of `pool`.

@@ -19,6 +19,7 @@ mod apply;
 mod checksums;
 mod context;
 mod continuous;
+mod drill;
 mod moving;
 mod observe;
 mod plan;
@@ -54,6 +55,8 @@ pub use self::checksums::{Checksum, Checksums};
 pub use self::context::{
     Context, DEFAULT_SNAPSHOT_SLOTS, FIELD_MANAGER, MISSING_CLUSTER_GRACE, STREAM_IDLE_TIMEOUT,
 };
+pub use self::drill::run::{Report as DrillReport, Settings as DrillSettings, drill as run_drill};
+pub use self::drill::{Due as DrillDue, due as drill_due};
 pub use self::observe::{snapshots_of, store_access};
 pub use self::plan::SCHEDULED_FOR_ANNOTATION;
 use self::plan::{Observed, Step};
@@ -85,6 +88,7 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
     for _ in 0..MAX_STEPS {
         let Some(cluster) = clusters.get_opt(&name).await? else {
             ctx.recorders.forget(&namespace, &name);
+            ctx.drills.forget(&namespace, &name);
             return Ok(Action::await_change());
         };
         let snapshots = observe::snapshots_of(&ctx.client, &namespace, &name).await?;
@@ -123,6 +127,14 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
                     false => requeue,
                 };
                 ctx.recorders.ensure(&cluster, recording);
+                // Restore drills run beside the loop; looked at again by the next schedule time.
+                let drill = drill::due(&cluster, &snapshots, now);
+                ctx.drills.ensure(&cluster, &drill);
+                let requeue = match drill {
+                    drill::Due::Later { next: Some(next) } => Some(requeue.map_or(next, |r| r.min(next))),
+                    drill::Due::Now(_) => Some(requeue.map_or(CONTINUOUS_CHECK, |r| r.min(CONTINUOUS_CHECK))),
+                    drill::Due::Later { next: None } => requeue,
+                };
                 return Ok(requeue.map_or_else(Action::await_change, Action::requeue));
             }
             Step::ContinuousSnapshot { name } => apply::continuous_snapshot(&ctx, &cluster, &name).await?,
@@ -165,6 +177,7 @@ pub async fn reconcile(etcd: Arc<EtcdadmCluster>, ctx: Arc<Context>) -> Result<A
             }
             Step::Retire { snapshot, object } => {
                 ctx.recorders.release(&cluster, &snapshot).await;
+                ctx.drills.release(&cluster, &snapshot).await;
                 apply::retire(&ctx, &cluster, &snapshot, object.as_ref()).await?;
             }
             Step::Schedule { name, tick } => apply::schedule(&ctx, &cluster, &name, tick).await?,
@@ -240,8 +253,8 @@ fn cluster_of(snapshot: &GuardedSnapshot) -> Option<ObjectRef<GuardedCluster>> {
 }
 
 /// Run both controllers until the manager's shutdown signal, taking snapshots in the slots of
-/// `pool` (which restore checksums share).
-pub async fn run(manager: ManagerContext, pool: Arc<SnapshotPool>) {
+/// `pool` (which restore checksums share) and running restore drills with `drills`.
+pub async fn run(manager: ManagerContext, pool: Arc<SnapshotPool>, drills: DrillSettings) {
     let ManagerContext {
         client,
         settings,
@@ -250,7 +263,9 @@ pub async fn run(manager: ManagerContext, pool: Arc<SnapshotPool>) {
         metrics,
         ..
     } = manager;
-    let mut context = Context::new(client.clone()).with_snapshot_pool(pool);
+    let mut context = Context::new(client.clone())
+        .with_snapshot_pool(pool)
+        .with_drills(drills);
     context.shutdown = Some(shutdown.clone());
     context.metrics = Some(SnapshotMetrics::register(&metrics));
     let ctx = Arc::new(context);

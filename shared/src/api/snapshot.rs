@@ -138,6 +138,9 @@ pub struct EtcdadmSnapshotStatus {
     /// Continuous backup after this snapshot: the delta objects uploaded beside it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deltas: Option<DeltasStatus>,
+    /// The last restore drill of this snapshot (`spec.backup.verify` of its cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_drill: Option<DrillStatus>,
     /// `Ready`: True once Succeeded; otherwise why not (what it waits for, or why it failed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -162,6 +165,56 @@ pub struct DeltasStatus {
     /// is taken), `Stopped` (continuous backup turned off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended: Option<String>,
+}
+
+/// What a restore drill found (docs/day2.md, "Restore drills").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum DrillResult {
+    /// The restored copy held the source's key count and every sampled key's value.
+    Passed,
+    /// The backup did not restore, or the restored copy differs from the source: `message` says
+    /// what (the object, or the key).
+    #[default]
+    Failed,
+    /// Nothing could be concluded about the backup (the source compacted the revision restored,
+    /// or the drill could not run); `message` says why.
+    Inconclusive,
+}
+
+impl DrillResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DrillResult::Passed => "Passed",
+            DrillResult::Failed => "Failed",
+            DrillResult::Inconclusive => "Inconclusive",
+        }
+    }
+}
+
+/// One restore drill: the snapshot and its deltas restored into a throwaway etcd and compared
+/// with the source cluster at the revision restored.
+#[derive(KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DrillStatus {
+    /// When the drill started.
+    pub time: Time,
+    /// Passed, Failed or Inconclusive.
+    pub result: DrillResult,
+    /// The source's revision the restored copy reached (the snapshot's, plus its deltas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// Delta objects replayed onto the snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deltas: Option<i64>,
+    /// Keys the restored copy holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<i64>,
+    /// Keys whose value was compared with the source's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<i64>,
+    /// What was found: on failure, what failed (the delta object's key, the mismatched key).
+    #[serde(default)]
+    pub message: String,
 }
 
 impl EtcdadmSnapshot {
@@ -315,6 +368,42 @@ pub struct Backup {
     /// backup"). `spec.restore.to` replays them; a recovery from a snapshot replays all of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continuous: Option<Continuous>,
+    /// Restore drills: on this schedule the newest Succeeded snapshot and its deltas are
+    /// restored into a throwaway etcd beside the controller and compared with the cluster at
+    /// the revision restored (docs/day2.md, "Restore drills").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<Verify>,
+}
+
+/// When restore drills run, and how much of the restored copy they compare.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verify {
+    /// When to drill: a 5-field cron expression like `schedule` (UTC; `0 4 * * *`, `@daily`). At
+    /// most 128 characters.
+    #[schemars(length(min = 1, max = 128))]
+    pub schedule: String,
+    /// Keys whose value is compared with the source's (1 to 1000, default 100), spread evenly
+    /// over the restored key space; the key count is always compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub sample_keys: Option<i32>,
+}
+
+/// Default `verify.sampleKeys`.
+pub const DEFAULT_SAMPLE_KEYS: usize = 100;
+/// The most `verify.sampleKeys` may ask for.
+pub const MAX_SAMPLE_KEYS: i32 = 1000;
+
+impl Verify {
+    /// `sampleKeys`, defaulted and held within 1 to [`MAX_SAMPLE_KEYS`] (admission refuses
+    /// others).
+    pub fn sample_keys(&self) -> usize {
+        self.sample_keys
+            .map(|n| n.clamp(1, MAX_SAMPLE_KEYS))
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(DEFAULT_SAMPLE_KEYS)
+    }
 }
 
 /// How often continuous backup uploads the writes since its last upload.

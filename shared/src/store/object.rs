@@ -1,7 +1,7 @@
 //! What the controller asks of one stored object besides writing it: its size and recorded
 //! SHA-256 (HeadObject), recording our SHA-256 in its metadata once an upload completed (a
 //! CopyObject onto itself, the one way S3 changes an object's metadata), and reading it whole
-//! to compute the SHA-256 of an object nobody recorded one for.
+//! to compute the SHA-256 of an object nobody recorded one for or to download it to a file.
 
 use sha2::{Digest, Sha256};
 use tracing::debug;
@@ -96,6 +96,30 @@ impl StoreClient {
     /// Read `key` (`size` bytes, as HeadObject said) whole and return its SHA-256 (hex). The
     /// bytes are hashed as they arrive; more than `size` of them is refused.
     pub async fn sha256_of(&self, key: &str, size: u64) -> Result<String, StoreError> {
+        let sha256 = self.read_whole(key, size, None).await?;
+        debug!(key, size, "computed the SHA-256 of a stored object");
+        Ok(sha256)
+    }
+
+    /// Download `key` (`size` bytes) into `file` and return its SHA-256 (hex), computed as the
+    /// bytes arrive; more or fewer than `size` of them is refused.
+    pub async fn download_to(
+        &self,
+        key: &str,
+        size: u64,
+        file: &mut tokio::fs::File,
+    ) -> Result<String, StoreError> {
+        self.read_whole(key, size, Some(file)).await
+    }
+
+    /// Read `key` whole within its deadline, hashing it and writing it to `file` when given.
+    async fn read_whole(
+        &self,
+        key: &str,
+        size: u64,
+        mut file: Option<&mut tokio::fs::File>,
+    ) -> Result<String, StoreError> {
+        use tokio::io::AsyncWriteExt;
         const OPERATION: &str = "GetObject";
         let deadline = object_deadline(size);
         let url = self
@@ -115,13 +139,23 @@ impl StoreClient {
                 return Err(self.unexpected(OPERATION, "more bytes than the object's size"));
             }
             hasher.update(&chunk);
+            if let Some(file) = file.as_deref_mut() {
+                file.write_all(&chunk).await.map_err(|e| written(key, &e))?;
+            }
         }
         if read != size {
             return Err(self.unexpected(OPERATION, "fewer bytes than the object's size"));
         }
-        debug!(key, size, "computed the SHA-256 of a stored object");
+        if let Some(file) = file {
+            file.flush().await.map_err(|e| written(key, &e))?;
+        }
         Ok(hex(&hasher.finalize()))
     }
+}
+
+/// A download that could not be written locally (the store is not at fault).
+fn written(key: &str, e: &std::io::Error) -> StoreError {
+    StoreError::Interrupted(format!("writing the download of {key:?} to disk: {e}"))
 }
 
 /// `x-amz-meta-etcdadm-sha256`.

@@ -17,5 +17,8 @@ pub mod ports;
 mod seaweedfs;
 pub use seaweedfs::{CA_SECRET, CREDENTIALS_SECRET, SEAWEEDFS_INSTALL_HINT, SeaweedFs, weed_binary};
 
+mod promtool;
+pub use promtool::{PROMTOOL_HINT, promtool, run_promtool};
+
 mod hostile_store;
 pub use hostile_store::{HostileStore, Hostility, INTERNAL_TEXT};

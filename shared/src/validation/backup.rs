@@ -3,7 +3,7 @@
 
 use super::field::{FieldError, quoted};
 use crate::api::snapshot::{
-    Backup, CONTINUOUS_INTERVAL_RANGE, Restore, Retention, S3Store, ServerSideEncryption,
+    Backup, CONTINUOUS_INTERVAL_RANGE, MAX_SAMPLE_KEYS, Restore, Retention, S3Store, ServerSideEncryption,
 };
 use crate::cron::Schedule;
 
@@ -26,6 +26,20 @@ pub fn validate_backup(backup: &Backup, base: &str) -> Vec<FieldError> {
                 errors.push(FieldError::new(path, format!("{text}: must be 5s to 10m")))
             }
             Ok(_) => {}
+        }
+    }
+    if let Some(verify) = &backup.verify {
+        let path = format!("{base}.verify");
+        if let Err(e) = Schedule::parse(&verify.schedule) {
+            errors.push(FieldError::new(format!("{path}.schedule"), e.to_string()));
+        }
+        if let Some(n) = verify.sample_keys
+            && !(1..=MAX_SAMPLE_KEYS).contains(&n)
+        {
+            errors.push(FieldError::new(
+                format!("{path}.sampleKeys"),
+                format!("{n}: must be 1 to {MAX_SAMPLE_KEYS}"),
+            ));
         }
     }
     if let Some(before) = &backup.before_change {
@@ -445,6 +459,31 @@ mod tests {
             );
         }
         assert!(validate_backup(&backup(json!({"continuous": {}})), "spec.backup").is_empty());
+        for (verify, path) in [
+            (json!({"schedule": "every day"}), "spec.backup.verify.schedule"),
+            (json!({"schedule": ""}), "spec.backup.verify.schedule"),
+            (
+                json!({"schedule": "@daily", "sampleKeys": 0}),
+                "spec.backup.verify.sampleKeys",
+            ),
+            (
+                json!({"schedule": "@daily", "sampleKeys": 1001}),
+                "spec.backup.verify.sampleKeys",
+            ),
+        ] {
+            let errors = validate_backup(&backup(json!({"verify": verify})), "spec.backup");
+            assert_eq!(paths(&errors), [path], "{verify}");
+        }
+        for fine in [
+            json!({"schedule": "0 4 * * *"}),
+            json!({"schedule": "* * * * *", "sampleKeys": 1}),
+            json!({"schedule": "@daily", "sampleKeys": 1000}),
+        ] {
+            assert!(
+                validate_backup(&backup(json!({"verify": fine})), "spec.backup").is_empty(),
+                "{fine}"
+            );
+        }
     }
 
     #[test]
