@@ -6,7 +6,8 @@
 //! printed is the recovery point: the age of the newest acknowledged write missing). A new
 //! cluster restored to a revision in the middle of the deltas holds exactly the keys the source
 //! held at that revision. A delta object damaged in the store stops a restore by its key, with
-//! nothing else created and the cluster never Ready.
+//! nothing else created and the cluster never Ready. `SIM_RESTORE_KILL_CONTROLLER=1` loses the
+//! controller with the members, for the worst recovery point (BENCHMARKS.md).
 
 mod lifecycle_support;
 
@@ -75,11 +76,19 @@ async fn a_lost_cluster_recovers_every_write_but_the_last_seconds_and_a_restore_
     let at_middle = contents(&mut kv, Some(middle)).await;
     tokio::time::sleep(Duration::from_secs(8)).await;
 
-    // Every member lost at once.
+    // Every member lost at once; with `SIM_RESTORE_KILL_CONTROLLER=1` the controller too (the
+    // recorder then loses what it received since its last upload: the worst recovery point).
+    let kill_controller = std::env::var_os("SIM_RESTORE_KILL_CONTROLLER").is_some();
+    if kill_controller {
+        plane.kill_controller(CONTROLLER).await.unwrap();
+    }
     for m in &etcd.status.clone().unwrap().members {
         plane.runtime.fault(&m.name, Fault::PowerOff).unwrap();
     }
     let lost_at = SystemTime::now();
+    if kill_controller {
+        plane.restart_controller(CONTROLLER).unwrap();
+    }
     writer.await.unwrap();
     let acked = acked.lock().unwrap().clone();
     assert!(acked.len() > 100, "the client wrote {} keys", acked.len());
@@ -102,15 +111,17 @@ async fn a_lost_cluster_recovers_every_write_but_the_last_seconds_and_a_restore_
     .unwrap();
     let held = contents(&mut restored.workload_client().await.unwrap(), None).await;
     let missing: Vec<&Acked> = acked.iter().filter(|(key, ..)| !held.contains_key(key)).collect();
-    let newest_missing = missing
-        .iter()
-        .map(|(_, _, at)| lost_at.duration_since(*at).unwrap_or_default())
-        .min();
+    let ages = || {
+        missing
+            .iter()
+            .map(|(_, _, at)| lost_at.duration_since(*at).unwrap_or_default())
+    };
     println!(
-        "recovery point: {} acknowledged writes of {} missing, the newest of them {:?} before the loss; deltas {deltas:?}",
+        "recovery point: {} acknowledged writes of {} missing, acknowledged {:?} to {:?} before the loss; deltas {deltas:?}",
         missing.len(),
         acked.len(),
-        newest_missing
+        ages().max(),
+        ages().min(),
     );
     let older: Vec<&&Acked> = missing
         .iter()
