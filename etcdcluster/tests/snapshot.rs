@@ -817,7 +817,7 @@ async fn a_drill_passes_a_whole_backup_and_names_what_a_bad_one_gets_wrong() {
     use etcdadm_etcdcluster::snapshot::{DrillDue, DrillSettings, drill_due, run_drill};
     use etcdadm_shared::api::snapshot::DrillResult;
     use etcdadm_shared::backup::delta::{self, Event, Kind, chain::DeltaName};
-    use etcdadm_shared::testing::{TempDir, etcd_binary};
+    use etcdadm_shared::testing::{TempDir, etcd_tools_dir};
 
     let env = Env::new().await;
     let (etcd, entry) = one_member().await;
@@ -849,7 +849,7 @@ async fn a_drill_passes_a_whole_backup_and_names_what_a_bad_one_gets_wrong() {
     };
     let scratch = TempDir::new("drill-scratch");
     let settings = DrillSettings {
-        etcd_dir: Some(etcd_binary().unwrap().parent().unwrap().to_path_buf()),
+        etcd_dir: Some(etcd_tools_dir().unwrap_or_else(|hint| panic!("{hint}"))),
         scratch: scratch.path().to_path_buf(),
         store_deadline: Duration::from_secs(30),
     };
