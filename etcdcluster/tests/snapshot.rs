@@ -808,7 +808,8 @@ async fn a_snapshot_waits_for_a_free_slot() {
 
 /// A restore drill run by hand on a one-member cluster, its snapshot taken by the controller and
 /// one delta after it written here: the whole backup passes; a delta re-signed with a forged
-/// value, one naming a key the source never had, or one with a key too many fails naming it; a
+/// value, one naming a key the source never had, one with a key too many, or one shrinking a
+/// value the source holds over the answer cap fails naming it; a
 /// snapshot whose object does not match its SHA-256 fails naming the object; no etcd binary fails
 /// saying how to provide one; and a source compacted past the revision restored is inconclusive.
 /// Each drill leaves no scratch directory behind.
@@ -817,7 +818,7 @@ async fn a_drill_passes_a_whole_backup_and_names_what_a_bad_one_gets_wrong() {
     use etcdadm_etcdcluster::snapshot::{DrillDue, DrillSettings, drill_due, run_drill};
     use etcdadm_shared::api::snapshot::DrillResult;
     use etcdadm_shared::backup::delta::{self, Event, Kind, chain::DeltaName};
-    use etcdadm_shared::testing::{TempDir, etcd_binary};
+    use etcdadm_shared::testing::{TempDir, etcd_tools_dir};
 
     let env = Env::new().await;
     let (etcd, entry) = one_member().await;
@@ -849,7 +850,7 @@ async fn a_drill_passes_a_whole_backup_and_names_what_a_bad_one_gets_wrong() {
     };
     let scratch = TempDir::new("drill-scratch");
     let settings = DrillSettings {
-        etcd_dir: Some(etcd_binary().unwrap().parent().unwrap().to_path_buf()),
+        etcd_dir: Some(etcd_tools_dir().unwrap_or_else(|hint| panic!("{hint}"))),
         scratch: scratch.path().to_path_buf(),
         store_deadline: Duration::from_secs(30),
     };
@@ -962,5 +963,26 @@ async fn a_drill_passes_a_whole_backup_and_names_what_a_bad_one_gets_wrong() {
         std::fs::read_dir(scratch.path()).unwrap().count(),
         0,
         "scratch left"
+    );
+
+    // A value the copy holds small where the source holds one over the controller's answer cap
+    // differs: the source's answer is refused for its size, and that says so.
+    kv.put("key/big", vec![7u8; 100 << 10], None).await.unwrap();
+    env.bucket.delete_object(&delta_key).await.unwrap();
+    let longer = DeltaName {
+        last: base + 4,
+        ..name
+    };
+    let mut forged = whole.clone();
+    forged.extend([put(base + 3, "key/later", "x"), put(base + 4, "key/big", "small")]);
+    env.bucket
+        .put_object(&longer.key(&want.key), delta::encode(base, &forged).unwrap())
+        .await
+        .unwrap();
+    let report = run_drill(&env.client, NS, ETCD, &want, &settings).await;
+    assert_eq!(report.result, DrillResult::Failed, "{report:?}");
+    assert!(
+        report.message.contains("key key/big holds another value"),
+        "{report:?}"
     );
 }

@@ -108,13 +108,28 @@ pub fn last_drill(snapshots: &[EtcdadmSnapshot]) -> Option<Timestamp> {
         .max()
 }
 
-/// One sampled key: its value in the restored copy, and in the source at the revision restored
-/// (none: the source had no such key).
+/// One sampled key: its value in the restored copy, and in the source at the revision restored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sample {
     pub key: Vec<u8>,
     pub restored: Vec<u8>,
-    pub source: Option<Vec<u8>>,
+    pub source: Source,
+}
+
+/// A sampled key's value in the source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The source had no such key.
+    Absent,
+    Value(Vec<u8>),
+    /// Its answer was over the controller's answer cap: larger than any sampled value of the
+    /// copy, so another value.
+    OverCap,
+}
+
+/// Whether etcd's `error` for a sampled key is the controller's answer cap refusing it.
+pub fn over_cap(error: &str) -> bool {
+    error.contains("length limit exceeded")
 }
 
 /// What the comparison found.
@@ -173,9 +188,10 @@ pub fn compare(source_count: i64, restored_count: i64, samples: &[Sample]) -> Ve
     for sample in samples {
         let key = printable(&sample.key);
         match &sample.source {
-            None => return Verdict::Extra { key },
-            Some(value) if *value != sample.restored => return Verdict::Value { key },
-            Some(_) => {}
+            Source::Absent => return Verdict::Extra { key },
+            Source::OverCap => return Verdict::Value { key },
+            Source::Value(value) if *value != sample.restored => return Verdict::Value { key },
+            Source::Value(_) => {}
         }
     }
     Verdict::Same

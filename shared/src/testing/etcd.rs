@@ -43,6 +43,22 @@ pub fn etcd_binary() -> Result<PathBuf, String> {
         .ok_or_else(|| ETCD_INSTALL_HINT.to_string())
 }
 
+/// The directory of the etcd binary ([`etcd_binary`]) when etcd's restore tool (`etcdutl`, or
+/// 3.4's `etcdctl`) is beside it, as restore drills need; else a failure saying how to get it.
+pub fn etcd_tools_dir() -> Result<PathBuf, String> {
+    let etcd = etcd_binary()?;
+    let dir = etcd.parent().map(Path::to_path_buf).unwrap_or_default();
+    if ["etcdutl", "etcdctl"].iter().any(|tool| dir.join(tool).is_file()) {
+        Ok(dir)
+    } else {
+        Err(format!(
+            "no etcdutl or etcdctl beside {}: install etcd-client with etcd-server (Debian/Ubuntu), \
+             or point ETCD_BIN at an etcd release's etcd, which has etcdutl beside it",
+            etcd.display()
+        ))
+    }
+}
+
 /// A scratch directory removed on drop.
 #[derive(Debug)]
 pub struct TempDir(PathBuf);

@@ -9,7 +9,7 @@
 mod etcd;
 pub use etcd::{
     ClusterState, ETCD_INSTALL_HINT, EtcdMemberProcess, TempDir, TlsEtcd, TlsEtcdCluster, etcd_binary,
-    free_loopback_ip, mtls_http_client, tamper_value,
+    etcd_tools_dir, free_loopback_ip, mtls_http_client, tamper_value,
 };
 
 pub mod ports;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::{DrillResult, EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::etcd::MemberClient;
-use etcdadm_shared::testing::{CREDENTIALS_SECRET, SeaweedFs, TempDir, etcd_binary};
+use etcdadm_shared::testing::{CREDENTIALS_SECRET, SeaweedFs, TempDir, etcd_tools_dir};
 use etcdadm_sim::bench::{child_usage, usage_of};
 use etcdadm_sim::demo::etcd_tls;
 use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
@@ -59,7 +59,7 @@ async fn main() {
     std::fs::create_dir_all(&scratch).unwrap();
     let s3 = SeaweedFs::start().await;
     s3.create_bucket(BUCKET).await;
-    let etcd = etcd_binary().unwrap_or_else(|hint| panic!("{hint}"));
+    let tools = etcd_tools_dir().unwrap_or_else(|hint| panic!("{hint}"));
     let plane = Plane::start(PlaneOptions {
         work_dir: work.path().to_path_buf(),
         ip_prefix: [127, 0, 13],
@@ -68,7 +68,7 @@ async fn main() {
         controller_own_args: BTreeMap::from([(
             "etcdadm-controller",
             vec![
-                format!("--drill-etcd-dir={}", etcd.parent().unwrap().display()),
+                format!("--drill-etcd-dir={}", tools.display()),
                 format!("--drill-scratch-dir={}", scratch.display()),
             ],
         )]),

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use etcdadm_shared::api::snapshot::{DrillResult, DrillStatus, EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::backup::delta::{self, chain};
-use etcdadm_shared::testing::{SeaweedFs, TempDir, etcd_binary, run_promtool};
+use etcdadm_shared::testing::{SeaweedFs, TempDir, etcd_tools_dir, run_promtool};
 use etcdadm_sim::demo;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -29,14 +29,14 @@ async fn a_drill_of_a_whole_backup_passes_and_one_of_a_damaged_delta_fails_and_a
     let s3 = SeaweedFs::start().await;
     let bucket = s3.create_bucket(BUCKET).await;
     // The drill runs the etcd the members run (3.4's etcdctl restores, 3.5's etcdutl).
-    let etcd = etcd_binary().unwrap_or_else(|hint| panic!("{hint}"));
+    let tools = etcd_tools_dir().unwrap_or_else(|hint| panic!("{hint}"));
     let mut options = plane_options(92, &work, Duration::from_secs(1));
     let scratch = work.path().join("drills");
     std::fs::create_dir_all(&scratch).unwrap();
     options.controller_own_args.insert(
         CONTROLLER,
         vec![
-            format!("--drill-etcd-dir={}", etcd.parent().unwrap().display()),
+            format!("--drill-etcd-dir={}", tools.display()),
             format!("--drill-scratch-dir={}", scratch.display()),
         ],
     );

@@ -1,7 +1,8 @@
 //! The drills the controller runs, a task per cluster beside the reconcile loop (a drill takes
 //! as long as a restore, which must not hold a reconcile turn), one at a time per controller so
-//! the disk and memory a drill takes are had once. Each records its result on the drilled
-//! EtcdadmSnapshot (`status.lastDrill`) with an Event; the metrics are read from there.
+//! the disk and memory a drill takes are had once, the turn going fairly between namespaces (a
+//! pool of one slot, as the snapshot slots share theirs). Each records its result on the
+//! drilled EtcdadmSnapshot (`status.lastDrill`) with an Event; the metrics are read from there.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,13 +12,13 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::{DrillResult, DrillStatus, EtcdadmSnapshot};
 use etcdadm_shared::manager::events::{EventNote, Recorder as EventRecorder};
 
+use super::super::pool::SnapshotPool;
 use super::run::{Report, Settings, drill};
 use super::{Drill, Due};
 
@@ -25,6 +26,8 @@ use super::{Drill, Due};
 const FIELD_MANAGER: &str = "etcdadm-controller/restore-drills";
 /// The most of a drill's message recorded.
 const MAX_MESSAGE: usize = 1024;
+/// A drill waiting for its turn asks again this often (within the pool's memory of waiters).
+const TURN_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Event reasons.
 pub mod reason {
@@ -38,7 +41,8 @@ pub struct Drills {
     client: Client,
     events: Arc<EventRecorder>,
     settings: Settings,
-    one_at_a_time: Arc<Semaphore>,
+    /// One slot: one drill at a time, fair between namespaces.
+    turn: Arc<SnapshotPool>,
     running: Mutex<HashMap<String, Running>>,
 }
 
@@ -59,7 +63,7 @@ impl Drills {
             )),
             client,
             settings,
-            one_at_a_time: Arc::new(Semaphore::new(1)),
+            turn: SnapshotPool::new(1),
             running: Mutex::default(),
         }
     }
@@ -86,7 +90,7 @@ impl Drills {
             self.client.clone(),
             self.events.clone(),
             self.settings.clone(),
-            self.one_at_a_time.clone(),
+            self.turn.clone(),
             namespace,
             name,
             (**want).clone(),
@@ -138,13 +142,16 @@ async fn run_one(
     client: Client,
     events: Arc<EventRecorder>,
     settings: Settings,
-    turn: Arc<Semaphore>,
+    turn: Arc<SnapshotPool>,
     namespace: String,
     cluster: String,
     want: Drill,
 ) {
-    let Ok(_turn) = turn.acquire_owned().await else {
-        return;
+    let _turn = loop {
+        match turn.try_take(&namespace) {
+            Ok(slot) => break slot,
+            Err(_) => tokio::time::sleep(TURN_RETRY).await,
+        }
     };
     let started = Timestamp::now();
     info!(%namespace, %cluster, snapshot = %want.snapshot, "restore drill started");

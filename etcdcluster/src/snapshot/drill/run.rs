@@ -21,7 +21,7 @@ use etcdadm_shared::store::limits::object_deadline;
 
 use super::super::observe::{CLIENT_COMMON_NAME, cluster_cas, store_client};
 use super::process::{Limits, Scratch, Throwaway, Tools, restore_and_start};
-use super::{Drill, Sample, compare, printable, sample_positions, source_unreadable};
+use super::{Drill, Sample, Source, compare, over_cap, printable, sample_positions, source_unreadable};
 
 /// Where drills run and what they use.
 #[derive(Clone, Debug)]
@@ -247,7 +247,11 @@ async fn compared(
             continue;
         };
         let source_value = match source.get(key.clone(), Some(at.clone())).await {
-            Ok(answer) => answer.kvs().first().map(|kv| kv.value().to_vec()),
+            Ok(answer) => match answer.kvs().first() {
+                Some(kv) => Source::Value(kv.value().to_vec()),
+                None => Source::Absent,
+            },
+            Err(e) if over_cap(&e.to_string()) => Source::OverCap,
             Err(e) => return inconclusive(source_problem(&e, revision)),
         };
         samples.push(Sample {

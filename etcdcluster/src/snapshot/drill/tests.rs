@@ -180,7 +180,7 @@ fn sample(key: &str, restored: &str, source: Option<&str>) -> Sample {
     Sample {
         key: key.into(),
         restored: restored.into(),
-        source: source.map(Into::into),
+        source: source.map_or(Source::Absent, |v| Source::Value(v.into())),
     }
 }
 
@@ -223,6 +223,17 @@ fn the_comparison_names_the_first_difference() {
             2,
             vec![sample("a", "1", None), sample("b", "x", Some("2"))],
             Verdict::Extra { key: "a".into() },
+        ),
+        (
+            "the source's value over the answer cap",
+            1,
+            1,
+            vec![Sample {
+                key: "big".into(),
+                restored: "small".into(),
+                source: Source::OverCap,
+            }],
+            Verdict::Value { key: "big".into() },
         ),
         (
             "an empty value is a value",
@@ -285,6 +296,14 @@ fn keys_print_readably_and_bounded() {
     assert_eq!(printable(&[0xff, 0x00]), "0xff00");
     let long = printable(&[b'k'; 1000]);
     assert_eq!(long.len(), 259);
+}
+
+#[test]
+fn the_answer_cap_is_told_from_other_errors() {
+    assert!(over_cap(
+        "grpc request error: code: 'Unknown error', message: \"length limit exceeded\", source: LengthLimitError"
+    ));
+    assert!(!over_cap("connection refused"));
 }
 
 #[test]
