@@ -68,6 +68,9 @@ pub const RESTORE_SIZE_KEY: &str = "size";
 /// On the restore Secret: where its SHA-256 came from (a `ChecksumSource`: EtcdadmSnapshot,
 /// Spec, ObjectMetadata or Computed); a computed one is kept when the URL is renewed.
 pub const RESTORE_SHA256_SOURCE_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/sha256-source";
+/// On an EtcdadmCluster with `spec.backup.verify`: run a restore drill now, once per value (a
+/// token of the caller's, e.g. the time it asked), besides the schedule.
+pub const DRILL_NOW_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/drill-now";
 /// On the restore Secret: why continuous backup's deltas cannot be restored as they stand (a
 /// gap, a damaged object), so the restore waits saying so until they are read again.
 pub const RESTORE_DELTAS_UNUSABLE_ANNOTATION: &str = "etcdcluster.cluster.x-k8s.io/deltas-unusable";

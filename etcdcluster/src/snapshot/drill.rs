@@ -12,6 +12,7 @@ use kube::ResourceExt;
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::{DrillResult, EtcdadmSnapshot, S3Store};
 use etcdadm_shared::cron::Schedule;
+use etcdadm_shared::names;
 
 use super::continuous::newest_succeeded;
 use super::plan::{Target, is_paused, object_of, pick_member};
@@ -40,6 +41,8 @@ pub struct Drill {
     /// The member the comparison reads the source from.
     pub member: Target,
     pub sample_keys: usize,
+    /// The `drill-now` value it answers (none: run on the schedule).
+    pub requested: Option<String>,
 }
 
 /// Whether a cluster's drill is due.
@@ -74,8 +77,19 @@ pub fn due(cluster: &EtcdadmCluster, snapshots: &[EtcdadmSnapshot], now: Timesta
     let since = last_drill(snapshots)
         .or_else(|| cluster.metadata.creation_timestamp.as_ref().map(|t| t.0))
         .unwrap_or(now);
-    let Some(tick) = schedule.last_at_or_before(now).filter(|tick| *tick > since) else {
-        return later;
+    // Asked for one now, with a value no drill answered yet: now; else the schedule's time.
+    let requested = cluster
+        .annotations()
+        .get(names::DRILL_NOW_ANNOTATION)
+        .filter(|token| !answered(snapshots, token))
+        .cloned();
+    let tick = match (
+        &requested,
+        schedule.last_at_or_before(now).filter(|tick| *tick > since),
+    ) {
+        (Some(_), _) => now,
+        (None, Some(tick)) => tick,
+        (None, None) => return later,
     };
     let drill = newest_succeeded(snapshots).and_then(|newest| {
         let status = newest.status.as_ref()?;
@@ -91,6 +105,7 @@ pub fn due(cluster: &EtcdadmCluster, snapshots: &[EtcdadmSnapshot], now: Timesta
             recorded: status.deltas.as_ref().map(|d| d.last_revision),
             member: pick_member(cluster)?,
             sample_keys: verify.sample_keys(),
+            requested: requested.clone(),
         })
     });
     match drill {
@@ -98,6 +113,16 @@ pub fn due(cluster: &EtcdadmCluster, snapshots: &[EtcdadmSnapshot], now: Timesta
         // Waiting for a snapshot or a healthy member: the next reconcile looks again.
         None => later,
     }
+}
+
+/// Whether a drill of any of `snapshots` answered the `drill-now` value `token`.
+fn answered(snapshots: &[EtcdadmSnapshot], token: &str) -> bool {
+    snapshots.iter().any(|s| {
+        s.status
+            .as_ref()
+            .and_then(|st| st.last_drill.as_ref()?.requested.as_deref())
+            == Some(token)
+    })
 }
 
 /// When the newest drill of any of `snapshots` started.

@@ -23,13 +23,13 @@ pub struct Replays {
     jobs: Arc<Mutex<BTreeMap<String, (Job, State)>>>,
 }
 
-/// One chain: the store's location of the full snapshot, its revision, what its status
-/// records and the point.
+/// One chain: the store's location of the full snapshot, its revision and the point. Not what
+/// its status records as uploaded, which the recorder may raise during a replay: a replay
+/// planned against the lower figure reached at least that far and is as good an answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Job {
     location: String,
     base: i64,
-    recorded: Option<i64>,
     target: String,
 }
 
@@ -76,7 +76,6 @@ impl Replays {
         let wanted = Job {
             location: job.store.location(job.key),
             base: job.base,
-            recorded: job.recorded,
             target: format!("{:?}", job.target),
         };
         let Ok(mut jobs) = self.jobs.lock() else {

@@ -215,6 +215,10 @@ pub struct DrillStatus {
     /// What was found: on failure, what failed (the delta object's key, the mismatched key).
     #[serde(default)]
     pub message: String,
+    /// The `etcdcluster.cluster.x-k8s.io/drill-now` value this drill answered, when asked for
+    /// one rather than run on the schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested: Option<String>,
 }
 
 impl EtcdadmSnapshot {

@@ -1,10 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Restore drills end to end with the real controller, real etcd machines and a real store
-//! (SeaweedFS): a cluster with continuous backup and `spec.backup.verify` every minute (the
-//! cron's finest) gets a drill that restores its snapshot and deltas into a throwaway etcd and
-//! passes, comparing the key count and sampled values with the cluster; then a delta object is
-//! damaged in the store, the next drill fails naming it, the metric shows it, and the alert
-//! rule fires on the values scraped from the controller (`promtool test rules`).
+//! (SeaweedFS): a cluster with continuous backup and `spec.backup.verify` every minute gets a
+//! drill, asked for now (`drill-now`) once every write is in the deltas, that restores its
+//! snapshot and deltas into a throwaway etcd and passes, comparing the key count and sampled
+//! values with the cluster; then a delta object is damaged in the store, the next drill asked
+//! for fails naming it, the metric shows it, and the alert rule fires on the values scraped from
+//! the controller (`promtool test rules`).
 
 mod lifecycle_support;
 
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use etcdadm_shared::api::snapshot::{DrillResult, DrillStatus, EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::backup::delta::{self, chain};
+use etcdadm_shared::names;
 use etcdadm_shared::testing::{SeaweedFs, TempDir, etcd_tools_dir, run_promtool};
 use etcdadm_sim::demo;
 use kube::ResourceExt;
@@ -65,8 +67,21 @@ async fn a_drill_of_a_whole_backup_passes_and_one_of_a_damaged_delta_fails_and_a
     .await;
     let name = first.name_any();
 
-    // Writes after the snapshot, in the deltas; a drill restoring all of them passes.
+    // Writes after the snapshot, in the deltas; a drill asked for now restores all of them
+    // and passes (the schedule's, every minute, would do the same, a minute later).
     let (member, written) = write_keys(&client, "rd", &etcd, 300).await;
+    let key = object_key(&first);
+    wait_for(&work, "every write in the deltas", || async {
+        let listed = bucket.list(&delta::prefix(&key)).await.ok()?;
+        let reached = listed
+            .iter()
+            .filter_map(|o| chain::DeltaName::parse(&key, &o.key))
+            .map(|d| d.last)
+            .max()?;
+        (reached >= written).then_some(())
+    })
+    .await;
+    drill_now(&client, "first").await;
     let passed = wait_for(&work, "a drill that passed with every write", || async {
         let drill = last_drill(&snapshots, &name).await?;
         (drill.result == DrillResult::Passed && drill.revision? >= written).then_some(drill)
@@ -103,7 +118,6 @@ async fn a_drill_of_a_whole_backup_passes_and_one_of_a_damaged_delta_fails_and_a
     );
 
     // A flipped byte in the first delta object: the next drill fails by its key.
-    let key = object_key(&first);
     let listed: Vec<chain::DeltaName> = bucket
         .list(&delta::prefix(&key))
         .await
@@ -116,6 +130,7 @@ async fn a_drill_of_a_whole_backup_passes_and_one_of_a_damaged_delta_fails_and_a
     let middle = damaged.len() / 2;
     damaged[middle] ^= 1;
     bucket.put_object(&damaged_key, damaged).await.unwrap();
+    drill_now(&client, "second").await;
     let failed = wait_for(&work, "a drill that failed naming the damaged delta", || async {
         let drill = last_drill(&snapshots, &name).await?;
         (drill.result == DrillResult::Failed && drill.time.0 > passed.time.0).then_some(drill)
@@ -258,4 +273,18 @@ where
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", logs(work)))
+}
+
+/// Ask for a drill of `rd` now, answered once for `token`.
+async fn drill_now(client: &kube::Client, token: &str) {
+    etcd_api(client)
+        .patch(
+            "rd-etcd",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"annotations": {names::DRILL_NOW_ANNOTATION: token}}}),
+            ),
+        )
+        .await
+        .unwrap();
 }

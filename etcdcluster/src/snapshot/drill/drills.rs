@@ -49,6 +49,8 @@ pub struct Drills {
 struct Running {
     /// The schedule time the drill was started for.
     tick: Timestamp,
+    /// The `drill-now` value it answers.
+    requested: Option<String>,
     /// The snapshot it drills.
     snapshot: String,
     task: tokio::task::JoinHandle<()>,
@@ -80,9 +82,14 @@ impl Drills {
         let Ok(mut running) = self.running.lock() else {
             return;
         };
+        // A drill asked for now has `now` as its time: one per value asked.
+        let same = |r: &Running| match &want.requested {
+            Some(token) => r.requested.as_ref() == Some(token),
+            None => r.tick == want.tick,
+        };
         if running
             .get(&key)
-            .is_some_and(|r| r.tick == want.tick || !r.task.is_finished())
+            .is_some_and(|r| same(r) || !r.task.is_finished())
         {
             return;
         }
@@ -99,6 +106,7 @@ impl Drills {
             key,
             Running {
                 tick: want.tick,
+                requested: want.requested.clone(),
                 snapshot: want.snapshot.clone(),
                 task,
             },
@@ -157,7 +165,9 @@ async fn run_one(
     info!(%namespace, %cluster, snapshot = %want.snapshot, "restore drill started");
     let report = drill(&client, &namespace, &cluster, &want, &settings).await;
     info!(%namespace, %cluster, snapshot = %want.snapshot, result = report.result.as_str(), message = %report.message, "restore drill ended");
-    record(&client, &events, &namespace, &want.snapshot, started, report).await;
+    let mut status = status_of(started, report);
+    status.requested = want.requested;
+    record(&client, &events, &namespace, &want.snapshot, status).await;
 }
 
 /// `status.lastDrill` of the drilled snapshot, and an Event on it.
@@ -166,10 +176,8 @@ async fn record(
     events: &EventRecorder,
     namespace: &str,
     snapshot: &str,
-    started: Timestamp,
-    report: Report,
+    status: DrillStatus,
 ) {
-    let status = status_of(started, report);
     let snapshots: Api<EtcdadmSnapshot> = Api::namespaced(client.clone(), namespace);
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
@@ -208,5 +216,6 @@ pub fn status_of(started: Timestamp, report: Report) -> DrillStatus {
         keys: report.keys,
         sampled: report.sampled,
         message,
+        requested: None,
     }
 }

@@ -57,6 +57,42 @@ fn decide(cluster: &EtcdadmCluster, snapshots: &[EtcdadmSnapshot], now: &str) ->
 }
 
 #[test]
+fn a_drill_asked_for_now_runs_once_per_value() {
+    let asked = |token: &str| {
+        cluster(json!({"metadata": {"annotations": {"etcdcluster.cluster.x-k8s.io/drill-now": token}}}))
+    };
+    let mut answered = snapshot("new", 200, Some("2026-11-28T10:40:00Z"));
+    if let Some(drill) = answered.status.as_mut().and_then(|s| s.last_drill.as_mut()) {
+        drill.requested = Some("first".into());
+    }
+    // Between two schedule times: asked, it runs now, on the newest snapshot, for that value.
+    let Due::Now(drill) = due(
+        &asked("first"),
+        &[snapshot("new", 200, None)],
+        at("2026-11-28T10:30:00Z"),
+    ) else {
+        panic!("asked for a drill now")
+    };
+    assert_eq!(
+        (drill.snapshot.as_str(), drill.tick, drill.requested.as_deref()),
+        ("new", at("2026-11-28T10:30:00Z"), Some("first"))
+    );
+    // Answered: the schedule again; a new value, a new drill.
+    assert_eq!(
+        decide(
+            &asked("first"),
+            std::slice::from_ref(&answered),
+            "2026-11-28T10:50:00Z"
+        ),
+        Err(Some(600))
+    );
+    assert!(matches!(
+        due(&asked("second"), &[answered], at("2026-11-28T10:50:00Z")),
+        Due::Now(d) if d.requested.as_deref() == Some("second")
+    ));
+}
+
+#[test]
 fn a_drill_is_due_once_per_schedule_time_on_the_newest_snapshot() {
     let plain = cluster(json!({}));
     let paused = cluster(json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": "true"}}}));
