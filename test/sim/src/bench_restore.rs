@@ -383,6 +383,7 @@ async fn prepare_source(plane: &Plane, s3: &SeaweedFs, options: &RestoreOptions)
     let at_base = contents(&mut kv, Some(base)).await?;
     let started = Instant::now();
     let last = write_events(&mut kv, options.events).await?;
+    let written = started.elapsed();
     let at_last = contents(&mut kv, Some(last)).await?;
     let key = location
         .strip_prefix(&format!("{BUCKET}/"))
@@ -390,8 +391,10 @@ async fn prepare_source(plane: &Plane, s3: &SeaweedFs, options: &RestoreOptions)
         .to_string();
     let objects = wait_uploaded(&s3.client(BUCKET), &key, last).await?;
     println!(
-        "{} events written after it (revisions {}–{last}); {objects} delta objects hold them all {:.0} s after the first",
+        "{} events written after it one at a time in {:.1} s (revisions {}–{last}); {objects} delta objects hold them \
+         all {:.0} s after the first",
         options.events,
+        written.as_secs_f64(),
         base + 1,
         started.elapsed().as_secs_f64()
     );
@@ -574,21 +577,50 @@ fn load_average() -> String {
         .unwrap_or_else(|| "?".into())
 }
 
+/// The median of `values` (the upper one of an even count), `None` when empty.
+fn median(values: &[Duration]) -> Option<Duration> {
+    let mut sorted = values.to_vec();
+    sorted.sort();
+    sorted.get(sorted.len() / 2).copied()
+}
+
+fn seconds(d: Option<Duration>) -> String {
+    d.map_or("-".into(), |d| format!("{:.1} s", d.as_secs_f64()))
+}
+
+/// One row: the label, creation → Ready, each phase, what status says was replayed, the load.
+fn print_row(label: &str, total: Option<Duration>, took: &[Option<Duration>], deltas: &str, load: &str) {
+    let cells: Vec<String> = took.iter().map(|d| seconds(*d)).collect();
+    println!(
+        "{label:<18} {:>9} | {} | {deltas} | {load}",
+        seconds(total),
+        cells.join(" | ")
+    );
+}
+
 fn print_run(label: &str, run: &RestoreRun, load: &str) {
-    let cells: Vec<String> = phases(&run.seen)
-        .iter()
-        .map(|(_, took)| took.map_or("-".into(), |d| format!("{:.1} s", d.as_secs_f64())))
-        .collect();
+    let took: Vec<Option<Duration>> = phases(&run.seen).into_iter().map(|(_, t)| t).collect();
     let deltas = run.deltas.as_ref().map_or("-".into(), |d| {
         format!("{} objects, {} events", d.objects, d.events)
     });
-    println!(
-        "{label:<18} {:>9} | {} | {deltas} | load {load}",
-        run.seen
-            .ready
-            .map_or("-".into(), |d| format!("{:.1} s", d.as_secs_f64())),
-        cells.join(" | ")
-    );
+    print_row(label, run.seen.ready, &took, &deltas, load);
+}
+
+/// The median row of `runs`: creation → Ready and each phase on its own.
+fn print_median(runs: &[RestoreRun]) {
+    let all: Vec<Vec<(&str, Option<Duration>)>> = runs.iter().map(|r| phases(&r.seen)).collect();
+    let count = all.first().map_or(0, Vec::len);
+    let took: Vec<Option<Duration>> = (0..count)
+        .map(|i| {
+            median(
+                &all.iter()
+                    .filter_map(|p| p.get(i).and_then(|(_, t)| *t))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    let totals: Vec<Duration> = runs.iter().filter_map(|r| r.seen.ready).collect();
+    print_row("to latest, median", median(&totals), &took, "", "");
 }
 
 /// Set up the source and its continuous backup, restore `runs` times to the latest delta and
@@ -622,16 +654,18 @@ pub async fn run_restore(work_dir: &Path, options: &RestoreOptions) -> Result<()
         "to Ready",
         titles.join(" | ")
     );
-    let mut totals = vec![];
+    let mut runs = vec![];
     for run in 1..=options.runs {
-        let load = load_average();
+        let load = format!("load {}", load_average());
         let result = restore(&plane, work_dir, &format!("latest-{run}"), &source, true).await?;
         print_run(&format!("to latest #{run}"), &result, &load);
-        totals.extend(result.seen.ready);
+        runs.push(result);
     }
-    let load = load_average();
+    let load = format!("load {}", load_average());
     let alone = restore(&plane, work_dir, "snapshot-only", &source, false).await?;
     print_run("snapshot alone", &alone, &load);
+    print_median(&runs);
+    let totals: Vec<Duration> = runs.iter().filter_map(|r| r.seen.ready).collect();
     println!(
         "to latest, create → Ready: median (min–max) {} over {} runs; every restore held the source's keys at its point",
         spread(&totals),
@@ -673,6 +707,20 @@ mod tests {
         assert_eq!(bulk_value(0).len(), VALUE_BYTES);
         assert_ne!(bulk_value(0), bulk_value(1));
         assert_eq!(bulk_value(7), bulk_value(7));
+    }
+
+    #[test]
+    fn the_median_is_the_middle_value_or_the_upper_middle() {
+        let d = Duration::from_secs;
+        let cases: [(&[Duration], Option<Duration>); 4] = [
+            (&[], None),
+            (&[d(4)], Some(d(4))),
+            (&[d(9), d(1), d(5)], Some(d(5))),
+            (&[d(3), d(1), d(2), d(4)], Some(d(3))),
+        ];
+        for (values, want) in cases {
+            assert_eq!(median(values), want, "{values:?}");
+        }
     }
 
     fn at(secs: u64) -> Option<Duration> {
