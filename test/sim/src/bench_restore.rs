@@ -162,6 +162,9 @@ struct Seen {
     downloaded: Option<Duration>,
     /// Its etcd answers `/health` healthy: restored from the full snapshot and started.
     healthy: Option<Duration>,
+    /// Its revision moved past the one it started with: the deltas were read and checked whole,
+    /// and the first of their events is written.
+    writing: Option<Duration>,
     /// The `Restored` Event: with `to`, after the deltas were replayed.
     restored: Option<Duration>,
     ready: Option<Duration>,
@@ -175,7 +178,8 @@ fn phases(seen: &Seen) -> Vec<(&'static str, Option<Duration>)> {
         ("boot", seen.address),
         ("download", seen.downloaded),
         ("restore + etcd start", seen.healthy),
-        ("deltas replayed (Restored Event)", seen.restored),
+        ("deltas read + checked", seen.writing),
+        ("deltas written (Restored Event)", seen.restored),
         ("Ready", seen.ready),
     ];
     let mut last = Duration::ZERO;
@@ -408,15 +412,23 @@ async fn prepare_source(plane: &Plane, s3: &SeaweedFs, options: &RestoreOptions)
     })
 }
 
+/// What a restore's observer holds between looks.
+#[derive(Default)]
+struct Watch {
+    seen: Seen,
+    /// The restored member, once healthy, and the first revision read from it.
+    member: Option<(MemberClient, i64)>,
+}
+
 /// Look once at the restore of `<name>-etcd` at `now`, noting each step first seen.
 async fn observe(
     client: &Client,
     work_dir: &Path,
-    name: &str,
-    size: u64,
-    seen: &mut Seen,
+    (name, size): (&str, u64),
+    watch: &mut Watch,
     now: Duration,
 ) -> Result<(), SimError> {
+    let seen = &mut watch.seen;
     let selector = format!("{}={name}-etcd", names::ETCD_CLUSTER_LABEL);
     let machines = Api::<Machine>::namespaced(client.clone(), NAMESPACE)
         .list(&ListParams::default().labels(&selector))
@@ -436,22 +448,30 @@ async fn observe(
     if seen.downloaded.is_none() && std::fs::metadata(&file).is_ok_and(|m| size > 0 && m.len() >= size) {
         seen.downloaded = Some(now);
     }
-    if seen.healthy.is_none() && healthy(client, name, address).await {
-        seen.healthy = Some(now);
+    match &watch.member {
+        None => {
+            if let Some(member) = healthy(client, name, address).await
+                && let Ok(revision) = member.local_revision().await
+            {
+                seen.healthy = Some(now);
+                watch.member = Some((member, revision));
+            }
+        }
+        Some((member, first)) if seen.writing.is_none() => {
+            if member.local_revision().await.is_ok_and(|r| r > *first) {
+                seen.writing = Some(now);
+            }
+        }
+        Some(_) => {}
     }
     Ok(())
 }
 
-/// Whether the etcd at `address` answers `/health` healthy (with `<name>`'s CA).
-async fn healthy(client: &Client, name: &str, address: &str) -> bool {
-    let Ok(Some(tls)) = etcd_tls(client, NAMESPACE, name).await else {
-        return false;
-    };
-    let tls: EtcdTls = tls;
-    let Ok(member) = MemberClient::new(&names::client_url(address), &tls, Duration::from_millis(500)) else {
-        return false;
-    };
-    member.health().await.is_ok_and(|h| h.healthy)
+/// The etcd at `address` (with `<name>`'s CA) when it answers `/health` healthy.
+async fn healthy(client: &Client, name: &str, address: &str) -> Option<MemberClient> {
+    let tls: EtcdTls = etcd_tls(client, NAMESPACE, name).await.ok()??;
+    let member = MemberClient::new(&names::client_url(address), &tls, Duration::from_millis(500)).ok()?;
+    member.health().await.is_ok_and(|h| h.healthy).then_some(member)
 }
 
 /// When `<name>-etcd`'s `Restored` Event was written, from `start` (its `eventTime`: the
@@ -493,12 +513,13 @@ async fn restore(
     }
     let (start, wall) = (Instant::now(), SystemTime::now());
     create_cluster(client, name, json!({"restore": restore})).await?;
-    let mut seen = Seen::default();
+    let mut watch = Watch::default();
     loop {
         let now = start.elapsed();
         if now > TIMEOUT {
             return Err(SimError::Timeout(format!(
-                "{name}-etcd not Ready after {TIMEOUT:?}: {seen:?}"
+                "{name}-etcd not Ready after {TIMEOUT:?}: {:?}",
+                watch.seen
             )));
         }
         // Ready first: observing takes a while, and the time to Ready must not include it.
@@ -508,19 +529,22 @@ async fn restore(
             .as_ref()
             .is_some_and(|s| s.ready && s.ready_replicas == Some(1))
         {
-            seen.ready = Some(start.elapsed());
+            watch.seen.ready = Some(start.elapsed());
             break;
         }
-        observe(client, work_dir, name, source.size, &mut seen, now).await?;
+        observe(client, work_dir, (name, source.size), &mut watch, now).await?;
         tokio::time::sleep(POLL).await;
     }
     // Only a replay's Event ends a phase: restored from the snapshot alone, it says that the
     // member is healthy, with the status that makes the cluster Ready.
     if latest {
-        seen.restored = restored_at(client, name, wall).await?;
+        watch.seen.restored = restored_at(client, name, wall).await?;
     }
     let deltas = check(client, name, source, latest).await?;
-    Ok(RestoreRun { seen, deltas })
+    Ok(RestoreRun {
+        seen: watch.seen,
+        deltas,
+    })
 }
 
 /// The restored cluster `name` holds exactly the source's keys at the point restored (its last
@@ -734,6 +758,7 @@ mod tests {
             address: at(2),
             downloaded: at(5),
             healthy: at(7),
+            writing: at(8),
             restored: at(10),
             ready: at(11),
         };
@@ -742,8 +767,8 @@ mod tests {
             ..every.clone()
         };
         let cases = [
-            (every, [at(1), at(1), at(3), at(2), at(3), at(1)]),
-            (missed_download, [at(1), at(1), None, at(5), at(3), at(1)]),
+            (every, [at(1), at(1), at(3), at(2), at(1), at(2), at(1)]),
+            (missed_download, [at(1), at(1), None, at(5), at(1), at(2), at(1)]),
         ];
         for (seen, want) in cases {
             let got: Vec<Option<Duration>> = phases(&seen).into_iter().map(|(_, took)| took).collect();
