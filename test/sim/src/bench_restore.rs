@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use etcd_client::GetOptions;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -541,6 +541,7 @@ async fn restore(
         watch.seen.restored = restored_at(client, name, wall).await?;
     }
     let deltas = check(client, name, source, latest).await?;
+    delete(client, name).await?;
     Ok(RestoreRun {
         seen: watch.seen,
         deltas,
@@ -591,6 +592,22 @@ async fn check(
         ));
     }
     Ok(deltas)
+}
+
+/// Delete `<name>-etcd` and wait until its Machines are gone, so no restored cluster is still
+/// running (checked by the controller, its etcd holding the data) while the next one is timed.
+async fn delete(client: &Client, name: &str) -> Result<(), SimError> {
+    clusters(client)
+        .delete(&format!("{name}-etcd"), &DeleteParams::default())
+        .await?;
+    let selector = format!("{}={name}-etcd", names::ETCD_CLUSTER_LABEL);
+    let machines = Api::<Machine>::namespaced(client.clone(), NAMESPACE);
+    wait(&format!("{name}-etcd's Machines not gone"), || async {
+        let left = machines.list(&ListParams::default().labels(&selector)).await?;
+        let gone = clusters(client).get_opt(&format!("{name}-etcd")).await?.is_none();
+        Ok((gone && left.items.is_empty()).then_some(()))
+    })
+    .await
 }
 
 /// The 1-minute load average (`?` where there is no /proc).
