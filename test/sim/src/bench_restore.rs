@@ -199,6 +199,9 @@ fn phases(seen: &Seen) -> Vec<(&'static str, Option<Duration>)> {
 struct RestoreRun {
     seen: Seen,
     deltas: Option<DeltasRestored>,
+    /// Revisions the restored member moved by from when it was first seen healthy to Ready:
+    /// one per replayed revision, or more if something wrote the events twice.
+    written: Option<i64>,
 }
 
 /// Secrets the store's `credentialsSecretRef` names.
@@ -540,11 +543,16 @@ async fn restore(
     if latest {
         watch.seen.restored = restored_at(client, name, wall).await?;
     }
+    let written = match &watch.member {
+        Some((member, first)) => member.local_revision().await.ok().map(|r| r - first),
+        None => None,
+    };
     let deltas = check(client, name, source, latest).await?;
     delete(client, name).await?;
     Ok(RestoreRun {
         seen: watch.seen,
         deltas,
+        written,
     })
 }
 
@@ -641,9 +649,16 @@ fn print_row(label: &str, total: Option<Duration>, took: &[Option<Duration>], de
 
 fn print_run(label: &str, run: &RestoreRun, load: &str) {
     let took: Vec<Option<Duration>> = phases(&run.seen).into_iter().map(|(_, t)| t).collect();
-    let deltas = run.deltas.as_ref().map_or("-".into(), |d| {
-        format!("{} objects, {} events", d.objects, d.events)
-    });
+    let written = run.written.map_or("?".into(), |w| w.to_string());
+    let deltas = run
+        .deltas
+        .as_ref()
+        .map_or(format!("- ({written} revisions written)"), |d| {
+            format!(
+                "{} objects, {} events ({written} revisions written)",
+                d.objects, d.events
+            )
+        });
     print_row(label, run.seen.ready, &took, &deltas, load);
 }
 
