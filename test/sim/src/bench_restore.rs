@@ -307,7 +307,8 @@ async fn write_events(kv: &mut etcd_client::Client, events: u64) -> Result<i64, 
     Ok(last)
 }
 
-/// Turn continuous backup on and wait for its full snapshot to succeed.
+/// Turn continuous backup on and wait for its full snapshot to succeed. One that fails is
+/// reported, and the controller's next one (after its backoff) waited for.
 async fn continuous_snapshot(client: &Client) -> Result<EtcdadmSnapshot, SimError> {
     clusters(client)
         .patch(
@@ -318,21 +319,26 @@ async fn continuous_snapshot(client: &Client) -> Result<EtcdadmSnapshot, SimErro
         .await?;
     let snapshots: Api<EtcdadmSnapshot> = Api::namespaced(client.clone(), NAMESPACE);
     let prefix = format!("{SOURCE}-etcd-continuous-");
+    let told = std::cell::RefCell::new(std::collections::BTreeSet::new());
     wait("continuous backup's full snapshot not Succeeded", || async {
-        let list = snapshots.list(&ListParams::default()).await?.items;
-        if let Some(failed) = list
-            .iter()
-            .find(|s| s.phase() == SnapshotPhase::Failed && s.name_any().starts_with(&prefix))
-        {
-            return Err(SimError::Setup(format!(
-                "snapshot {} failed: {:?}",
-                failed.name_any(),
-                failed.status
-            )));
-        }
-        Ok(list
+        let list: Vec<EtcdadmSnapshot> = snapshots
+            .list(&ListParams::default())
+            .await?
+            .items
             .into_iter()
-            .find(|s| s.phase() == SnapshotPhase::Succeeded && s.name_any().starts_with(&prefix)))
+            .filter(|s| s.name_any().starts_with(&prefix))
+            .collect();
+        for failed in list.iter().filter(|s| s.phase() == SnapshotPhase::Failed) {
+            if told.borrow_mut().insert(failed.name_any()) {
+                let why = failed.status.as_ref().and_then(|s| s.conditions.first());
+                println!(
+                    "continuous backup's full snapshot {} failed ({}); waiting for the controller's next one",
+                    failed.name_any(),
+                    why.map_or(String::new(), |c| c.message.clone().unwrap_or_default())
+                );
+            }
+        }
+        Ok(list.into_iter().find(|s| s.phase() == SnapshotPhase::Succeeded))
     })
     .await
 }
