@@ -171,6 +171,18 @@ enum Bench {
         #[arg(long, default_value_t = 60)]
         window_seconds: u64,
     },
+    /// How long a restore from continuous backup takes: a full snapshot of `--megabytes` MiB
+    /// plus `--events` writes after it as deltas, restored `--runs` times to the latest delta
+    /// (creation → Ready, split into phases) and once from the snapshot alone; each restored
+    /// cluster's keys are checked against the source's.
+    Restore {
+        #[arg(long, default_value_t = 100)]
+        megabytes: u64,
+        #[arg(long, default_value_t = 10_000)]
+        events: u64,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
     /// RSS and CPU of both managers over one minute with N idle EtcdadmClusters.
     Idle {
         #[arg(long, default_value_t = 0)]
@@ -278,6 +290,18 @@ async fn main() -> ExitCode {
                         },
                     )
                     .await
+                }
+                Bench::Restore {
+                    megabytes,
+                    events,
+                    runs,
+                } => {
+                    let options = etcdadm_sim::bench_restore::RestoreOptions {
+                        megabytes,
+                        events,
+                        runs,
+                    };
+                    etcdadm_sim::bench_restore::run_restore(&work_dir.join("restore"), &options).await
                 }
                 Bench::Idle { clusters } => {
                     etcdadm_sim::bench::run_idle(&work_dir.join("idle"), clusters, Duration::from_secs(20))
