@@ -114,12 +114,13 @@ pub async fn observe(
             ..Default::default()
         });
     // A recovery replays every delta after its snapshot; `spec.restore` as far as `to` says.
-    let (source, recorded, target) = match (recovering, &etcd.spec.restore) {
-        (Some(source), _) => (source, false, Some(Target::Latest)),
+    let (source, recorded, target, asked) = match (recovering, &etcd.spec.restore) {
+        (Some(source), _) => (source, false, Some(Target::Latest), false),
         (None, Some(restore)) => (
             restore.snapshot.clone(),
             status.restored_from.is_some(),
             restore.to.as_ref().and_then(RestorePoint::target),
+            restore.to.is_some(),
         ),
         (None, None) => return Ok(None),
     };
@@ -145,7 +146,21 @@ pub async fn observe(
         match resolve(client, namespace, &source, &mut view).await? {
             Ok(source) => {
                 view.location = Some(format!("{}/{}", source.store.bucket, source.key));
-                view.deltas = deltas_plan(&source, target, etcd.spec.restore.is_some());
+                view.deltas = deltas_plan(&source, target, asked);
+                // Asked for, the deltas are replayed or the restore waits saying why: never
+                // the snapshot alone in silence.
+                if asked && view.deltas.is_none() {
+                    view.problem = Some(match target {
+                        None => "spec.restore.to: set exactly one of latest (true), revision (at least 1) \
+                                 and time"
+                            .into(),
+                        Some(_) => {
+                            "spec.restore.to: the snapshot's revision is not known (an EtcdadmSnapshot \
+                                    that records one is needed), so its deltas cannot be placed after it"
+                                .into()
+                        }
+                    });
+                }
                 match download(client, namespace, source, view.secret.as_ref()).await? {
                     Ok(download) => view.download = Some(download),
                     Err(problem) => view.problem = Some(problem),
