@@ -14,7 +14,6 @@ use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::backup::delta::{self, chain};
 use etcdadm_shared::store::StoreClient;
 use etcdadm_shared::testing::{SeaweedFs, TempDir};
-use etcdadm_sim::demo;
 use kube::ResourceExt;
 use kube::api::Api;
 use lifecycle_support::*;
@@ -149,10 +148,5 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    demo::eventually(what, TIMEOUT, || {
-        let checked = check();
-        async move { Ok(checked.await.ok_or_else(|| "not yet".to_string())) }
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", logs(work)))
+    wait_until(work, what, TIMEOUT, check).await
 }

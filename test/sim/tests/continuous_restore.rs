@@ -25,7 +25,7 @@ use etcdadm_sim::demo;
 use etcdadm_sim::plane::Plane;
 use etcdadm_sim_machines::Fault;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use lifecycle_support::*;
 use serde_json::json;
 
@@ -93,7 +93,7 @@ async fn a_lost_cluster_recovers_every_write_but_the_last_seconds_and_a_restore_
     let acked = acked.lock().unwrap().clone();
     assert!(acked.len() > 100, "the client wrote {} keys", acked.len());
 
-    annotate(&client, "pr", Some("latest")).await;
+    annotate_etcd_cluster(&client, "pr", RECOVER, Some("latest")).await;
     let recovered = wait_recovered(&mut plane, "pr", &work).await;
     let last = recovered.status.clone().unwrap().last_recovery.unwrap();
     assert_eq!(last.source, format!("snapshot/{}", full.name_any()));
@@ -242,17 +242,6 @@ fn client_url(etcd: &EtcdadmCluster, member: &str) -> String {
         .unwrap()
 }
 
-async fn annotate(client: &kube::Client, cluster: &str, value: Option<&str>) {
-    etcd_api(client)
-        .patch(
-            &format!("{cluster}-etcd"),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {RECOVER: value}}})),
-        )
-        .await
-        .unwrap();
-}
-
 /// The cluster once its recovery finished (annotation gone, no recovery under way, three
 /// members settled).
 async fn wait_recovered(plane: &mut Plane, cluster: &str, work: &TempDir) -> EtcdadmCluster {
@@ -280,10 +269,5 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    demo::eventually(what, TIMEOUT, || {
-        let checked = check();
-        async move { Ok(checked.await.ok_or_else(|| "not yet".to_string())) }
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", logs(work)))
+    wait_until(work, what, TIMEOUT, check).await
 }

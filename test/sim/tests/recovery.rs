@@ -40,14 +40,7 @@ async fn annotate(client: &kube::Client, value: Option<&str>) {
 }
 
 async fn annotate_cluster(client: &kube::Client, cluster: &str, value: Option<&str>) {
-    etcd_api(client)
-        .patch(
-            &format!("{cluster}-etcd"),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {RECOVER: value}}})),
-        )
-        .await
-        .unwrap();
+    annotate_etcd_cluster(client, cluster, RECOVER, value).await;
 }
 
 /// Wait until the `Recovery` condition's message contains `says`; its reason.

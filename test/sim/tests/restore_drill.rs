@@ -15,7 +15,6 @@ use etcdadm_shared::api::snapshot::{DrillResult, DrillStatus, EtcdadmSnapshot, S
 use etcdadm_shared::backup::delta::{self, chain};
 use etcdadm_shared::names;
 use etcdadm_shared::testing::{SeaweedFs, TempDir, etcd_tools_dir, run_promtool};
-use etcdadm_sim::demo;
 use kube::ResourceExt;
 use kube::api::Api;
 use lifecycle_support::*;
@@ -81,7 +80,7 @@ async fn a_drill_of_a_whole_backup_passes_and_one_of_a_damaged_delta_fails_and_a
         (reached >= written).then_some(())
     })
     .await;
-    drill_now(&client, "first").await;
+    annotate_etcd_cluster(&client, "rd", names::DRILL_NOW_ANNOTATION, Some("first")).await;
     let passed = wait_for(&work, "a drill that passed with every write", || async {
         let drill = last_drill(&snapshots, &name).await?;
         (drill.result == DrillResult::Passed && drill.revision? >= written).then_some(drill)
@@ -130,7 +129,7 @@ async fn a_drill_of_a_whole_backup_passes_and_one_of_a_damaged_delta_fails_and_a
     let middle = damaged.len() / 2;
     damaged[middle] ^= 1;
     bucket.put_object(&damaged_key, damaged).await.unwrap();
-    drill_now(&client, "second").await;
+    annotate_etcd_cluster(&client, "rd", names::DRILL_NOW_ANNOTATION, Some("second")).await;
     let failed = wait_for(&work, "a drill that failed naming the damaged delta", || async {
         let drill = last_drill(&snapshots, &name).await?;
         (drill.result == DrillResult::Failed && drill.time.0 > passed.time.0).then_some(drill)
@@ -267,24 +266,5 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    demo::eventually(what, TIMEOUT, || {
-        let checked = check();
-        async move { Ok(checked.await.ok_or_else(|| "not yet".to_string())) }
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", logs(work)))
-}
-
-/// Ask for a drill of `rd` now, answered once for `token`.
-async fn drill_now(client: &kube::Client, token: &str) {
-    etcd_api(client)
-        .patch(
-            "rd-etcd",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(
-                json!({"metadata": {"annotations": {names::DRILL_NOW_ANNOTATION: token}}}),
-            ),
-        )
-        .await
-        .unwrap();
+    wait_until(work, what, TIMEOUT, check).await
 }

@@ -1050,3 +1050,30 @@ pub async fn compact_revision_seen_from(member: &MemberClient, prefix: &str, rev
         }
     }
 }
+
+/// `check`'s answer, polled by `demo::eventually` for at most `timeout`; a timeout panics with
+/// what was waited for and the controllers' logs.
+pub async fn wait_until<T, F, Fut>(work: &TempDir, what: &str, timeout: Duration, check: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    demo::eventually(what, timeout, || {
+        let checked = check();
+        async move { Ok(checked.await.ok_or_else(|| "not yet".to_string())) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", logs(work)))
+}
+
+/// Set (or with `None` remove) the annotation `key` of the EtcdadmCluster `<cluster>-etcd`.
+pub async fn annotate_etcd_cluster(client: &Client, cluster: &str, key: &str, value: Option<&str>) {
+    etcd_api(client)
+        .patch(
+            &format!("{cluster}-etcd"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+        )
+        .await
+        .unwrap();
+}
