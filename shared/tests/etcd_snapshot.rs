@@ -343,13 +343,7 @@ async fn deltas_after_a_full_snapshot_restore_to_the_latest_write_or_to_a_revisi
         names.len() >= 3,
         "deltas every 200 ms over 2 s of writes: {names:?}"
     );
-    let listed: Vec<chain::DeltaName> = store
-        .list(&delta::prefix(key))
-        .await
-        .unwrap()
-        .iter()
-        .filter_map(|o| chain::DeltaName::parse(key, &o.key))
-        .collect();
+    let listed = chain::listed(&store, key).await.unwrap();
     assert_eq!(listed, names, "what was told uploaded is what the store lists");
 
     let body = store.get_object(key, full.size).await.unwrap();

@@ -16,15 +16,13 @@ use std::time::{Duration, Instant};
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::{DrillResult, EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::etcd::MemberClient;
-use etcdadm_shared::testing::{CREDENTIALS_SECRET, SeaweedFs, TempDir, etcd_tools_dir};
+use etcdadm_shared::testing::{SeaweedFs, TempDir, etcd_tools_dir};
 use etcdadm_sim::bench::{child_usage, usage_of};
 use etcdadm_sim::demo::etcd_tls;
-use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
+use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster, create_store_secrets};
 use etcdadm_sim::plane::{DEFAULT_KCP_ROLLOUT_STEP, Plane, PlaneOptions};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 const MIB: u64 = 1 << 20;
@@ -78,17 +76,7 @@ async fn main() {
     .unwrap();
     let client = plane.client.clone();
     let namespace = client.default_namespace().to_string();
-    let data: BTreeMap<String, ByteString> = s3
-        .credentials_secret_data()
-        .into_iter()
-        .map(|(k, v)| (k, ByteString(v.into_bytes())))
-        .collect();
-    let secret: Secret =
-        serde_json::from_value(json!({"metadata": {"name": CREDENTIALS_SECRET}, "data": data})).unwrap();
-    Api::<Secret>::default_namespaced(client.clone())
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    create_store_secrets(&client, &s3).await.unwrap();
     create_managed_cluster(
         &client,
         &namespace,

@@ -14,13 +14,11 @@ use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::etcd::MemberClient;
 use etcdadm_shared::store::MultipartWriter;
-use etcdadm_shared::testing::{CREDENTIALS_SECRET, SeaweedFs, TempDir};
+use etcdadm_shared::testing::{SeaweedFs, TempDir};
 use etcdadm_sim::bench::child_usage;
 use etcdadm_sim::demo::etcd_tls;
-use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
+use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster, create_store_secrets};
 use etcdadm_sim::plane::{DEFAULT_KCP_ROLLOUT_STEP, Plane, PlaneOptions};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
@@ -57,17 +55,7 @@ async fn main() {
     .unwrap();
     let client = plane.client.clone();
     let namespace = client.default_namespace().to_string();
-    let data: std::collections::BTreeMap<String, ByteString> = s3
-        .credentials_secret_data()
-        .into_iter()
-        .map(|(k, v)| (k, ByteString(v.into_bytes())))
-        .collect();
-    let secret: Secret =
-        serde_json::from_value(json!({"metadata": {"name": CREDENTIALS_SECRET}, "data": data})).unwrap();
-    Api::<Secret>::default_namespaced(client.clone())
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    create_store_secrets(&client, &s3).await.unwrap();
     create_managed_cluster(
         &client,
         &namespace,

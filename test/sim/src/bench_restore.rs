@@ -7,25 +7,23 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use etcd_client::GetOptions;
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::capi::Machine;
 use etcdadm_shared::api::snapshot::{DeltasRestored, EtcdadmSnapshot, SnapshotPhase};
-use etcdadm_shared::backup::delta::{self, chain::DeltaName};
+use etcdadm_shared::backup::delta::chain;
 use etcdadm_shared::etcd::{EtcdTls, MemberClient};
 use etcdadm_shared::names;
 use etcdadm_shared::store::StoreClient;
-use etcdadm_shared::testing::{CREDENTIALS_SECRET, SeaweedFs};
+use etcdadm_shared::testing::SeaweedFs;
 
 use crate::bench::spread;
 use crate::demo::etcd_tls;
 use crate::error::SimError;
-use crate::manifests::{ManagedCluster, create_managed_cluster};
+use crate::manifests::{ManagedCluster, create_managed_cluster, create_store_secrets};
 use crate::plane::{NAMESPACE, Plane, PlaneOptions};
 
 const POLL: Duration = Duration::from_millis(50);
@@ -204,27 +202,6 @@ struct RestoreRun {
     written: Option<i64>,
 }
 
-/// Secrets the store's `credentialsSecretRef` names.
-async fn store_credentials(client: &Client, s3: &SeaweedFs) -> Result<(), SimError> {
-    let data = s3
-        .credentials_secret_data()
-        .into_iter()
-        .map(|(k, v)| (k, ByteString(v.into_bytes())))
-        .collect();
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(CREDENTIALS_SECRET.into()),
-            ..Default::default()
-        },
-        data: Some(data),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(client.clone(), NAMESPACE)
-        .create(&PostParams::default(), &secret)
-        .await?;
-    Ok(())
-}
-
 /// Create the EtcdadmCluster `<name>-etcd` of one member with `extra_spec`, no control plane.
 async fn create_cluster(client: &Client, name: &str, extra_spec: Value) -> Result<(), SimError> {
     create_managed_cluster(
@@ -346,15 +323,10 @@ async fn continuous_snapshot(client: &Client) -> Result<EtcdadmSnapshot, SimErro
 /// Wait until the store holds deltas of the snapshot at `key` reaching revision `last`;
 /// returns how many objects.
 async fn wait_uploaded(store: &StoreClient, key: &str, last: i64) -> Result<usize, SimError> {
-    let prefix = delta::prefix(key);
     wait(&format!("deltas not uploaded up to revision {last}"), || async {
-        let names: Vec<DeltaName> = store
-            .list(&prefix)
+        let names = chain::listed(store, key)
             .await
-            .map_err(|e| SimError::Setup(format!("listing deltas: {e}")))?
-            .iter()
-            .filter_map(|o| DeltaName::parse(key, &o.key))
-            .collect();
+            .map_err(|e| SimError::Setup(format!("listing deltas: {e}")))?;
         let reached = names.iter().map(|n| n.last).max().unwrap_or(0);
         Ok((reached >= last).then_some(names.len()))
     })
@@ -729,7 +701,7 @@ pub async fn run_restore(work_dir: &Path, options: &RestoreOptions) -> Result<()
         .put_object("bench/warm-up", vec![0; 16])
         .await
         .map_err(|e| SimError::Setup(e.to_string()))?;
-    store_credentials(&plane.client, &s3).await?;
+    create_store_secrets(&plane.client, &s3).await?;
     let source = prepare_source(&plane, &s3, options).await?;
     let titles: Vec<&str> = phases(&Seen::default()).iter().map(|(what, _)| *what).collect();
     println!(

@@ -8,6 +8,9 @@ use serde_json::{Value, json};
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::capi::{Cluster, KubeadmControlPlane};
 use etcdadm_shared::names;
+use etcdadm_shared::testing::{CA_SECRET, CREDENTIALS_SECRET, SeaweedFs};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
 
 use crate::capi::{sim_cluster_resource, sim_machine_template_resource};
 use crate::error::SimError;
@@ -133,5 +136,32 @@ async fn create_kcp(client: &Client, ns: &str, name: &str, kcp_name: &str) -> Re
     Api::<KubeadmControlPlane>::namespaced(client.clone(), ns)
         .create(&pp, &kcp)
         .await?;
+    Ok(())
+}
+
+/// The Secret `CREDENTIALS_SECRET` with `s3`'s access key, which a `spec.backup.store` names,
+/// and for an https server the Secret `CA_SECRET` with its CA, in the client's namespace.
+pub async fn create_store_secrets(client: &Client, s3: &SeaweedFs) -> Result<(), kube::Error> {
+    let mut secrets = vec![(CREDENTIALS_SECRET, s3.credentials_secret_data())];
+    if s3.ca_pem().is_some() {
+        secrets.push((CA_SECRET, s3.ca_secret_data()));
+    }
+    for (name, data) in secrets {
+        let data = data
+            .into_iter()
+            .map(|(k, v)| (k, ByteString(v.into_bytes())))
+            .collect();
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            data: Some(data),
+            ..Default::default()
+        };
+        Api::<Secret>::default_namespaced(client.clone())
+            .create(&PostParams::default(), &secret)
+            .await?;
+    }
     Ok(())
 }

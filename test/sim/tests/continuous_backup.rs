@@ -10,7 +10,7 @@ mod lifecycle_support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
+use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
 use etcdadm_shared::backup::delta::{self, chain};
 use etcdadm_shared::store::StoreClient;
 use etcdadm_shared::testing::{SeaweedFs, TempDir};
@@ -44,15 +44,9 @@ async fn every_write_lands_in_deltas_after_the_newest_snapshot_and_goes_with_it(
     let snapshots: Api<EtcdadmSnapshot> = Api::default_namespaced(client.clone());
 
     // The controller takes the full snapshot the deltas follow.
-    let first = wait_for(&work, "a full snapshot for continuous backup", || async {
-        let list = snapshots.list(&Default::default()).await.unwrap().items;
-        list.into_iter().find(|s| {
-            s.phase() == SnapshotPhase::Succeeded && s.name_any().starts_with("cb-etcd-continuous-")
-        })
-    })
-    .await;
+    let first = continuous_snapshot(&client, "cb", &work, TIMEOUT).await;
     let base = first.status.clone().unwrap().revision.unwrap();
-    let key = object_key(&first);
+    let key = object_key(&first, BUCKET);
 
     let (member, written) = write_keys(&client, "cb", &etcd, 300).await;
     let recorded = wait_for(&work, "deltas up to the last write", || async {
@@ -97,7 +91,7 @@ async fn every_write_lands_in_deltas_after_the_newest_snapshot_and_goes_with_it(
     let mut kv = member.workload_client().await.unwrap();
     kv.put("after/newer", "x", None).await.unwrap();
     let newer = snapshots.get("cb-newer").await.unwrap();
-    let newer_key = object_key(&newer);
+    let newer_key = object_key(&newer, BUCKET);
     wait_for(&work, "deltas after the newer snapshot", || async {
         let names = listed(&bucket, &newer_key).await;
         (!names.is_empty()).then_some(())
@@ -125,21 +119,9 @@ async fn every_write_lands_in_deltas_after_the_newest_snapshot_and_goes_with_it(
     save_logs(&work, "continuous_backup");
 }
 
-/// The object key of a Succeeded snapshot (its location without the bucket).
-fn object_key(snapshot: &EtcdadmSnapshot) -> String {
-    let location = snapshot.status.clone().unwrap().location.unwrap();
-    location.strip_prefix(&format!("{BUCKET}/")).unwrap().to_string()
-}
-
 /// The delta objects the store lists after the snapshot at `key`.
 async fn listed(bucket: &StoreClient, key: &str) -> Vec<chain::DeltaName> {
-    bucket
-        .list(&delta::prefix(key))
-        .await
-        .unwrap()
-        .iter()
-        .filter_map(|o| chain::DeltaName::parse(key, &o.key))
-        .collect()
+    chain::listed(bucket, key).await.unwrap()
 }
 
 /// `check`'s answer, polled by `demo::eventually` for at most [`TIMEOUT`].

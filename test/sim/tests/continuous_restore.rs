@@ -17,15 +17,13 @@ use std::time::{Duration, SystemTime};
 
 use etcd_client::GetOptions;
 use etcdadm_shared::api::EtcdadmCluster;
-use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
-use etcdadm_shared::backup::delta::{self, chain};
+use etcdadm_shared::backup::delta::chain;
 use etcdadm_shared::etcd::MemberClient;
 use etcdadm_shared::testing::{SeaweedFs, TempDir};
 use etcdadm_sim::demo;
 use etcdadm_sim::plane::Plane;
 use etcdadm_sim_machines::Fault;
 use kube::ResourceExt;
-use kube::api::Api;
 use lifecycle_support::*;
 use serde_json::json;
 
@@ -50,14 +48,7 @@ async fn a_lost_cluster_recovers_every_write_but_the_last_seconds_and_a_restore_
     let backup = json!({"store": {"s3": store}, "continuous": {"interval": "5s"}});
     create(&client, "pr", 3, false, json!({}), json!({"backup": backup})).await;
     let etcd = wait_settled(&client, "pr", 3, TIMEOUT, &work).await;
-    let snapshots: Api<EtcdadmSnapshot> = Api::default_namespaced(client.clone());
-    let full = wait_for(&work, "a full snapshot for continuous backup", || async {
-        let list = snapshots.list(&Default::default()).await.unwrap().items;
-        list.into_iter().find(|s| {
-            s.phase() == SnapshotPhase::Succeeded && s.name_any().starts_with("pr-etcd-continuous-")
-        })
-    })
-    .await;
+    let full = continuous_snapshot(&client, "pr", &work, TIMEOUT).await;
     let base = full.status.clone().unwrap().revision.unwrap();
 
     // A client writes without pause; halfway, the keys at one revision are noted.
@@ -162,14 +153,8 @@ async fn a_lost_cluster_recovers_every_write_but_the_last_seconds_and_a_restore_
 
     // A damaged delta stops a restore by its key: one member holding the snapshot alone, never
     // Ready, no other Machine.
-    let key = object_key(&full);
-    let names: Vec<chain::DeltaName> = bucket
-        .list(&delta::prefix(&key))
-        .await
-        .unwrap()
-        .iter()
-        .filter_map(|o| chain::DeltaName::parse(&key, &o.key))
-        .collect();
+    let key = object_key(&full, BUCKET);
+    let names = chain::listed(&bucket, &key).await.unwrap();
     let damaged_key = names[1].key(&key);
     let mut damaged = bucket.get_object(&damaged_key, 64 << 20).await.unwrap();
     let at = damaged.len() / 2;
@@ -255,12 +240,6 @@ async fn wait_recovered(plane: &mut Plane, cluster: &str, work: &TempDir) -> Etc
         settled(&client, cluster, 3).await.ok()
     })
     .await
-}
-
-/// The object key of a Succeeded snapshot (its location without the bucket).
-fn object_key(snapshot: &EtcdadmSnapshot) -> String {
-    let location = snapshot.status.clone().unwrap().location.unwrap();
-    location.strip_prefix(&format!("{BUCKET}/")).unwrap().to_string()
 }
 
 /// `check`'s answer, polled by `demo::eventually` for at most [`TIMEOUT`].

@@ -11,8 +11,8 @@ mod lifecycle_support;
 
 use std::time::Duration;
 
-use etcdadm_shared::api::snapshot::{DrillResult, DrillStatus, EtcdadmSnapshot, SnapshotPhase};
-use etcdadm_shared::backup::delta::{self, chain};
+use etcdadm_shared::api::snapshot::{DrillResult, DrillStatus, EtcdadmSnapshot};
+use etcdadm_shared::backup::delta::chain;
 use etcdadm_shared::names;
 use etcdadm_shared::testing::{SeaweedFs, TempDir, etcd_tools_dir, run_promtool};
 use kube::ResourceExt;
@@ -57,26 +57,16 @@ async fn a_drill_of_a_whole_backup_passes_and_one_of_a_damaged_delta_fails_and_a
     .await;
     let etcd = wait_settled(&client, "rd", 3, TIMEOUT, &work).await;
     let snapshots: Api<EtcdadmSnapshot> = Api::default_namespaced(client.clone());
-    let first = wait_for(&work, "a full snapshot for continuous backup", || async {
-        let list = snapshots.list(&Default::default()).await.unwrap().items;
-        list.into_iter().find(|s| {
-            s.phase() == SnapshotPhase::Succeeded && s.name_any().starts_with("rd-etcd-continuous-")
-        })
-    })
-    .await;
+    let first = continuous_snapshot(&client, "rd", &work, TIMEOUT).await;
     let name = first.name_any();
 
     // Writes after the snapshot, in the deltas; a drill asked for now restores all of them
     // and passes (the schedule's, every minute, would do the same, a minute later).
     let (member, written) = write_keys(&client, "rd", &etcd, 300).await;
-    let key = object_key(&first);
+    let key = object_key(&first, BUCKET);
     wait_for(&work, "every write in the deltas", || async {
-        let listed = bucket.list(&delta::prefix(&key)).await.ok()?;
-        let reached = listed
-            .iter()
-            .filter_map(|o| chain::DeltaName::parse(&key, &o.key))
-            .map(|d| d.last)
-            .max()?;
+        let listed = chain::listed(&bucket, &key).await.ok()?;
+        let reached = listed.iter().map(|d| d.last).max()?;
         (reached >= written).then_some(())
     })
     .await;
@@ -117,13 +107,7 @@ async fn a_drill_of_a_whole_backup_passes_and_one_of_a_damaged_delta_fails_and_a
     );
 
     // A flipped byte in the first delta object: the next drill fails by its key.
-    let listed: Vec<chain::DeltaName> = bucket
-        .list(&delta::prefix(&key))
-        .await
-        .unwrap()
-        .iter()
-        .filter_map(|o| chain::DeltaName::parse(&key, &o.key))
-        .collect();
+    let listed = chain::listed(&bucket, &key).await.unwrap();
     let damaged_key = listed.iter().min().unwrap().key(&key);
     let mut damaged = bucket.get_object(&damaged_key, 64 << 20).await.unwrap();
     let middle = damaged.len() / 2;
@@ -181,12 +165,6 @@ fn processes_naming(dir: &std::path::Path) -> Vec<String> {
 /// `status.lastDrill` of snapshot `name`, once it has one.
 async fn last_drill(snapshots: &Api<EtcdadmSnapshot>, name: &str) -> Option<DrillStatus> {
     snapshots.get(name).await.ok()?.status?.last_drill
-}
-
-/// The object key of a Succeeded snapshot (its location without the bucket).
-fn object_key(snapshot: &EtcdadmSnapshot) -> String {
-    let location = snapshot.status.clone().unwrap().location.unwrap();
-    location.strip_prefix(&format!("{BUCKET}/")).unwrap().to_string()
 }
 
 /// The controller's /metrics once the series `name` of this scenario's cluster reads `value`.

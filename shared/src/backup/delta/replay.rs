@@ -7,7 +7,7 @@
 use super::apply::{self, Leases};
 use super::chain::{self, Chain, ChainError, DeltaName, Target};
 use super::record::MAX_DELTA_BYTES;
-use super::{DeltaError, decode, prefix};
+use super::{DeltaError, decode};
 use crate::store::{StoreClient, StoreError};
 
 /// The largest delta object read: the recorder seals one past [`MAX_DELTA_BYTES`] of events,
@@ -75,13 +75,9 @@ pub async fn verify(
     recorded: Option<i64>,
     target: Target,
 ) -> Result<Verified, ReplayError> {
-    let listed: Vec<DeltaName> = store
-        .list(&prefix(snapshot_key))
+    let listed = chain::listed(store, snapshot_key)
         .await
-        .map_err(ReplayError::List)?
-        .iter()
-        .filter_map(|o| DeltaName::parse(snapshot_key, &o.key))
-        .collect();
+        .map_err(ReplayError::List)?;
     let chain = chain::plan(base, &listed, recorded, target)?;
     let mut verified = Verified {
         sums: Vec::with_capacity(chain.deltas.len()),

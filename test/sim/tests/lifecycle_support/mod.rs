@@ -15,10 +15,10 @@ use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::etcd::MemberClient;
 use etcdadm_shared::names;
 use etcdadm_shared::pki::IssuedCertificate;
-use etcdadm_shared::testing::{CA_SECRET, CREDENTIALS_SECRET, SeaweedFs, TempDir, mtls_http_client};
+use etcdadm_shared::testing::{SeaweedFs, TempDir, mtls_http_client};
 use etcdadm_sim::demo;
 use etcdadm_sim::history::{History, MachineLog, MachineRecorder, RECORD_EVERY, Recorder};
-use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster};
+use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster, create_store_secrets};
 use etcdadm_sim::plane::{Plane, PlaneOptions};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -125,28 +125,7 @@ pub async fn create(
 /// The Secret [`CREDENTIALS_SECRET`] with `s3`'s access key, which a `spec.backup.store` names,
 /// and for an https server the Secret [`CA_SECRET`] with its CA.
 pub async fn store_credentials(client: &Client, s3: &SeaweedFs) {
-    let mut secrets = vec![(CREDENTIALS_SECRET, s3.credentials_secret_data())];
-    if s3.ca_pem().is_some() {
-        secrets.push((CA_SECRET, s3.ca_secret_data()));
-    }
-    for (name, data) in secrets {
-        let data = data
-            .into_iter()
-            .map(|(k, v)| (k, ByteString(v.into_bytes())))
-            .collect();
-        let secret = Secret {
-            metadata: kube::api::ObjectMeta {
-                name: Some(name.into()),
-                ..Default::default()
-            },
-            data: Some(data),
-            ..Default::default()
-        };
-        Api::<Secret>::default_namespaced(client.clone())
-            .create(&kube::api::PostParams::default(), &secret)
-            .await
-            .unwrap();
-    }
+    create_store_secrets(client, s3).await.unwrap();
 }
 
 /// Merge-patch the EtcdadmCluster `<cluster>-etcd`'s spec.
@@ -1076,4 +1055,28 @@ pub async fn annotate_etcd_cluster(client: &Client, cluster: &str, key: &str, va
         )
         .await
         .unwrap();
+}
+
+/// The object key of a Succeeded snapshot in `bucket` (its location without the bucket).
+pub fn object_key(snapshot: &EtcdadmSnapshot, bucket: &str) -> String {
+    let location = snapshot.status.clone().unwrap().location.unwrap();
+    location.strip_prefix(&format!("{bucket}/")).unwrap().to_string()
+}
+
+/// The full snapshot continuous backup takes for `cluster` (`<cluster>-etcd-continuous-<time>`),
+/// once Succeeded, waited for at most `timeout`.
+pub async fn continuous_snapshot(
+    client: &Client,
+    cluster: &str,
+    work: &TempDir,
+    timeout: Duration,
+) -> EtcdadmSnapshot {
+    let snapshots: Api<EtcdadmSnapshot> = Api::default_namespaced(client.clone());
+    let prefix = format!("{cluster}-etcd-continuous-");
+    wait_until(work, "a full snapshot for continuous backup", timeout, || async {
+        let list = snapshots.list(&Default::default()).await.unwrap().items;
+        list.into_iter()
+            .find(|s| s.phase() == SnapshotPhase::Succeeded && s.name_any().starts_with(&prefix))
+    })
+    .await
 }
