@@ -97,8 +97,9 @@ async fn report(out: &Outputs<'_>, o: &Observation, step: &Step) {
     }
 }
 
-/// Write status if it changed, and publish the Events of its transitions. Returns the object as
-/// written, if it was.
+/// Publish the Events of the status's transitions, then write status if it changed. Returns the
+/// object as written, if it was. The Events go first: a controller killed between the two sees
+/// the same transitions again and repeats them, where the other order would lose them for good.
 async fn write_status(
     out: &Outputs<'_>,
     o: &Observation,
@@ -112,12 +113,12 @@ async fn write_status(
         Step::observe_concern_metrics(m, ns, name, o, &status);
     });
     let old: EtcdadmClusterStatus = etcd.status.clone().unwrap_or_default();
+    for t in transitions {
+        out.publish(etcd, t).await;
+    }
     let mut written = None;
     if status != old {
         written = Some(out.write_status(etcd, &status).await?);
-    }
-    for t in transitions {
-        out.publish(etcd, t).await;
     }
     Ok(written)
 }
