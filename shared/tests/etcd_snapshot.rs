@@ -92,6 +92,34 @@ async fn a_snapshot_waits_out_a_member_restarting_as_it_begins() {
     assert_eq!(stored.revision, written);
 }
 
+/// A member too busy to answer the snapshot's first call within its deadline (frozen here for
+/// three deadlines) is asked again, not reported unreachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_waits_out_a_member_too_busy_to_answer_as_it_begins() {
+    let ca = ca();
+    let cluster = TlsEtcdCluster::start(&ca, 1);
+    let tls = EtcdTls::issued_by(&ca, "snapshot-test", Duration::from_secs(600)).unwrap();
+    let member = MemberClient::new(&cluster.client_urls()[0], &tls, Duration::from_secs(1)).unwrap();
+    wait_healthy(&member).await;
+    let mut kv = member.workload_client().await.unwrap();
+    kv.put("key/a", "value", None).await.unwrap();
+    let written = member.local_revision().await.unwrap();
+    let s3 = SeaweedFs::start().await;
+    let store = s3.create_bucket("etcd-backups").await;
+    let key = "default/c1-etcd/snap-busy.db";
+    let upload = store.create_multipart_upload(key).await.unwrap();
+
+    cluster.members[0].freeze(true);
+    let snapshot = stream_to_store(&member, &store, key, &upload, StreamLimits::with_idle(IDLE));
+    let thaw = async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        cluster.members[0].freeze(false);
+    };
+    let (stored, ()) = tokio::join!(snapshot, thaw);
+    let stored = stored.unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+    assert_eq!(stored.revision, written);
+}
+
 #[tokio::test]
 async fn a_followers_snapshot_lands_in_s3_and_restores_every_key() {
     let ca = ca();

@@ -158,16 +158,17 @@ pub async fn stream_to_store(
 }
 
 /// How long a snapshot's first call waits out a member that does not answer: etcd restarting
-/// (systemd's `Restart=on-failure`, a person's `systemctl restart`), about a second.
+/// (systemd's `Restart=on-failure`, a person's `systemctl restart`), about a second, or one too
+/// busy to answer within the call's deadline (seen on two loaded cores).
 const FIRST_ANSWER_WAIT: Duration = Duration::from_secs(15);
 
-/// The member's revision, asked again every half second while it is unreachable, until
-/// [`FIRST_ANSWER_WAIT`] has passed.
+/// The member's revision, asked again every half second while it is unreachable or does not
+/// answer in time, until [`FIRST_ANSWER_WAIT`] has passed (a call begun before then is the last).
 async fn first_revision(member: &MemberClient) -> Result<i64, EtcdError> {
     let deadline = Instant::now() + FIRST_ANSWER_WAIT;
     loop {
         match member.local_revision().await {
-            Err(EtcdError::Unreachable { .. }) if Instant::now() < deadline => {
+            Err(EtcdError::Unreachable { .. } | EtcdError::Timeout { .. }) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             answer => return answer,

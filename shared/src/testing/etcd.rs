@@ -303,6 +303,18 @@ impl EtcdMemberProcess {
         self.child = None;
     }
 
+    /// SIGSTOP (`true`) or SIGCONT (`false`) the process: a member that holds every connection
+    /// and answers nothing until it is thawed, as one starved of CPU does.
+    pub fn freeze(&self, frozen: bool) {
+        if let Some(child) = self.child.as_ref() {
+            let signal = if frozen { "-STOP" } else { "-CONT" };
+            let status = Command::new("kill")
+                .args([signal, &child.id().to_string()])
+                .status();
+            assert!(status.is_ok_and(|s| s.success()), "kill {signal} {}", self.name);
+        }
+    }
+
     /// Start the stopped process again with the same flags and data dir (etcd then ignores the
     /// initial-cluster flags and recovers from its data), and wait until it listens.
     pub fn restart(&mut self) {
