@@ -278,41 +278,83 @@ async fn lose_quorum(plane: &Plane, cluster: &str, etcd: &EtcdadmCluster, work: 
     members.into_iter().find(|m| m.is_leader).unwrap().name
 }
 
-/// Wait until the recovery finished (annotation gone, settled at three); the cluster, and the
-/// recovery phases seen on the way; with `kill`, the controller is SIGKILLed (and restarted)
-/// within 1.5 s of each phase beginning.
+/// Every change of `<cluster>-etcd`'s `status.recovery.phase`, in order, from a watch: a
+/// phase can pass between two polls (Replacing takes well under a second on a quick machine).
+struct PhaseFollower {
+    changes: tokio::sync::mpsc::UnboundedReceiver<Option<RecoveryPhase>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PhaseFollower {
+    /// Started before the recovery is asked for, so its first phase is seen too.
+    fn start(client: &kube::Client, cluster: &str) -> PhaseFollower {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let (tx, changes) = tokio::sync::mpsc::unbounded_channel();
+        let config = watcher::Config::default().fields(&format!("metadata.name={cluster}-etcd"));
+        let stream = watcher(etcd_api(client), config).applied_objects();
+        let task = tokio::spawn(async move {
+            tokio::pin!(stream);
+            let mut last = None;
+            while let Some(event) = stream.next().await {
+                let Ok(etcd) = event else { continue };
+                let phase = etcd.status.and_then(|s| s.recovery).map(|r| r.phase);
+                if phase != last {
+                    last = phase;
+                    let _ = tx.send(phase);
+                }
+            }
+        });
+        PhaseFollower { changes, task }
+    }
+}
+
+impl Drop for PhaseFollower {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Wait until `cluster`'s recovery finished (the annotation gone, the phase over as `follower`
+/// saw it, three members settled): the cluster then, and the phases it went through. With
+/// `kill`, the controller is SIGKILLed as each phase begins or a little into it, and at once
+/// should the next phase begin meanwhile (which is then killed into as well).
 async fn wait_recovered(
     plane: &mut Plane,
     cluster: &str,
     work: &TempDir,
+    follower: &mut PhaseFollower,
     mut kill: Option<&mut Rng>,
 ) -> (EtcdadmCluster, Vec<RecoveryPhase>) {
     let deadline = Instant::now() + Duration::from_secs(240);
     let mut phases: Vec<RecoveryPhase> = Vec::new();
+    let mut now = None;
+    let mut queued = std::collections::VecDeque::new();
     loop {
-        let etcd = etcd_api(&plane.client)
-            .get(&format!("{cluster}-etcd"))
-            .await
-            .unwrap();
-        let phase = etcd
-            .status
-            .as_ref()
-            .and_then(|s| s.recovery.as_ref())
-            .map(|r| r.phase);
-        if let Some(phase) = phase
-            && phases.last() != Some(&phase)
-        {
+        while let Ok(change) = follower.changes.try_recv() {
+            queued.push_back(change);
+        }
+        while let Some(change) = queued.pop_front() {
+            now = change;
+            let Some(phase) = change else { continue };
             phases.push(phase);
             if let Some(rng) = kill.as_deref_mut() {
-                // Killed as the phase begins, or a little into it.
-                tokio::time::sleep(rng.millis(1500)).await;
+                let next = tokio::time::timeout(rng.millis(1500), follower.changes.recv()).await;
+                if let Ok(Some(next)) = next {
+                    queued.push_back(next);
+                }
                 plane.kill_controller(CONTROLLER).await.unwrap();
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 plane.restart_controller(CONTROLLER).unwrap();
             }
         }
-        if !etcd.annotations().contains_key(RECOVER)
-            && phase.is_none()
+        let etcd = etcd_api(&plane.client)
+            .get(&format!("{cluster}-etcd"))
+            .await
+            .unwrap();
+        if !phases.is_empty()
+            && now.is_none()
+            && !etcd.annotations().contains_key(RECOVER)
             && let Ok(etcd) = settled(&plane.client, cluster, 3).await
         {
             return (etcd, phases);
@@ -349,9 +391,10 @@ async fn a_cluster_that_lost_quorum_is_recovered_from_its_survivor_then_from_a_n
     // (a) A client's writes, two machines gone for good, `latest`.
     let keys = write_keys(&client, "q2", &etcd, "a", 300).await;
     let survivor = lose_quorum(&plane, "q2", &etcd, &work).await;
+    let mut follower = PhaseFollower::start(&client, "q2");
     let started = Instant::now();
     annotate_cluster(&client, "q2", Some("latest")).await;
-    let (etcd, phases) = wait_recovered(&mut plane, "q2", &work, None).await;
+    let (etcd, phases) = wait_recovered(&mut plane, "q2", &work, &mut follower, None).await;
     println!(
         "recovered from latest: annotation to Ready in {:.1}s",
         started.elapsed().as_secs_f64()
@@ -486,7 +529,7 @@ async fn a_cluster_that_lost_quorum_is_recovered_from_its_survivor_then_from_a_n
     lose_quorum(&plane, "q2", &etcd, &work).await;
     let started = Instant::now();
     annotate_cluster(&client, "q2", Some("snapshot/q2-nightly")).await;
-    let (etcd, phases) = wait_recovered(&mut plane, "q2", &work, None).await;
+    let (etcd, phases) = wait_recovered(&mut plane, "q2", &work, &mut follower, None).await;
     println!(
         "recovered from a named snapshot: annotation to Ready in {:.1}s",
         started.elapsed().as_secs_f64()
@@ -538,6 +581,7 @@ async fn a_recovery_converges_to_one_cluster_when_the_controller_is_sigkilled_at
     let (_s3, mut plane) = backed_up(19, "q3", &work).await;
     let client = plane.client.clone();
     let ca = fingerprint_of(&client, "q3").await.2;
+    let mut follower = PhaseFollower::start(&client, "q3");
     for run in 0..runs {
         let mut rng = Rng::new(seed.wrapping_add(run));
         let etcd = etcd_api(&client).get("q3-etcd").await.unwrap();
@@ -545,7 +589,7 @@ async fn a_recovery_converges_to_one_cluster_when_the_controller_is_sigkilled_at
         lose_quorum(&plane, "q3", &etcd, &work).await;
         annotate_cluster(&client, "q3", Some("latest")).await;
         let started = Instant::now();
-        let (etcd, phases) = wait_recovered(&mut plane, "q3", &work, Some(&mut rng)).await;
+        let (etcd, phases) = wait_recovered(&mut plane, "q3", &work, &mut follower, Some(&mut rng)).await;
         println!(
             "run {run} (seed {}): killed at {phases:?}, recovered in {:.1}s",
             seed.wrapping_add(run),
@@ -766,6 +810,7 @@ async fn two_machines_the_infrastructure_reports_failed_are_recovered_automatica
         plane.runtime.fault(name, Fault::Fail).unwrap();
     }
     wait_ready_reason(&client, "q5", "QuorumLost", &work).await;
+    let mut follower = PhaseFollower::start(&client, "q5");
     let started = Instant::now();
     // Past due until the recovery begins.
     loop {
@@ -781,7 +826,7 @@ async fn two_machines_the_infrastructure_reports_failed_are_recovered_automatica
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let (etcd, phases) = wait_recovered(&mut plane, "q5", &work, None).await;
+    let (etcd, phases) = wait_recovered(&mut plane, "q5", &work, &mut follower, None).await;
     println!(
         "recovered automatically from {failed:?} reported failed: {:.1}s",
         started.elapsed().as_secs_f64()
