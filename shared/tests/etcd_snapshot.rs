@@ -68,54 +68,49 @@ async fn wait_healthy(member: &MemberClient) {
 /// environment file) is waited for, not reported unreachable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_waits_out_a_member_restarting_as_it_begins() {
-    let ca = ca();
-    let mut cluster = TlsEtcdCluster::start(&ca, 1);
-    let tls = EtcdTls::issued_by(&ca, "snapshot-test", Duration::from_secs(600)).unwrap();
-    let member = MemberClient::new(&cluster.client_urls()[0], &tls, Duration::from_secs(5)).unwrap();
-    wait_healthy(&member).await;
-    let mut kv = member.workload_client().await.unwrap();
-    kv.put("key/a", "value", None).await.unwrap();
-    let written = member.local_revision().await.unwrap();
-    let s3 = SeaweedFs::start().await;
-    let store = s3.create_bucket("etcd-backups").await;
-    let key = "default/c1-etcd/snap-restart.db";
-    let upload = store.create_multipart_upload(key).await.unwrap();
-
-    cluster.stop(0);
-    let snapshot = stream_to_store(&member, &store, key, &upload, StreamLimits::with_idle(IDLE));
-    let restart = async {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        tokio::task::block_in_place(|| cluster.restart(0));
-    };
-    let (stored, ()) = tokio::join!(snapshot, restart);
-    let stored = stored.unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
-    assert_eq!(stored.revision, written);
+    let stop = |cluster: &mut TlsEtcdCluster| cluster.stop(0);
+    let restart = |cluster: &mut TlsEtcdCluster| cluster.restart(0);
+    snapshot_through(Duration::from_secs(5), stop, Duration::from_secs(2), restart).await;
 }
 
 /// A member too busy to answer the snapshot's first call within its deadline (frozen here for
 /// three deadlines) is asked again, not reported unreachable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_waits_out_a_member_too_busy_to_answer_as_it_begins() {
+    let freeze = |cluster: &mut TlsEtcdCluster| cluster.members[0].freeze(true);
+    let thaw = |cluster: &mut TlsEtcdCluster| cluster.members[0].freeze(false);
+    snapshot_through(Duration::from_secs(1), freeze, Duration::from_secs(3), thaw).await;
+}
+
+/// A snapshot of a one-member cluster holding one key, begun once `trouble` struck the member
+/// (its client waiting `call_deadline` for each call) and `lasting` before `end` lifts it: it
+/// must be stored, at that key's revision.
+async fn snapshot_through(
+    call_deadline: Duration,
+    trouble: fn(&mut TlsEtcdCluster),
+    lasting: Duration,
+    end: fn(&mut TlsEtcdCluster),
+) {
     let ca = ca();
-    let cluster = TlsEtcdCluster::start(&ca, 1);
+    let mut cluster = TlsEtcdCluster::start(&ca, 1);
     let tls = EtcdTls::issued_by(&ca, "snapshot-test", Duration::from_secs(600)).unwrap();
-    let member = MemberClient::new(&cluster.client_urls()[0], &tls, Duration::from_secs(1)).unwrap();
+    let member = MemberClient::new(&cluster.client_urls()[0], &tls, call_deadline).unwrap();
     wait_healthy(&member).await;
     let mut kv = member.workload_client().await.unwrap();
     kv.put("key/a", "value", None).await.unwrap();
     let written = member.local_revision().await.unwrap();
     let s3 = SeaweedFs::start().await;
     let store = s3.create_bucket("etcd-backups").await;
-    let key = "default/c1-etcd/snap-busy.db";
+    let key = "default/c1-etcd/snap-troubled.db";
     let upload = store.create_multipart_upload(key).await.unwrap();
 
-    cluster.members[0].freeze(true);
+    trouble(&mut cluster);
     let snapshot = stream_to_store(&member, &store, key, &upload, StreamLimits::with_idle(IDLE));
-    let thaw = async {
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        cluster.members[0].freeze(false);
+    let lifted = async {
+        tokio::time::sleep(lasting).await;
+        tokio::task::block_in_place(|| end(&mut cluster));
     };
-    let (stored, ()) = tokio::join!(snapshot, thaw);
+    let (stored, ()) = tokio::join!(snapshot, lifted);
     let stored = stored.unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
     assert_eq!(stored.revision, written);
 }
