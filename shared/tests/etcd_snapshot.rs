@@ -257,7 +257,7 @@ async fn contents(kv: &mut etcd_client::Client, revision: Option<i64>) -> BTreeM
 /// and a missing one as a gap, before anything is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deltas_after_a_full_snapshot_restore_to_the_latest_write_or_to_a_revision() {
-    use etcdadm_shared::backup::delta::{self, chain, record, replay};
+    use etcdadm_shared::backup::delta::{self, chain, listing, record, replay};
 
     let ca = ca();
     let source = TlsEtcdCluster::start(&ca, 1);
@@ -366,7 +366,7 @@ async fn deltas_after_a_full_snapshot_restore_to_the_latest_write_or_to_a_revisi
         names.len() >= 3,
         "deltas every 200 ms over 2 s of writes: {names:?}"
     );
-    let listed = chain::listed(&store, key).await.unwrap();
+    let listed = listing::listed(&store, key).await.unwrap();
     assert_eq!(listed, names, "what was told uploaded is what the store lists");
 
     let body = store.get_object(key, full.size).await.unwrap();

@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 
 pub mod apply;
 pub mod chain;
+pub mod listing;
 pub mod record;
 pub mod replay;
 

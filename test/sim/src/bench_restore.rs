@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::capi::Machine;
 use etcdadm_shared::api::snapshot::{DeltasRestored, EtcdadmSnapshot, SnapshotPhase};
-use etcdadm_shared::backup::delta::chain;
+use etcdadm_shared::backup::delta::listing;
 use etcdadm_shared::etcd::{EtcdTls, MemberClient};
 use etcdadm_shared::names;
 use etcdadm_shared::store::StoreClient;
@@ -324,7 +324,7 @@ async fn continuous_snapshot(client: &Client) -> Result<EtcdadmSnapshot, SimErro
 /// returns how many objects.
 async fn wait_uploaded(store: &StoreClient, key: &str, last: i64) -> Result<usize, SimError> {
     wait(&format!("deltas not uploaded up to revision {last}"), || async {
-        let names = chain::listed(store, key)
+        let names = listing::listed(store, key)
             .await
             .map_err(|e| SimError::Setup(format!("listing deltas: {e}")))?;
         let reached = names.iter().map(|n| n.last).max().unwrap_or(0);

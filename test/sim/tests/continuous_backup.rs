@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
-use etcdadm_shared::backup::delta::{self, chain};
+use etcdadm_shared::backup::delta::{self, chain, listing};
 use etcdadm_shared::store::StoreClient;
 use etcdadm_shared::testing::{SeaweedFs, TempDir};
 use kube::ResourceExt;
@@ -121,7 +121,7 @@ async fn every_write_lands_in_deltas_after_the_newest_snapshot_and_goes_with_it(
 
 /// The delta objects the store lists after the snapshot at `key`.
 async fn listed(bucket: &StoreClient, key: &str) -> Vec<chain::DeltaName> {
-    chain::listed(bucket, key).await.unwrap()
+    listing::listed(bucket, key).await.unwrap()
 }
 
 /// `check`'s answer, polled by `demo::eventually` for at most [`TIMEOUT`].

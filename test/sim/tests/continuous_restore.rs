@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 
 use etcd_client::GetOptions;
 use etcdadm_shared::api::EtcdadmCluster;
-use etcdadm_shared::backup::delta::chain;
+use etcdadm_shared::backup::delta::listing;
 use etcdadm_shared::etcd::MemberClient;
 use etcdadm_shared::testing::{SeaweedFs, TempDir};
 use etcdadm_sim::demo;
@@ -154,7 +154,7 @@ async fn a_lost_cluster_recovers_every_write_but_the_last_seconds_and_a_restore_
     // A damaged delta stops a restore by its key: one member holding the snapshot alone, never
     // Ready, no other Machine.
     let key = object_key(&full, BUCKET);
-    let names = chain::listed(&bucket, &key).await.unwrap();
+    let names = listing::listed(&bucket, &key).await.unwrap();
     let damaged_key = names[1].key(&key);
     let mut damaged = bucket.get_object(&damaged_key, 64 << 20).await.unwrap();
     let at = damaged.len() / 2;

@@ -12,7 +12,7 @@ mod lifecycle_support;
 use std::time::Duration;
 
 use etcdadm_shared::api::snapshot::{DrillResult, DrillStatus, EtcdadmSnapshot};
-use etcdadm_shared::backup::delta::chain;
+use etcdadm_shared::backup::delta::listing;
 use etcdadm_shared::names;
 use etcdadm_shared::testing::{SeaweedFs, TempDir, etcd_tools_dir, run_promtool};
 use kube::ResourceExt;
@@ -65,7 +65,7 @@ async fn a_drill_of_a_whole_backup_passes_and_one_of_a_damaged_delta_fails_and_a
     let (member, written) = write_keys(&client, "rd", &etcd, 300).await;
     let key = object_key(&first, BUCKET);
     wait_for(&work, "every write in the deltas", || async {
-        let listed = chain::listed(&bucket, &key).await.ok()?;
+        let listed = listing::listed(&bucket, &key).await.ok()?;
         let reached = listed.iter().map(|d| d.last).max()?;
         (reached >= written).then_some(())
     })
@@ -107,7 +107,7 @@ async fn a_drill_of_a_whole_backup_passes_and_one_of_a_damaged_delta_fails_and_a
     );
 
     // A flipped byte in the first delta object: the next drill fails by its key.
-    let listed = chain::listed(&bucket, &key).await.unwrap();
+    let listed = listing::listed(&bucket, &key).await.unwrap();
     let damaged_key = listed.iter().min().unwrap().key(&key);
     let mut damaged = bucket.get_object(&damaged_key, 64 << 20).await.unwrap();
     let middle = damaged.len() / 2;

@@ -19,7 +19,8 @@ use tracing::{info, warn};
 
 use etcdadm_shared::api::EtcdadmCluster;
 use etcdadm_shared::api::snapshot::EtcdadmSnapshot;
-use etcdadm_shared::backup::delta::chain::{self, DeltaName};
+use etcdadm_shared::backup::delta::chain::DeltaName;
+use etcdadm_shared::backup::delta::listing;
 use etcdadm_shared::backup::delta::record::{Ended, MAX_DELTA_BYTES, RecordLimits, Recorder};
 use etcdadm_shared::etcd::{EtcdTls, MemberClient};
 use etcdadm_shared::manager::events::{EventNote, Recorder as EventRecorder};
@@ -323,7 +324,7 @@ async fn sleep_until_due(recorded: Option<tokio::time::Instant>) {
 
 /// The last delta after `key` the store lists (none: none yet).
 async fn last_listed(store: &StoreClient, key: &str) -> Result<Option<DeltaName>, String> {
-    let listed = chain::listed(store, key).await.map_err(|e| e.to_string())?;
+    let listed = listing::listed(store, key).await.map_err(|e| e.to_string())?;
     Ok(listed.into_iter().max_by_key(|n| n.seq))
 }
 

@@ -2,21 +2,9 @@
 //! downloaded: the chain after a full snapshot must be whole (numbered without a repeat, each
 //! starting at the revision after the previous one's last) up to the point restored, or the
 //! restore stops saying what is missing; nothing is restored partially. The names themselves
-//! come from the store's listing (`listed`).
+//! come from the store's listing (`listing.rs`).
 
 use super::prefix;
-use crate::store::{StoreClient, StoreError};
-
-/// The delta objects `store` lists beside the full snapshot `snapshot_key` (other keys under
-/// its prefix are not deltas and are passed over), in the listing's order.
-pub async fn listed(store: &StoreClient, snapshot_key: &str) -> Result<Vec<DeltaName>, StoreError> {
-    Ok(store
-        .list(&prefix(snapshot_key))
-        .await?
-        .iter()
-        .filter_map(|o| DeltaName::parse(snapshot_key, &o.key))
-        .collect())
-}
 
 /// A delta object as its key names it: `<snapshot key>.deltas/<seq>-<first>-<last>-<first ms>-<last ms>`,
 /// numbers zero-padded so that a listing sorts in order.

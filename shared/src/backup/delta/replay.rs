@@ -6,6 +6,7 @@
 
 use super::apply::{self, Leases};
 use super::chain::{self, Chain, ChainError, DeltaName, Target};
+use super::listing;
 use super::record::MAX_DELTA_BYTES;
 use super::{DeltaError, decode};
 use crate::store::{StoreClient, StoreError};
@@ -75,7 +76,7 @@ pub async fn verify(
     recorded: Option<i64>,
     target: Target,
 ) -> Result<Verified, ReplayError> {
-    let listed = chain::listed(store, snapshot_key)
+    let listed = listing::listed(store, snapshot_key)
         .await
         .map_err(ReplayError::List)?;
     let chain = chain::plan(base, &listed, recorded, target)?;
