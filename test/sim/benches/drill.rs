@@ -18,6 +18,7 @@ use etcdadm_shared::api::snapshot::{DrillResult, EtcdadmSnapshot, SnapshotPhase}
 use etcdadm_shared::etcd::MemberClient;
 use etcdadm_shared::testing::{SeaweedFs, TempDir, etcd_tools_dir};
 use etcdadm_sim::bench::{child_usage, usage_of};
+use etcdadm_sim::bench_inputs::{fill_database, number_arg};
 use etcdadm_sim::demo::etcd_tls;
 use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster, create_store_secrets};
 use etcdadm_sim::plane::{DEFAULT_KCP_ROLLOUT_STEP, Plane, PlaneOptions};
@@ -27,15 +28,6 @@ use serde_json::json;
 
 const MIB: u64 = 1 << 20;
 const BUCKET: &str = "etcd-backups";
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} takes a number")))
-        .unwrap_or(default)
-}
 
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / MIB as f64
@@ -50,8 +42,8 @@ struct Peak {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let target = arg("--size-mib", 100) * MIB;
-    let events = arg("--events", 10_000);
+    let target = number_arg("--size-mib", 100).unwrap() * MIB;
+    let events = number_arg("--events", 10_000).unwrap();
     let work = TempDir::new("bench-drill");
     let scratch = work.path().join("drills");
     std::fs::create_dir_all(&scratch).unwrap();
@@ -103,14 +95,7 @@ async fn main() {
     let tls = etcd_tls(&client, &namespace, "big").await.unwrap().unwrap();
     let member = MemberClient::new(&url, &tls, Duration::from_secs(30)).unwrap();
     let mut kv = member.workload_client().await.unwrap();
-    let mut i = 0u64;
-    while member.status().await.unwrap().db_size < target {
-        for _ in 0..16 {
-            let value: Vec<u8> = (0..MIB).map(|b| (b ^ i.wrapping_mul(2654435761)) as u8).collect();
-            kv.put(format!("bulk/{i:06}"), value, None).await.unwrap();
-            i += 1;
-        }
-    }
+    fill_database(&member, &mut kv, target).await.unwrap();
 
     // Continuous backup and a drill every minute; the full snapshot first, then the writes.
     let backup = json!({"spec": {"backup": {"store": {"s3": serde_json::to_value(s3.store(BUCKET)).unwrap()},

@@ -16,6 +16,7 @@ use etcdadm_shared::etcd::MemberClient;
 use etcdadm_shared::store::MultipartWriter;
 use etcdadm_shared::testing::{SeaweedFs, TempDir};
 use etcdadm_sim::bench::child_usage;
+use etcdadm_sim::bench_inputs::{fill_database, number_arg};
 use etcdadm_sim::demo::etcd_tls;
 use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster, create_store_secrets};
 use etcdadm_sim::plane::{DEFAULT_KCP_ROLLOUT_STEP, Plane, PlaneOptions};
@@ -25,22 +26,13 @@ use serde_json::json;
 const MIB: u64 = 1 << 20;
 const BUCKET: &str = "etcd-backups";
 
-fn size_mib() -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == "--size-mib")
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().expect("--size-mib takes a number"))
-        .unwrap_or(256)
-}
-
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / MIB as f64
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let target = size_mib() * MIB;
+    let target = number_arg("--size-mib", 256).unwrap() * MIB;
     let work = TempDir::new("bench-snapshot");
     let s3 = SeaweedFs::start().await;
     let bucket = s3.create_bucket(BUCKET).await;
@@ -91,14 +83,7 @@ async fn main() {
     let member = MemberClient::new(&url, &tls, Duration::from_secs(30)).unwrap();
     let mut kv = member.workload_client().await.unwrap();
     let filling = Instant::now();
-    let mut i = 0u64;
-    while member.status().await.unwrap().db_size < target {
-        for _ in 0..16 {
-            let value: Vec<u8> = (0..MIB).map(|b| (b ^ i.wrapping_mul(2654435761)) as u8).collect();
-            kv.put(format!("bulk/{i:06}"), value, None).await.unwrap();
-            i += 1;
-        }
-    }
+    let i = fill_database(&member, &mut kv, target).await.unwrap();
     let db_size = member.status().await.unwrap().db_size;
     println!(
         "database: {:.0} MiB ({i} values of 1 MiB) written in {:.0} s",

@@ -15,6 +15,7 @@ use etcdadm_shared::api::snapshot::{EtcdadmSnapshot, SnapshotPhase};
 use etcdadm_shared::etcd::MemberClient;
 use etcdadm_shared::testing::{SeaweedFs, TempDir};
 use etcdadm_sim::bench::usage_of;
+use etcdadm_sim::bench_inputs::{fill_database, number_arg};
 use etcdadm_sim::demo::etcd_tls;
 use etcdadm_sim::manifests::{ManagedCluster, create_managed_cluster, create_store_secrets};
 use etcdadm_sim::plane::{DEFAULT_KCP_ROLLOUT_STEP, Plane, PlaneOptions, spawn_controller_with_ports};
@@ -24,21 +25,12 @@ use serde_json::json;
 const MIB: u64 = 1 << 20;
 const BUCKET: &str = "etcd-backups";
 
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} takes a number")))
-        .unwrap_or(default)
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let (clusters, size, slots) = (
-        arg("--clusters", 4),
-        arg("--size-mib", 64) * MIB,
-        arg("--slots", 2),
+        number_arg("--clusters", 4).unwrap(),
+        number_arg("--size-mib", 64).unwrap() * MIB,
+        number_arg("--slots", 2).unwrap(),
     );
     let work = TempDir::new("bench-snapshot-slots");
     let s3 = SeaweedFs::start().await;
@@ -103,14 +95,7 @@ async fn main() {
         let tls = etcd_tls(&client, &namespace, name).await.unwrap().unwrap();
         let member = MemberClient::new(&url, &tls, Duration::from_secs(30)).unwrap();
         let mut kv = member.workload_client().await.unwrap();
-        let mut i = 0u64;
-        while member.status().await.unwrap().db_size < size {
-            for _ in 0..16 {
-                let value: Vec<u8> = (0..MIB).map(|b| (b ^ i.wrapping_mul(2654435761)) as u8).collect();
-                kv.put(format!("bulk/{i:06}"), value, None).await.unwrap();
-                i += 1;
-            }
-        }
+        fill_database(&member, &mut kv, size).await.unwrap();
     }
     println!("{clusters} clusters of at least {} MiB each", size / MIB);
 

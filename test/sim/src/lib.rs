@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod bench_boot;
 pub mod bench_continuous;
+pub mod bench_inputs;
 pub mod bench_restore;
 pub mod bench_rollout;
 pub mod bench_scale;
