@@ -15,7 +15,6 @@
 
 mod lifecycle_support;
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcdadm_shared::api::EtcdadmCluster;
@@ -77,37 +76,16 @@ async fn fragment(members: &[MemberClient], mib: usize, keep_half: bool) {
 /// whether it had been defragmented.
 type StatusMembers = Vec<(String, bool, bool)>;
 
-/// Every status the controller writes for `<cluster>-etcd`, in order, from a watch: a status
-/// that records a defragmentation was written by the reconcile that chose the member, so its
-/// leader flags are what that choice saw (leadership can move while the members are busy).
-fn record_statuses(
-    client: &kube::Client,
-    cluster: &str,
-) -> (Arc<Mutex<Vec<StatusMembers>>>, tokio::task::JoinHandle<()>) {
-    use futures::StreamExt;
-    use kube::runtime::{WatchStreamExt, watcher};
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let shared = seen.clone();
-    let config = watcher::Config::default().fields(&format!("metadata.name={cluster}-etcd"));
-    let stream = watcher(etcd_api(client), config).applied_objects();
-    let task = tokio::spawn(async move {
-        tokio::pin!(stream);
-        while let Some(event) = stream.next().await {
-            let Ok(etcd) = event else { continue };
-            let members: StatusMembers = etcd
-                .status
-                .unwrap_or_default()
-                .members
-                .iter()
-                .map(|m| (m.name.clone(), m.is_leader, m.last_defragmentation.is_some()))
-                .collect();
-            let mut seen = shared.lock().unwrap();
-            if seen.last() != Some(&members) {
-                seen.push(members);
-            }
-        }
-    });
-    (seen, task)
+/// Each member in a status the controller wrote for a cluster: a status that records a
+/// defragmentation was written by the reconcile that chose the member, so its leader flags are
+/// what that choice saw (leadership can move while the members are busy).
+fn status_members(etcd: EtcdadmCluster) -> StatusMembers {
+    etcd.status
+        .unwrap_or_default()
+        .members
+        .iter()
+        .map(|m| (m.name.clone(), m.is_leader, m.last_defragmentation.is_some()))
+        .collect()
 }
 
 /// The leader rule on what the controller saw: no member was defragmented while it led and a
@@ -200,7 +178,7 @@ async fn fragmented_members_are_defragmented_one_at_a_time_the_leader_last_losin
     let members = member_clients(&client, "d1", &etcd).await;
     let watchers = Watchers::start(&client, "d1").await;
     let (endpoints, follower) = follow_status_endpoints(&client, "d1");
-    let (statuses, status_watch) = record_statuses(&client, "d1");
+    let (mut statuses, status_watch) = follow_etcd_cluster(&client, "d1", status_members);
     tokio::time::sleep(Duration::from_millis(400)).await;
     let workload = Workload::start(&client, "d1", endpoints, watchers.started).await;
 
@@ -282,7 +260,7 @@ async fn fragmented_members_are_defragmented_one_at_a_time_the_leader_last_losin
     let leader = order.iter().filter(|(.., leader)| *leader).count();
     assert_eq!(leader, 1, "one leader: {order:?}");
     status_watch.abort();
-    let statuses = statuses.lock().unwrap().clone();
+    let statuses: Vec<StatusMembers> = std::iter::from_fn(|| statuses.try_recv().ok()).collect();
     let leaders = assert_leader_went_last(&statuses);
     // When leadership stayed put (it can move under load), the leader was the last one.
     if leaders.len() == 1 {

@@ -288,22 +288,8 @@ struct PhaseFollower {
 impl PhaseFollower {
     /// Started before the recovery is asked for, so its first phase is seen too.
     fn start(client: &kube::Client, cluster: &str) -> PhaseFollower {
-        use futures::StreamExt;
-        use kube::runtime::{WatchStreamExt, watcher};
-        let (tx, changes) = tokio::sync::mpsc::unbounded_channel();
-        let config = watcher::Config::default().fields(&format!("metadata.name={cluster}-etcd"));
-        let stream = watcher(etcd_api(client), config).applied_objects();
-        let task = tokio::spawn(async move {
-            tokio::pin!(stream);
-            let mut last = None;
-            while let Some(event) = stream.next().await {
-                let Ok(etcd) = event else { continue };
-                let phase = etcd.status.and_then(|s| s.recovery).map(|r| r.phase);
-                if phase != last {
-                    last = phase;
-                    let _ = tx.send(phase);
-                }
-            }
+        let (changes, task) = follow_etcd_cluster(client, cluster, |etcd| {
+            etcd.status.and_then(|s| s.recovery).map(|r| r.phase)
         });
         PhaseFollower { changes, task }
     }

@@ -743,6 +743,41 @@ pub fn follow_kcp_endpoints(
     (endpoints, task)
 }
 
+/// Every change of what `pick` reads from `<cluster>-etcd`, in order, from a watch: a state that
+/// lasts less than a poll's interval is seen too. The first value is the one the watch lists.
+pub fn follow_etcd_cluster<T>(
+    client: &Client,
+    cluster: &str,
+    pick: impl Fn(EtcdadmCluster) -> T + Send + 'static,
+) -> (
+    tokio::sync::mpsc::UnboundedReceiver<T>,
+    tokio::task::JoinHandle<()>,
+)
+where
+    T: PartialEq + Clone + Send + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let (tx, changes) = tokio::sync::mpsc::unbounded_channel();
+    let config = watcher::Config::default().fields(&format!("metadata.name={cluster}-etcd"));
+    let stream = watcher(etcd_api(client), config).applied_objects();
+    let task = tokio::spawn(async move {
+        tokio::pin!(stream);
+        let mut last = None;
+        while let Some(event) = stream.next().await {
+            let Ok(etcd) = event else { continue };
+            let now = pick(etcd);
+            if last.as_ref() != Some(&now) {
+                last = Some(now.clone());
+                if tx.send(now).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    (changes, task)
+}
+
 /// Keep `endpoints` on the EtcdadmCluster's `status.endpoints` (a client without a KCP).
 pub fn follow_status_endpoints(
     client: &Client,
