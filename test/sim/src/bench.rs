@@ -218,6 +218,15 @@ pub async fn run_create(work_dir: &Path, sizes: &[i32], runs: usize) -> Result<(
     Ok(())
 }
 
+/// The 1-minute load average, as `uptime` prints it (`?` where there is no /proc): printed
+/// beside a figure, since these machines are shared and have 2 cores.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().map(String::from))
+        .unwrap_or_else(|| "?".into())
+}
+
 /// What one of our child processes uses.
 #[derive(Clone, Copy, Debug)]
 pub struct ChildUsage {

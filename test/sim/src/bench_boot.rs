@@ -17,6 +17,7 @@ use etcdadm_shared::etcd::EtcdTls;
 use etcdadm_shared::names;
 use k8s_openapi::api::core::v1::Secret;
 
+use crate::bench::load_average;
 use crate::bench_steps::{MemberSteps, observe};
 use crate::bench_timeline::{self, Timeline};
 use crate::boot_delay::BootDelay;
@@ -298,14 +299,6 @@ impl std::str::FromStr for Provisioning {
             other => Err(format!("--only {other:?}: boot-ahead or one-at-a-time")),
         }
     }
-}
-
-/// The 1-minute load average, as `uptime` prints it (`?` where there is no /proc).
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|text| text.split_whitespace().next().map(String::from))
-        .unwrap_or_else(|| "?".into())
 }
 
 /// Run every case `runs` times and print the table: create-to-Ready of each size and the

@@ -20,7 +20,7 @@ use etcdadm_shared::names;
 use etcdadm_shared::store::StoreClient;
 use etcdadm_shared::testing::SeaweedFs;
 
-use crate::bench::spread;
+use crate::bench::{load_average, spread};
 use crate::demo::etcd_tls;
 use crate::error::SimError;
 use crate::manifests::{ManagedCluster, create_managed_cluster, create_store_secrets};
@@ -616,14 +616,6 @@ async fn delete(client: &Client, name: &str) -> Result<(), SimError> {
         Ok((gone && left.items.is_empty()).then_some(()))
     })
     .await
-}
-
-/// The 1-minute load average (`?` where there is no /proc).
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|text| text.split_whitespace().next().map(String::from))
-        .unwrap_or_else(|| "?".into())
 }
 
 /// The median of `values` (the upper one of an even count), `None` when empty.
