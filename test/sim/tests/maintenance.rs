@@ -3,7 +3,8 @@
 //!
 //! - a 3-member cluster whose members are fragmented (a client writes 110 MiB and deletes it,
 //!   then the history is compacted, as an API server does every 5 minutes) is defragmented on
-//!   the default policy, one member at a time, the leader last; every database shrinks, and a
+//!   the default policy (set once every member is fragmented), one member at a time, the leader
+//!   last; every database shrinks, and a
 //!   client writing every 50 ms throughout loses no acknowledged write;
 //! - nothing is defragmented while a rollout is under way (here rolled by an `etcdSettings`
 //!   change), though the old members are fragmented and the policy asks for it; once the
@@ -24,6 +25,7 @@ use etcdadm_sim::dashboard_svg::{self, Scrape};
 use etcdadm_sim::demo;
 use etcdadm_sim::plane::Plane;
 use k8s_openapi::api::events::v1::Event;
+use kube::api::{Patch, PatchParams};
 use lifecycle_support::*;
 use serde_json::json;
 
@@ -70,6 +72,27 @@ async fn fragment(members: &[MemberClient], mib: usize, keep_half: bool) {
         "wrote and deleted {mib} MiB in {:.1}s, compacted at revision {revision}",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// Until every member has at least 45 % of a database of at least 100 MiB free (the default
+/// policy's threshold), as each says itself.
+async fn wait_every_member_fragmented(members: &[MemberClient]) {
+    let deadline = Instant::now() + TIMEOUT;
+    for member in members {
+        loop {
+            let status = member.status().await.unwrap();
+            let free = status.db_size.saturating_sub(status.db_size_in_use);
+            if status.db_size >= 100 << 20 && free * 100 >= status.db_size * 45 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} is not fragmented: {status:?}",
+                member.endpoint()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 }
 
 /// Each member in one status the controller wrote: its name, whether it was the leader and
@@ -171,8 +194,11 @@ async fn fragmented_members_are_defragmented_one_at_a_time_the_leader_last_losin
     let work = TempDir::new("sim-maintenance");
     let plane = start_plane(44, &work, Duration::from_secs(1)).await;
     let client = plane.client.clone();
-    // The default policy: a 3-member cluster is defragmented at 45% free of at least 100 MiB.
-    create(&client, "d1", 3, false, json!({}), json!({})).await;
+    // Off while the members are fragmented: a member applies the compaction a moment after
+    // another, and the policy, asked meanwhile, would rightly take the only one due (the
+    // leader, at times). The default policy once every member is fragmented.
+    let off = json!({"maintenance": {"defragmentation": {"mode": "Off"}}});
+    create(&client, "d1", 3, false, json!({}), off).await;
     let etcd = wait_settled(&client, "d1", 3, TIMEOUT, &work).await;
     let before = machine_names(&client, "d1").await;
     let members = member_clients(&client, "d1", &etcd).await;
@@ -194,6 +220,12 @@ async fn fragmented_members_are_defragmented_one_at_a_time_the_leader_last_losin
             () = tokio::time::sleep(Duration::from_millis(500)) => scrapes.push(scrape(&plane, since).await),
         }
     }
+    wait_every_member_fragmented(&members).await;
+    let default_policy = json!({"spec": {"maintenance": {"defragmentation": null}}});
+    etcd_api(&client)
+        .patch("d1-etcd", &PatchParams::default(), &Patch::Merge(&default_policy))
+        .await
+        .unwrap();
     let fragmented = Instant::now();
     let done = loop {
         scrapes.push(scrape(&plane, since).await);
